@@ -1,0 +1,117 @@
+// Columnar batches: the unit that boxes consume and produce.
+//
+// A Batch is a schema, one column per field, and per-row event time and
+// sequence number. Columns are immutable once placed in a batch and shared
+// by shared_ptr, so projecting or forwarding a batch copies no data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace entente::engine {
+
+// The values of one field across the rows of a batch. Which vector is used
+// depends on type: ints (Int64, Timestamp), doubles (Double), bools (Bool,
+// one byte per row, 0 or 1), offsets + chars (String: row i is
+// chars[offsets[i], offsets[i+1]); offsets always has size()+1 entries).
+struct Column {
+  explicit Column(Type t = Type::Int64) : type(t) {}
+
+  Type type;
+  std::vector<int64_t> ints;
+  std::vector<double> doubles;
+  std::vector<uint8_t> bools;
+  std::vector<uint32_t> offsets{0};
+  std::string chars;
+
+  size_t size() const noexcept {
+    switch (type) {
+      case Type::Int64:
+      case Type::Timestamp: return ints.size();
+      case Type::Double: return doubles.size();
+      case Type::Bool: return bools.size();
+      case Type::String: return offsets.size() - 1;
+    }
+    return 0;
+  }
+  std::string_view str(size_t i) const noexcept {
+    return std::string_view(chars.data() + offsets[i], offsets[i + 1] - offsets[i]);
+  }
+  void append_str(std::string_view s) {
+    chars.append(s.data(), s.size());
+    offsets.push_back(static_cast<uint32_t>(chars.size()));
+  }
+  void reserve(size_t rows);
+  void clear();
+  // Appends row `row` of `src` (same type).
+  void append_from(const Column& src, size_t row);
+  // Appends rows `rows` of `src` (same type), in that order.
+  void gather_from(const Column& src, std::span<const uint32_t> rows);
+  // Appends every row of `src` (same type).
+  void append_all(const Column& src);
+  void append_value(const Value& v);  // REQUIRES: v holds type's representation
+  Value value(size_t i) const;
+  // Bytes of payload (for stats): 8 per number, 1 per bool, length+4 per string.
+  size_t byte_size() const noexcept;
+  bool operator==(const Column& o) const;
+};
+
+using ColumnPtr = std::shared_ptr<const Column>;
+
+// A batch of rows. Cheap to copy (shared columns). Construct through
+// BatchBuilder, or assemble columns directly and call validate().
+struct Batch {
+  SchemaPtr schema;
+  std::vector<ColumnPtr> columns;  // one per schema field
+  std::vector<EventTime> event_time;  // one per row
+  std::vector<Seq> seq;               // one per row
+
+  Batch() = default;
+  explicit Batch(SchemaPtr s) : schema(std::move(s)) {}
+
+  size_t rows() const noexcept { return event_time.size(); }
+  bool empty() const noexcept { return event_time.empty(); }
+  const Column& column(size_t i) const { return *columns[i]; }
+  // Checks that every column exists, has the schema's type and rows() rows,
+  // and that seq has rows() entries.
+  Status validate() const;
+  // Rows `rows` of this batch, in that order, as a new batch (copies data).
+  Batch take(std::span<const uint32_t> rows) const;
+  // A batch holding the given columns (shared, not copied) under a new
+  // schema, with this batch's event times and sequence numbers.
+  Batch project(SchemaPtr new_schema, std::vector<ColumnPtr> cols) const;
+  // Row-by-row equality of schema, values, event times and sequence numbers.
+  bool operator==(const Batch& o) const;
+};
+
+// Builds a Batch row by row or column by column.
+class BatchBuilder {
+ public:
+  explicit BatchBuilder(SchemaPtr schema);
+  void reserve(size_t rows);
+  Column& column(size_t i) { return *cols_[i]; }
+  std::vector<EventTime>& event_time() { return event_time_; }
+  std::vector<Seq>& seq() { return seq_; }
+  // Appends row `row` of `src`, which must have the same schema.
+  void append_row(const Batch& src, size_t row);
+  size_t rows() const noexcept { return event_time_.size(); }
+  // Hands the data over; the builder is empty afterwards and may be reused.
+  Batch finish();
+
+ private:
+  SchemaPtr schema_;
+  std::vector<std::shared_ptr<Column>> cols_;
+  std::vector<EventTime> event_time_;
+  std::vector<Seq> seq_;
+};
+
+// Concatenates batches of one schema.
+Batch concat(const SchemaPtr& schema, std::span<const Batch> parts);
+
+}  // namespace entente::engine
