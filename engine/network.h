@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,9 @@ struct NetworkInput {
   SchemaPtr schema;
   std::string time_field;        // empty: the caller sets event times
   int64_t watermark_lag_ms = 0;  // watermark = max event time seen - lag
+  // False ("watermarks": "manual"): only advance_watermark() and finish()
+  // move this input's watermark.
+  bool auto_watermark = true;
 };
 
 struct NetworkOutput {
