@@ -143,7 +143,7 @@ bool Column::operator==(const Column& o) const {
   return false;
 }
 
-Status Batch::validate() const {
+Status Batch::validate(Check check) const {
   if (!schema) return make_error(Errc::invalid_argument, "batch has no schema");
   if (columns.size() != schema->size())
     return make_error(Errc::invalid_argument, "batch has " + std::to_string(columns.size()) +
@@ -166,6 +166,7 @@ Status Batch::validate() const {
       const auto& c = *columns[i];
       if (c.offsets.empty() || c.offsets.front() != 0 || c.offsets.back() != c.chars.size())
         return make_error(Errc::invalid_argument, "column '" + f.name + "' has inconsistent string offsets");
+      if (check == Check::shape) continue;
       for (size_t r = 0; r + 1 < c.offsets.size(); ++r)
         if (c.offsets[r] > c.offsets[r + 1])
           return make_error(Errc::invalid_argument, "column '" + f.name + "' has decreasing string offsets");

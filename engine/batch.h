@@ -78,9 +78,12 @@ struct Batch {
   size_t rows() const noexcept { return event_time.size(); }
   bool empty() const noexcept { return event_time.empty(); }
   const Column& column(size_t i) const { return *columns[i]; }
-  // Checks that every column exists, has the schema's type and rows() rows,
-  // and that seq has rows() entries.
-  Status validate() const;
+  // How much validate() looks at. `shape` is O(columns): every column
+  // exists, has the schema's type and rows() rows, seq has rows() entries,
+  // and each string column's offsets end at its byte count. `full` also
+  // walks every string offset (for batches assembled from untrusted parts).
+  enum class Check : uint8_t { shape, full };
+  Status validate(Check check = Check::full) const;
   // Rows `rows` of this batch, in that order, as a new batch (copies data).
   Batch take(std::span<const uint32_t> rows) const;
   // A batch holding the given columns (shared, not copied) under a new

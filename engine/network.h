@@ -71,6 +71,10 @@ class Executor final {
   // event times are taken from it; then the input's watermark is advanced
   // to max event time seen - lag. Rows below the current input watermark
   // are still delivered; the boxes that care count and drop them.
+  // The batch's shape is checked (Batch::Check::shape; a mismatch throws,
+  // as a programming error); string contents are trusted, since batches
+  // from untrusted bytes arrive through decode_batch or rows_from_json,
+  // which check them.
   void push(size_t input, const Batch& batch);
   // Advances input's watermark explicitly (ignored if not higher).
   void advance_watermark(size_t input, EventTime wm);

@@ -29,7 +29,7 @@ const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch)
                                 (b.schema ? b.schema->to_string() : std::string("none")) +
                                 "), the input's is (" + in.schema->to_string() + ")");
   if (in.time_field.empty()) {
-    if (Status st = b.validate(); !st.ok())
+    if (Status st = b.validate(Batch::Check::shape); !st.ok())
       throw std::invalid_argument("bad batch pushed into input '" + in.name + "': " + st.error().message);
     return b;
   }
@@ -43,7 +43,7 @@ const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch)
   scratch.columns = b.columns;
   scratch.seq = b.seq;
   scratch.event_time = b.columns[field]->ints;
-  if (Status st = scratch.validate(); !st.ok())
+  if (Status st = scratch.validate(Batch::Check::shape); !st.ok())
     throw std::invalid_argument("bad batch pushed into input '" + in.name + "': " + st.error().message);
   return scratch;
 }

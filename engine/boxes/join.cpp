@@ -1,0 +1,562 @@
+// Join: windowed equi-join of two inputs (port 0 = left, port 1 = right)
+// (docs/boxes-windowed.md#join).
+//
+// Rows are consumed in the deterministic order of OrderedInputs (event
+// time, then input index, then arrival), released by the watermarks. Each
+// released row probes the rows buffered on the other side, then is buffered
+// on its own side; a pair is therefore produced exactly once, when its later
+// row (in that order) is processed, and output rows come out sorted by
+// event time. Because rows enter a side's buffer in event-time order, the
+// rows that can no longer match are always a prefix of it: purging is an
+// index bump, and the buffer is compacted once the purged prefix outweighs
+// the live rows.
+#include <algorithm>
+#include <numeric>
+
+#include "engine/boxes/boxes.h"
+#include "engine/boxes/detail_keyed_state.h"
+#include "engine/detail/options.h"
+#include "engine/expr.h"
+#include "engine/serde.h"
+#include "rapidjson/document.h"
+
+namespace entente::engine::boxes {
+
+namespace {
+
+using detail::floor_div;
+using detail::HashIndex;
+using engine::detail::Need;
+using engine::detail::OptionReader;
+
+constexpr uint8_t kJoinTag = 0x4a;  // 'J'
+constexpr uint8_t kJoinVersion = 1;
+constexpr size_t kMaxJoinKeys = 16;
+
+struct JoinConfig {
+  std::vector<size_t> keys[2];
+  bool interval = false;
+  int64_t size = 0;   // tumbling
+  int64_t lower = 0;  // interval: right.time - left.time in [lower, upper]
+  int64_t upper = 0;
+  SchemaPtr joined;                 // left fields, then right fields (renamed)
+  std::optional<Expr> predicate;    // over `joined`
+  std::vector<size_t> projection;   // indexes into `joined`; empty: all
+};
+
+// The buffered rows of one input.
+struct Side {
+  std::vector<Column> cols;
+  std::vector<EventTime> times;
+  std::vector<uint64_t> hashes;
+  std::vector<uint32_t> prev;  // the next older row with the same key, or kNone
+  size_t base = 0;             // rows [0, base) are purged
+  HashIndex index;             // key -> newest row
+
+  size_t rows() const { return times.size(); }
+  size_t live() const { return rows() - base; }
+};
+
+class JoinBox final : public BoxBase {
+ public:
+  JoinBox(SchemaPtr left, SchemaPtr right, SchemaPtr output, JoinConfig cfg)
+      : BoxBase({left, right}, {std::move(output)}), cfg_(std::move(cfg)), ordered_({left, right}) {
+    for (int s = 0; s < 2; ++s)
+      for (const Field& f : input_schemas_[s]->fields()) sides_[s].cols.emplace_back(f.type);
+  }
+
+  std::string_view type() const override { return "join"; }
+  bool keyed() const override { return true; }
+
+  void on_batch(size_t port, const Batch& b, Emitter& /*out*/) override {
+    if (b.empty()) return;
+    // Rows below their input's watermark would come after rows already
+    // released: late. So are rows outside the supported time range.
+    const EventTime wm = port_wm_[port];
+    size_t late = 0;
+    for (EventTime t : b.event_time)
+      late += (t < wm || t < -detail::kTimeLimit || t > detail::kTimeLimit) ? 1 : 0;
+    if (late == 0) {
+      ordered_.add(port, b);
+      return;
+    }
+    stats_.late_dropped += late;
+    if (late == b.rows()) return;
+    keep_.clear();
+    for (uint32_t i = 0; i < b.rows(); ++i) {
+      const EventTime t = b.event_time[i];
+      if (!(t < wm || t < -detail::kTimeLimit || t > detail::kTimeLimit)) keep_.push_back(i);
+    }
+    ordered_.add(port, b.take(keep_));
+  }
+
+  void on_watermark(size_t port, EventTime wm, Emitter& out) override {
+    if (wm > port_wm_[port]) port_wm_[port] = wm;
+    update_input_watermark(port, wm);
+    ordered_.set_watermark(port, wm);
+    const EventTime w = ordered_.watermark();
+    ordered_.release([&](size_t input, const Batch& rows) { process_run(input, rows); });
+    purge(w == kMaxWatermark ? detail::kFar : w);
+    flush(out);
+    emit_watermark(out, w);
+  }
+
+  std::string snapshot() const override;
+  Status restore(std::string_view bytes, const KeyGroupRange* keep) override;
+
+ private:
+  // True if buffered row `id` of side `s` has the key of row `row` of `b`
+  // (whose key columns are those of side `bs`).
+  bool key_equal(int s, uint32_t id, const Batch& b, int bs, size_t row) const {
+    const auto& sk = cfg_.keys[s];
+    const auto& bk = cfg_.keys[bs];
+    for (size_t k = 0; k < sk.size(); ++k)
+      if (!detail::cell_equal(sides_[s].cols[sk[k]], id, b.column(bk[k]), row)) return false;
+    return true;
+  }
+
+  // Could a buffered row of side `s` at time `t` still match a row at a
+  // time >= `now` of the other side?
+  bool may_match_later(int s, EventTime t, int64_t now) const {
+    if (!cfg_.interval) return (floor_div(t, cfg_.size) + 1) * cfg_.size > now;
+    // left l matches r with r.t <= l.t + upper; right r matches l with l.t <= r.t - lower.
+    return s == 0 ? t + cfg_.upper >= now : t - cfg_.lower >= now;
+  }
+
+  void purge(int64_t now) {
+    for (int s = 0; s < 2; ++s) {
+      Side& side = sides_[s];
+      while (side.base < side.rows() && !may_match_later(s, side.times[side.base], now)) ++side.base;
+      if (side.base >= 4096 && side.base >= side.live()) compact(s);
+    }
+  }
+
+  // Drops the purged prefix of side `s` physically and rebuilds its index.
+  void compact(int s) {
+    Side& side = sides_[s];
+    const size_t base = side.base;
+    std::vector<uint32_t> rows(side.live());
+    std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(base));
+    for (Column& c : side.cols) {
+      Column fresh(c.type);
+      fresh.gather_from(c, rows);
+      c = std::move(fresh);
+    }
+    side.times.erase(side.times.begin(), side.times.begin() + static_cast<ptrdiff_t>(base));
+    side.hashes.erase(side.hashes.begin(), side.hashes.begin() + static_cast<ptrdiff_t>(base));
+    side.prev.erase(side.prev.begin(), side.prev.begin() + static_cast<ptrdiff_t>(base));
+    for (uint32_t& p : side.prev) p = (p == HashIndex::kNone || p < base) ? HashIndex::kNone : p - static_cast<uint32_t>(base);
+    side.base = 0;
+    rebuild_index(s);
+  }
+
+  // Index of side `s` from its rows: each key maps to its newest row.
+  void rebuild_index(int s) {
+    Side& side = sides_[s];
+    side.index.clear(side.rows());
+    for (uint32_t id = 0; id < side.rows(); ++id) {
+      const uint32_t prev = side.prev[id];
+      if (prev == HashIndex::kNone) side.index.insert(side.hashes[id], id);
+      else side.index.replace(side.hashes[id], prev, id);
+    }
+  }
+
+  // One run of released rows of input `x`, in order.
+  void process_run(size_t x_port, const Batch& rows) {
+    const int x = static_cast<int>(x_port), o = 1 - x;
+    const size_t n = rows.rows();
+    purge(rows.event_time[0]);
+    hash_rows(rows, cfg_.keys[x], hashes_);
+    Side& other = sides_[o];
+    Side& own = sides_[x];
+    const size_t first_out = pair_other_.size();
+    ins_.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint64_t h = hashes_[i];
+      if (!owned_.contains(key_group_of(h))) continue;  // not this instance's (after a split)
+      ins_.push_back(i);
+      const EventTime t = rows.event_time[i];
+      uint32_t id = other.index.find(h, [&](uint32_t c) { return key_equal(o, c, rows, x, i); });
+      // Newest to oldest; buffered times never exceed t.
+      const size_t mark = pair_other_.size();
+      for (; id != HashIndex::kNone && id >= other.base; id = other.prev[id]) {
+        const EventTime u = other.times[id];
+        bool hit;
+        if (!cfg_.interval) {
+          if (floor_div(u, cfg_.size) != floor_div(t, cfg_.size)) break;
+          hit = true;
+        } else if (x == 1) {  // t is the right row's, u a left row's: t - u in [lower, upper]
+          if (t - u > cfg_.upper) break;
+          hit = t - u >= cfg_.lower;
+        } else {  // t is the left row's, u a right row's: u - t in [lower, upper]
+          if (u - t < cfg_.lower) break;
+          hit = u - t <= cfg_.upper;
+        }
+        if (!hit) continue;
+        pair_other_.push_back(id);
+        pair_row_.push_back(i);
+      }
+      // Oldest match first.
+      std::reverse(pair_other_.begin() + static_cast<ptrdiff_t>(mark), pair_other_.end());
+    }
+    // Output columns for this run's pairs.
+    if (pair_other_.size() > first_out) {
+      ensure_out();
+      const std::span<const uint32_t> others(pair_other_.data() + first_out, pair_other_.size() - first_out);
+      const std::span<const uint32_t> mine(pair_row_.data() + first_out, pair_row_.size() - first_out);
+      const size_t nl = input_schemas_[0]->size();
+      auto fill = [&](size_t col0, const Side& side, std::span<const uint32_t> ids) {
+        for (size_t c = 0; c < side.cols.size(); ++c) out_cols_[col0 + c]->gather_from(side.cols[c], ids);
+      };
+      auto fill_rows = [&](size_t col0, std::span<const uint32_t> ids) {
+        for (size_t c = 0; c < rows.columns.size(); ++c) out_cols_[col0 + c]->gather_from(rows.column(c), ids);
+      };
+      if (x == 1) {
+        fill(0, other, others);
+        fill_rows(nl, mine);
+      } else {
+        fill_rows(0, mine);
+        fill(nl, other, others);
+      }
+      for (size_t k = 0; k < others.size(); ++k)
+        out_times_.push_back(std::max(other.times[others[k]], rows.event_time[mine[k]]));
+    }
+    pair_other_.resize(first_out);
+    pair_row_.resize(first_out);
+    // Buffer this run's rows on their side.
+    if (ins_.empty()) return;
+    for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].gather_from(rows.column(c), ins_);
+    for (uint32_t i : ins_) {
+      const uint32_t id = static_cast<uint32_t>(own.times.size());
+      own.times.push_back(rows.event_time[i]);
+      own.hashes.push_back(hashes_[i]);
+      const uint32_t prev = own.index.find(hashes_[i], [&](uint32_t c) { return key_equal(x, c, rows, x, i); });
+      own.prev.push_back(prev);
+      if (prev == HashIndex::kNone) own.index.insert(hashes_[i], id);
+      else own.index.replace(hashes_[i], prev, id);
+    }
+  }
+
+  void ensure_out() {
+    if (!out_cols_.empty()) return;
+    for (const Field& f : cfg_.joined->fields()) out_cols_.push_back(std::make_shared<Column>(f.type));
+  }
+
+  void flush(Emitter& out) {
+    if (out_times_.empty()) return;
+    Batch b(cfg_.joined);
+    for (auto& c : out_cols_) b.columns.push_back(std::move(c));
+    out_cols_.clear();
+    b.event_time = std::move(out_times_);
+    out_times_.clear();
+    b.seq.assign(b.rows(), 0);
+    if (cfg_.predicate) {
+      sel_.clear();
+      cfg_.predicate->select(b, sel_);
+      if (sel_.size() != b.rows()) b = b.take(sel_);
+    }
+    if (!cfg_.projection.empty()) {
+      std::vector<ColumnPtr> cols;
+      for (size_t i : cfg_.projection) cols.push_back(b.columns[i]);
+      b = b.project(output_schema(0), std::move(cols));
+    }
+    emit(out, 0, std::move(b));
+  }
+
+  JoinConfig cfg_;
+  OrderedInputs ordered_;
+  Side sides_[2];
+  EventTime port_wm_[2] = {kMinTime, kMinTime};
+  // The key groups this instance owns: all, or what restore(keep) kept.
+  KeyGroupRange owned_;
+  // Scratch.
+  std::vector<uint32_t> keep_;
+  std::vector<uint64_t> hashes_;
+  std::vector<uint32_t> ins_;
+  std::vector<uint32_t> pair_other_;
+  std::vector<uint32_t> pair_row_;
+  std::vector<uint32_t> sel_;
+  std::vector<std::shared_ptr<Column>> out_cols_;
+  std::vector<EventTime> out_times_;
+};
+
+// Snapshot: base state, tag, version, owned range, input watermarks, the
+// rows OrderedInputs still holds, then per key group and per side the
+// buffered rows with their position in the side's buffer (so that restore
+// rebuilds the buffers in their original, time-ordered sequence).
+std::string JoinBox::snapshot() const {
+  std::string out;
+  snapshot_base(out);
+  ByteWriter w(out);
+  w.u8(kJoinTag);
+  w.u8(kJoinVersion);
+  w.varint(owned_.begin);
+  w.varint(owned_.end);
+  w.i64(port_wm_[0]);
+  w.i64(port_wm_[1]);
+  ordered_.snapshot(out);
+  std::vector<uint32_t> by_group[2][kKeyGroups];
+  for (int s = 0; s < 2; ++s)
+    for (uint32_t id = static_cast<uint32_t>(sides_[s].base); id < sides_[s].rows(); ++id)
+      by_group[s][key_group_of(sides_[s].hashes[id])].push_back(id);
+  for (uint32_t kg = 0; kg < kKeyGroups; ++kg) {
+    for (int s = 0; s < 2; ++s) {
+      const Side& side = sides_[s];
+      w.varint(by_group[s][kg].size());
+      for (uint32_t id : by_group[s][kg]) {
+        w.varint(id - side.base);
+        w.svarint(side.times[id]);
+        for (const Column& c : side.cols) detail::write_cell(w, c, id);
+      }
+    }
+  }
+  return out;
+}
+
+Status JoinBox::restore(std::string_view bytes, const KeyGroupRange* keep) {
+  std::string_view in = bytes;
+  ENTENTE_RETURN_IF_ERROR(restore_base(in));
+  ByteReader r(in);
+  uint8_t tag, version;
+  uint64_t ob, oe;
+  EventTime wm0, wm1;
+  if (!r.u8(tag) || tag != kJoinTag) return detail::corrupt("not a join snapshot");
+  if (!r.u8(version) || version != kJoinVersion) return detail::corrupt("unknown join snapshot version");
+  if (!r.varint(ob) || !r.varint(oe) || ob > oe || oe > kKeyGroups || !r.i64(wm0) || !r.i64(wm1))
+    return detail::corrupt("truncated header");
+  std::string_view rest = r.rest();
+  OrderedInputs ordered({input_schemas_[0], input_schemas_[1]});
+  ENTENTE_RETURN_IF_ERROR(ordered.restore(rest));
+  r = ByteReader(rest);
+
+  KeyGroupRange owned{static_cast<uint32_t>(ob), static_cast<uint32_t>(oe)};
+  if (keep != nullptr) {
+    owned.begin = std::max(owned.begin, keep->begin);
+    owned.end = std::max(owned.begin, std::min(owned.end, keep->end));
+  }
+  // Rows as read (grouped by key group), with their positions.
+  Side fresh[2];
+  std::vector<uint64_t> pos[2];
+  for (int s = 0; s < 2; ++s)
+    for (const Field& f : input_schemas_[s]->fields()) fresh[s].cols.emplace_back(f.type);
+  for (uint32_t kg = 0; kg < kKeyGroups; ++kg) {
+    for (int s = 0; s < 2; ++s) {
+      uint64_t count;
+      if (!r.varint(count) || count > r.remaining()) return detail::corrupt("truncated row list");
+      Side& side = fresh[s];
+      for (uint64_t k = 0; k < count; ++k) {
+        uint64_t p;
+        int64_t t;
+        if (!r.varint(p) || !r.svarint(t)) return detail::corrupt("truncated row");
+        if (t < -detail::kTimeLimit || t > detail::kTimeLimit) return detail::corrupt("row time out of range");
+        for (Column& c : side.cols)
+          if (!detail::read_cell(r, c)) return detail::corrupt("truncated row");
+        side.times.push_back(t);
+        pos[s].push_back(p);
+      }
+    }
+  }
+  if (!r.empty()) return detail::corrupt("trailing bytes");
+
+  // Order each side by position; check the keys' groups; drop other groups.
+  for (int s = 0; s < 2; ++s) {
+    Side& src = fresh[s];
+    const size_t n = src.rows();
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return pos[s][a] < pos[s][b]; });
+    for (size_t k = 1; k < n; ++k)
+      if (pos[s][order[k]] == pos[s][order[k - 1]]) return detail::corrupt("duplicate row position");
+    Batch tmp(input_schemas_[s]);
+    for (Column& c : src.cols) tmp.columns.push_back(std::make_shared<Column>(std::move(c)));
+    tmp.event_time = std::move(src.times);
+    tmp.seq.assign(n, 0);
+    std::vector<uint64_t> h;
+    hash_rows(tmp, cfg_.keys[s], h);
+    std::vector<uint32_t> kept;
+    kept.reserve(n);
+    for (size_t k = 0; k < n; ++k) {
+      const uint32_t id = order[k];
+      if (k > 0 && tmp.event_time[id] < tmp.event_time[order[k - 1]])
+        return detail::corrupt("buffered rows out of time order");
+      if (owned.contains(key_group_of(h[id]))) kept.push_back(id);
+    }
+    Side& dst = sides_[s];
+    dst = Side{};
+    for (size_t c = 0; c < tmp.columns.size(); ++c) {
+      dst.cols.emplace_back(tmp.column(c).type);
+      dst.cols.back().gather_from(tmp.column(c), kept);
+    }
+    for (uint32_t id : kept) {
+      dst.times.push_back(tmp.event_time[id]);
+      dst.hashes.push_back(h[id]);
+    }
+    // Chains: each row's predecessor is the previous row with the same key.
+    dst.index.clear(kept.size());
+    Batch view = tmp.take(kept);
+    for (uint32_t id = 0; id < dst.rows(); ++id) {
+      const uint32_t prev = dst.index.find(dst.hashes[id], [&](uint32_t c) { return key_equal(s, c, view, s, id); });
+      dst.prev.push_back(prev);
+      if (prev == HashIndex::kNone) dst.index.insert(dst.hashes[id], id);
+      else dst.index.replace(dst.hashes[id], prev, id);
+    }
+  }
+  ordered_ = std::move(ordered);
+  owned_ = owned;
+  port_wm_[0] = wm0;
+  port_wm_[1] = wm1;
+  return Status::Ok();
+}
+
+// ---- factory ----------------------------------------------------------------
+
+const rapidjson::Value* options_or_null(const rapidjson::Value& v) { return v.IsNull() ? nullptr : &v; }
+
+bool read_join_window(OptionReader& top, JoinConfig& cfg) {
+  const rapidjson::Value* v = top.value("window", Need::required);
+  if (v == nullptr) return false;
+  Diagnostics& diag = top.diag();
+  const size_t before = diag.size();
+  OptionReader r(v, top.path_of("window"), diag);
+  auto type = r.choice("type", Need::optional, {"tumbling", "interval"});
+  cfg.interval = type.value_or("tumbling") == "interval";
+  auto span_ok = [&](std::string_view key, int64_t x, int64_t min) {
+    if (x < min || x > detail::kSpanLimit) {
+      diag.error(r.path_of(key), std::string(key) + " must be between " + std::to_string(min) + " and 2^40 ms");
+      return false;
+    }
+    return true;
+  };
+  if (!cfg.interval) {
+    if (const auto* s = r.value("size", Need::required)) {
+      auto d = engine::detail::parse_duration_ms(*s, r.path_of("size"), diag);
+      if (d && span_ok("size", *d, 1)) cfg.size = *d;
+    }
+    for (std::string_view k : {"lower", "upper"})
+      if (r.value(k, Need::optional) != nullptr)
+        diag.error(r.path_of(k), std::string(k).append(" applies only to interval windows"));
+  } else {
+    if (r.value("size", Need::optional) != nullptr)
+      diag.error(r.path_of("size"), "'size' applies only to tumbling windows");
+    int64_t lower = 0, upper = 0;
+    const auto* lo = r.value("lower", Need::required);
+    const auto* up = r.value("upper", Need::required);
+    bool good = lo && up;
+    if (lo) good = detail::parse_signed_duration(*lo, r.path_of("lower"), diag, lower) && good;
+    if (up) good = detail::parse_signed_duration(*up, r.path_of("upper"), diag, upper) && good;
+    if (good && span_ok("lower", lower, -detail::kSpanLimit) && span_ok("upper", upper, -detail::kSpanLimit)) {
+      if (lower > upper) diag.error(r.path_of("lower"), "lower must not exceed upper");
+      cfg.lower = lower;
+      cfg.upper = upper;
+    }
+  }
+  r.finish();
+  return diag.size() == before;
+}
+
+std::optional<std::vector<size_t>> read_keys(OptionReader& r, std::string_view key, const Schema& in) {
+  auto names = r.strings(key, Need::required);
+  if (!names) return std::nullopt;
+  if (names->empty() || names->size() > kMaxJoinKeys) {
+    r.diag().error(r.path_of(key), "expected 1 to 16 key fields");
+    return std::nullopt;
+  }
+  std::vector<size_t> out;
+  bool good = true;
+  for (size_t i = 0; i < names->size(); ++i) {
+    auto idx = in.index_of((*names)[i]);
+    if (!idx) {
+      r.diag().error(r.path_of(key) + "[" + std::to_string(i) + "]",
+                     "unknown field '" + (*names)[i] + "'; input has " + in.to_string());
+      good = false;
+      continue;
+    }
+    out.push_back(*idx);
+  }
+  if (!good) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Box> make_join(const rapidjson::Value& options, const BoxBuildContext& ctx) {
+  Diagnostics& diag = *ctx.diag;
+  const size_t before = diag.size();
+  OptionReader r(options_or_null(options), ctx.path + ".options", diag);
+  if (ctx.inputs.size() != 2) {
+    diag.error(ctx.path, "join takes exactly 2 inputs (left, right), got " + std::to_string(ctx.inputs.size()));
+    return nullptr;
+  }
+  const Schema& left = *ctx.inputs[0];
+  const Schema& right = *ctx.inputs[1];
+  JoinConfig cfg;
+  auto lk = read_keys(r, "left_keys", left);
+  auto rk = read_keys(r, "right_keys", right);
+  if (lk && rk) {
+    if (lk->size() != rk->size()) {
+      diag.error(r.path_of("right_keys"), "left_keys and right_keys must have the same length");
+    } else {
+      for (size_t i = 0; i < lk->size(); ++i) {
+        const Type a = left.field((*lk)[i]).type, b = right.field((*rk)[i]).type;
+        if (a != b && !(is_int_repr(a) && is_int_repr(b)))
+          diag.error(r.path_of("right_keys") + "[" + std::to_string(i) + "]",
+                     "key types differ: left '" + left.field((*lk)[i]).name + "' is " + std::string(type_name(a)) +
+                         ", right '" + right.field((*rk)[i]).name + "' is " + std::string(type_name(b)));
+      }
+      cfg.keys[0] = *lk;
+      cfg.keys[1] = *rk;
+    }
+  }
+  const bool window_ok = read_join_window(r, cfg);
+  const std::string prefix = r.string("right_prefix", Need::optional).value_or("right_");
+
+  // Joined schema: left fields, then right fields; a right field whose name
+  // a left field has already taken gets the prefix.
+  std::vector<Field> fields = left.fields();
+  for (const Field& f : right.fields()) {
+    Field g = f;
+    if (left.index_of(f.name)) g.name = prefix + f.name;
+    fields.push_back(std::move(g));
+  }
+  auto joined = Schema::make(fields);
+  if (!joined.ok()) {
+    diag.error(r.path_of("right_prefix"), "joined schema: " + joined.error().message);
+    r.value("predicate", Need::optional);
+    r.value("fields", Need::optional);
+    r.finish();
+    return nullptr;
+  }
+  cfg.joined = std::make_shared<const Schema>(std::move(*joined));
+  if (auto text = r.string("predicate", Need::optional)) {
+    auto e = Expr::compile(*text, *cfg.joined);
+    if (!e.ok()) diag.error(r.path_of("predicate"), e.error().message);
+    else if (e->type() != Type::Bool)
+      diag.error(r.path_of("predicate"), "predicate must be bool, got " + std::string(type_name(e->type())));
+    else cfg.predicate = std::move(*e);
+  }
+  SchemaPtr output = cfg.joined;
+  if (auto names = r.strings("fields", Need::optional)) {
+    std::vector<Field> out_fields;
+    for (size_t i = 0; i < names->size(); ++i) {
+      auto idx = cfg.joined->index_of((*names)[i]);
+      if (!idx) {
+        diag.error(r.path_of("fields") + "[" + std::to_string(i) + "]",
+                   "unknown field '" + (*names)[i] + "'; the joined schema has " + cfg.joined->to_string());
+        continue;
+      }
+      if (std::find(cfg.projection.begin(), cfg.projection.end(), *idx) != cfg.projection.end()) {
+        diag.error(r.path_of("fields") + "[" + std::to_string(i) + "]", "field '" + (*names)[i] + "' listed twice");
+        continue;
+      }
+      cfg.projection.push_back(*idx);
+      out_fields.push_back(cfg.joined->field(*idx));
+    }
+    if (names->empty()) diag.error(r.path_of("fields"), "fields must not be empty");
+    output = make_schema(std::move(out_fields));
+  }
+  r.finish();
+  if (diag.size() != before || !window_ok || !lk || !rk) return nullptr;
+  return std::make_unique<JoinBox>(ctx.inputs[0], ctx.inputs[1], std::move(output), std::move(cfg));
+}
+
+}  // namespace entente::engine::boxes

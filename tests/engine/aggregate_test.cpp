@@ -1,0 +1,453 @@
+// Aggregate box: window semantics against a brute-force reference, late
+// rows and slack, watermarks, count windows, time-outs, emit_empty, option
+// errors, and snapshots (truncated, foreign, key-group subsets).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/boxes/boxes.h"
+#include "rapidjson/document.h"
+
+namespace entente::engine {
+namespace {
+
+struct Recorder : Emitter {
+  std::vector<Batch> batches;
+  std::vector<EventTime> wms;
+  void emit(size_t /*port*/, Batch b) override { batches.push_back(std::move(b)); }
+  void emit_watermark(EventTime w) override { wms.push_back(w); }
+  size_t rows() const {
+    size_t n = 0;
+    for (const auto& b : batches) n += b.rows();
+    return n;
+  }
+  // Row `r` (over all batches) as values, then its event time.
+  std::vector<Value> row(size_t r, EventTime* t = nullptr) const {
+    for (const auto& b : batches) {
+      if (r >= b.rows()) {
+        r -= b.rows();
+        continue;
+      }
+      std::vector<Value> v;
+      for (size_t c = 0; c < b.columns.size(); ++c) v.push_back(b.column(c).value(r));
+      if (t) *t = b.event_time[r];
+      return v;
+    }
+    return {};
+  }
+};
+
+SchemaPtr schema() {
+  return make_schema({{"auction", Type::Int64}, {"bidder", Type::String}, {"price", Type::Int64},
+                      {"ratio", Type::Double}});
+}
+
+std::unique_ptr<Box> build(const std::string& json, Diagnostics& diag, SchemaPtr in = schema()) {
+  rapidjson::Document d;
+  d.Parse(json.c_str());
+  EXPECT_FALSE(d.HasParseError()) << json;
+  BoxBuildContext ctx{"$.boxes[1]", {std::move(in)}, &diag};
+  return boxes::make_aggregate(d, ctx);
+}
+
+std::unique_ptr<Box> build(const std::string& json) {
+  Diagnostics diag;
+  auto b = build(json, diag);
+  EXPECT_TRUE(b != nullptr) << diag.to_string();
+  return b;
+}
+
+struct In {
+  int64_t auction;
+  std::string bidder;
+  int64_t price;
+  double ratio;
+  EventTime t;
+};
+
+Batch batch_of(const std::vector<In>& rows) {
+  BatchBuilder b(schema());
+  for (const In& r : rows) {
+    b.column(0).ints.push_back(r.auction);
+    b.column(1).append_str(r.bidder);
+    b.column(2).ints.push_back(r.price);
+    b.column(3).doubles.push_back(r.ratio);
+    b.event_time().push_back(r.t);
+    b.seq().push_back(0);
+  }
+  return b.finish();
+}
+
+uint32_t key_group_int(int64_t v) { return key_group_of(hash_int(v)); }
+
+TEST(Aggregate, TumblingWindowValues) {
+  auto box = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":"10ms"},
+      "aggregates":[{"fn":"count"},{"fn":"sum","field":"price"},{"fn":"min","field":"price"},
+        {"fn":"max","field":"ratio"},{"fn":"avg","field":"price"},{"fn":"first","field":"bidder"},
+        {"fn":"last","field":"price","as":"lp"}]})");
+  const auto& out = *box->output_schema(0);
+  EXPECT_EQ(out.to_string(),
+            "auction:int64, window_start:timestamp, window_end:timestamp, count:int64, sum_price:int64, "
+            "min_price:int64, max_ratio:double, avg_price:double, first_bidder:string, lp:int64");
+  Recorder rec;
+  // Out of order within the window: first/last follow event time.
+  box->on_batch(0, batch_of({{1, "x", 10, 0.5, 5}, {1, "y", 4, 2.5, 2}, {1, "z", 7, 1.0, 9}, {1, "w", 1, 0.0, 12}}),
+                rec);
+  EXPECT_EQ(rec.rows(), 0u);
+  box->on_watermark(0, 10, rec);
+  ASSERT_EQ(rec.rows(), 1u);
+  EventTime t;
+  auto row = rec.row(0, &t);
+  EXPECT_EQ(t, 9);
+  EXPECT_EQ(row, (std::vector<Value>{int64_t{1}, int64_t{0}, int64_t{10}, int64_t{3}, int64_t{21}, int64_t{4},
+                                     2.5, 7.0, std::string("y"), int64_t{7}}));
+  // Output watermark: the next row can only be [10,20)'s, stamped 19.
+  ASSERT_FALSE(rec.wms.empty());
+  EXPECT_EQ(rec.wms.back(), 19);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 2u);
+  EXPECT_EQ(rec.row(1)[0], Value(int64_t{1}));
+  EXPECT_EQ(rec.row(1)[1], Value(int64_t{10}));
+  EXPECT_EQ(rec.wms.back(), kMaxWatermark);
+  EXPECT_EQ(rec.batches[0].seq[0], 0u);
+  EXPECT_EQ(rec.batches[1].seq[0], 1u);
+}
+
+TEST(Aggregate, SumOfDoubleAndExprAndBoolMinMax) {
+  auto box = build(R"({"window":{"type":"tumbling","size":100},
+      "aggregates":[{"fn":"sum","field":"ratio"},{"fn":"max","expr":"price * 2","as":"m"},
+                    {"fn":"min","expr":"price > 5","as":"all_big"},{"fn":"max","field":"bidder"}]})");
+  EXPECT_EQ(box->output_schema(0)->to_string(),
+            "window_start:timestamp, window_end:timestamp, sum_ratio:double, m:int64, all_big:bool, max_bidder:string");
+  Recorder rec;
+  box->on_batch(0, batch_of({{1, "b", 10, 0.25, 1}, {2, "c", 3, 0.5, 2}, {3, "a", 8, 1.0, 50}}), rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 1u);
+  EXPECT_EQ(rec.row(0), (std::vector<Value>{int64_t{0}, int64_t{100}, 1.75, int64_t{20}, false, std::string("c")}));
+}
+
+// The brute-force reference: every window with rows, in end order; within
+// one, groups by key group, then by their first arrival in the window.
+struct RefRow {
+  std::string key;
+  int64_t start, end;
+  int64_t count, sum, min;
+  double max_ratio;
+  std::string first_bidder;
+  int64_t last_price;
+  bool operator==(const RefRow&) const = default;
+};
+
+std::vector<RefRow> reference(const std::vector<In>& rows, bool string_key, int64_t size, int64_t slide) {
+  auto fdiv = [](int64_t a, int64_t b) { return a / b - ((a % b != 0 && a < 0) ? 1 : 0); };
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const In& r : rows) {
+    lo = std::min(lo, r.t);
+    hi = std::max(hi, r.t);
+  }
+  std::vector<RefRow> out;
+  for (int64_t e = (fdiv(lo - size, slide) + 1) * slide + size; e - size <= hi; e += slide) {
+    struct G {
+      uint32_t kg;
+      size_t first;
+      RefRow row;
+      int64_t ft, lt;
+    };
+    std::map<std::string, G> groups;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const In& r = rows[i];
+      if (r.t < e - size || r.t >= e) continue;
+      const std::string key = string_key ? r.bidder : std::to_string(r.auction);
+      auto it = groups.find(key);
+      if (it == groups.end()) {
+        const uint32_t kg = string_key ? key_group_of(hash_bytes(r.bidder)) : key_group_int(r.auction);
+        G g{kg, i, RefRow{key, e - size, e, 0, 0, INT64_MAX, -HUGE_VAL, "", 0}, INT64_MAX, INT64_MIN};
+        it = groups.emplace(key, g).first;
+      }
+      RefRow& x = it->second.row;
+      ++x.count;
+      x.sum += r.price;
+      x.min = std::min(x.min, r.price);
+      x.max_ratio = std::max(x.max_ratio, r.ratio);
+      if (r.t < it->second.ft) {
+        it->second.ft = r.t;
+        x.first_bidder = r.bidder;
+      }
+      if (r.t >= it->second.lt) {
+        it->second.lt = r.t;
+        x.last_price = r.price;
+      }
+    }
+    std::vector<G> gs;
+    for (auto& [k, g] : groups) gs.push_back(g);
+    std::sort(gs.begin(), gs.end(), [](const G& a, const G& b) { return a.kg != b.kg ? a.kg < b.kg : a.first < b.first; });
+    for (const G& g : gs) out.push_back(g.row);
+  }
+  return out;
+}
+
+TEST(Aggregate, MatchesBruteForceOverRandomInputs) {
+  struct Shape {
+    int64_t size, slide;
+  };
+  const Shape shapes[] = {{10, 10}, {30, 12}, {20, 5}, {7, 3}, {1, 1}};
+  for (int seed = 0; seed < 40; ++seed) {
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 99);
+    const Shape sh = shapes[seed % std::size(shapes)];
+    const bool string_key = seed % 2 == 1;
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::vector<In> rows;
+    int64_t clock = -50;
+    for (int i = 0; i < 300; ++i) {
+      clock += static_cast<int64_t>(rng() % 4);
+      static const char* const kNames[] = {"ann", "bo", "cy", "dee", ""};
+      rows.push_back(In{static_cast<int64_t>(rng() % 9), kNames[rng() % 5], static_cast<int64_t>(rng() % 100) - 20,
+                        static_cast<double>(rng() % 50) / 4.0, clock - static_cast<int64_t>(rng() % 25)});
+    }
+    const std::string window = sh.size == sh.slide
+                                   ? R"({"type":"tumbling","size":)" + std::to_string(sh.size) + "}"
+                                   : R"({"type":"sliding","size":)" + std::to_string(sh.size) +
+                                         R"(,"slide":)" + std::to_string(sh.slide) + "}";
+    auto box = build(std::string(R"({"group_by":[")") + (string_key ? "bidder" : "auction") +
+                     R"("],"window":)" + window +
+                     R"(,"aggregates":[{"fn":"count"},{"fn":"sum","field":"price"},{"fn":"min","field":"price"},
+                        {"fn":"max","field":"ratio"},{"fn":"first","field":"bidder"},{"fn":"last","field":"price"}]})");
+    Recorder rec;
+    for (size_t i = 0; i < rows.size();) {
+      const size_t n = std::min(rows.size() - i, size_t{1} + rng() % 17);
+      box->on_batch(0, batch_of(std::vector<In>(rows.begin() + static_cast<ptrdiff_t>(i),
+                                                rows.begin() + static_cast<ptrdiff_t>(i + n))),
+                    rec);
+      i += n;
+    }
+    box->on_watermark(0, kMaxWatermark, rec);
+    const auto want = reference(rows, string_key, sh.size, sh.slide);
+    ASSERT_EQ(rec.rows(), want.size());
+    for (size_t r = 0; r < want.size(); ++r) {
+      EventTime t;
+      auto v = rec.row(r, &t);
+      RefRow got{string_key ? std::get<std::string>(v[0]) : std::to_string(std::get<int64_t>(v[0])),
+                 std::get<int64_t>(v[1]), std::get<int64_t>(v[2]), std::get<int64_t>(v[3]), std::get<int64_t>(v[4]),
+                 std::get<int64_t>(v[5]), std::get<double>(v[6]), std::get<std::string>(v[7]),
+                 std::get<int64_t>(v[8])};
+      EXPECT_EQ(got, want[r]) << "row " << r;
+      EXPECT_EQ(t, want[r].end - 1);
+    }
+  }
+}
+
+TEST(Aggregate, LateRowsAreCountedAndDroppedAndSlackDelaysClosing) {
+  auto box = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":10},"slack":"5ms",
+                       "aggregates":[{"fn":"count"}]})");
+  Recorder rec;
+  box->on_batch(0, batch_of({{1, "", 0, 0, 3}, {1, "", 0, 0, 11}}), rec);
+  box->on_watermark(0, 12, rec);  // 12 < 10 + 5: [0,10) still open
+  EXPECT_EQ(rec.rows(), 0u);
+  box->on_batch(0, batch_of({{1, "", 0, 0, 4}}), rec);  // in time thanks to the slack
+  EXPECT_EQ(box->stats().late_dropped, 0u);
+  box->on_watermark(0, 15, rec);
+  ASSERT_EQ(rec.rows(), 1u);
+  EXPECT_EQ(rec.row(0)[3], Value(int64_t{2}));
+  // [0,10) has closed: a row at 9 is late; [10,20) is open: 10 is not.
+  box->on_batch(0, batch_of({{1, "", 0, 0, 9}, {1, "", 0, 0, 10}}), rec);
+  EXPECT_EQ(box->stats().late_dropped, 1u);
+  // Rows outside the supported time range are late too.
+  box->on_batch(0, batch_of({{1, "", 0, 0, INT64_MAX - 1}}), rec);
+  EXPECT_EQ(box->stats().late_dropped, 2u);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 2u);
+  EXPECT_EQ(rec.row(1)[3], Value(int64_t{2}));
+  for (size_t i = 1; i < rec.wms.size(); ++i) EXPECT_LT(rec.wms[i - 1], rec.wms[i]);
+}
+
+TEST(Aggregate, CountWindows) {
+  auto box = build(R"({"group_by":["auction"],"window":{"type":"sliding","by":"count","size":3,"slide":2},
+                       "aggregates":[{"fn":"sum","field":"price"},{"fn":"first","field":"price"},
+                                     {"fn":"last","field":"price"}]})");
+  EXPECT_EQ(box->output_schema(0)->to_string(), "auction:int64, sum_price:int64, first_price:int64, last_price:int64");
+  Recorder rec;
+  std::vector<In> rows;
+  for (int i = 1; i <= 8; ++i) rows.push_back({7, "", i, 0, 100 - i});  // event times decrease: arrival decides
+  rows.push_back({8, "", 1000, 0, 0});
+  box->on_batch(0, batch_of(rows), rec);
+  // Windows over tuples [0,3), [2,5), [4,7) of key 7.
+  ASSERT_EQ(rec.rows(), 3u);
+  EventTime t;
+  EXPECT_EQ(rec.row(0, &t), (std::vector<Value>{int64_t{7}, int64_t{6}, int64_t{1}, int64_t{3}}));
+  EXPECT_EQ(t, 97);
+  EXPECT_EQ(rec.row(1), (std::vector<Value>{int64_t{7}, int64_t{12}, int64_t{3}, int64_t{5}}));
+  EXPECT_EQ(rec.row(2), (std::vector<Value>{int64_t{7}, int64_t{18}, int64_t{5}, int64_t{7}}));
+  // Partial windows are not emitted at the end of the stream.
+  box->on_watermark(0, kMaxWatermark, rec);
+  EXPECT_EQ(rec.rows(), 3u);
+}
+
+TEST(Aggregate, CountWindowsDropRowsBelowTheWatermark) {
+  auto box = build(R"({"window":{"type":"tumbling","by":"count","size":2},"aggregates":[{"fn":"count"}]})");
+  Recorder rec;
+  box->on_watermark(0, 50, rec);
+  box->on_batch(0, batch_of({{1, "", 0, 0, 10}, {1, "", 0, 0, 60}, {1, "", 0, 0, 70}}), rec);
+  EXPECT_EQ(box->stats().late_dropped, 1u);
+  ASSERT_EQ(rec.rows(), 1u);
+  EventTime t;
+  rec.row(0, &t);
+  EXPECT_EQ(t, 70);
+}
+
+TEST(Aggregate, TimeoutClosesAWindowEarly) {
+  auto box = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":"10s"},"timeout":"2s",
+                       "aggregates":[{"fn":"count"}]})");
+  Recorder rec;
+  box->on_tick(1000, rec);
+  box->on_batch(0, batch_of({{1, "", 0, 0, 100}, {2, "", 0, 0, 200}}), rec);
+  box->on_tick(2500, rec);
+  EXPECT_EQ(rec.rows(), 0u);
+  box->on_tick(3000, rec);  // open since 1000
+  ASSERT_EQ(rec.rows(), 2u);
+  // The window was emitted: further rows of it are late, for those groups.
+  box->on_batch(0, batch_of({{1, "", 0, 0, 300}, {3, "", 0, 0, 300}}), rec);
+  EXPECT_EQ(box->stats().late_dropped, 1u);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 3u);
+  EXPECT_EQ(rec.row(2)[0], Value(int64_t{3}));
+}
+
+TEST(Aggregate, EmitEmptyFillsGapsBetweenWindows) {
+  auto box = build(R"({"window":{"type":"tumbling","size":10},"emit_empty":true,
+                       "aggregates":[{"fn":"count"},{"fn":"avg","field":"price"}]})");
+  Recorder rec;
+  box->on_batch(0, batch_of({{1, "", 4, 0, 5}, {1, "", 6, 0, 38}}), rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 4u);
+  EXPECT_EQ(rec.row(0), (std::vector<Value>{int64_t{0}, int64_t{10}, int64_t{1}, 4.0}));
+  EXPECT_EQ(rec.row(1), (std::vector<Value>{int64_t{10}, int64_t{20}, int64_t{0}, 0.0}));
+  EXPECT_EQ(rec.row(2), (std::vector<Value>{int64_t{20}, int64_t{30}, int64_t{0}, 0.0}));
+  EXPECT_EQ(rec.row(3), (std::vector<Value>{int64_t{30}, int64_t{40}, int64_t{1}, 6.0}));
+}
+
+TEST(Aggregate, ManyKeysAreForgottenOnceTheirWindowsClose) {
+  auto box = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"count"}]})");
+  Recorder rec;
+  for (int64_t w = 0; w < 50; ++w) {
+    std::vector<In> rows;
+    for (int64_t k = 0; k < 200; ++k) rows.push_back({w * 1000 + k, "", 0, 0, w * 10 + k % 10});
+    box->on_batch(0, batch_of(rows), rec);
+    box->on_watermark(0, w * 10 + 10, rec);
+  }
+  EXPECT_EQ(rec.rows(), 50u * 200u);
+  // Only a few windows' worth of state survives in the snapshot.
+  EXPECT_LT(box->snapshot().size(), 200u * 50u);
+}
+
+void expect_error(const std::string& json, const std::string& path, const std::string& part) {
+  Diagnostics diag;
+  auto b = build(json, diag);
+  EXPECT_EQ(b, nullptr) << json;
+  bool found = false;
+  for (const auto& d : diag.items())
+    found = found || (d.path == path && d.message.find(part) != std::string::npos);
+  EXPECT_TRUE(found) << "wanted " << path << ": ..." << part << "... in\n" << diag.to_string();
+}
+
+TEST(Aggregate, BadOptionsAreReportedWithTheirPaths) {
+  const std::string p = "$.boxes[1].options";
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"count"}],"colour":1})", p + ".colour",
+               "unknown option");
+  expect_error(R"({"aggregates":[{"fn":"count"}]})", p + ".window", "missing");
+  expect_error(R"({"group_by":["prise"],"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"count"}]})",
+               p + ".group_by[0]", "unknown field 'prise'");
+  expect_error(R"({"window":{"type":"hopping","size":10},"aggregates":[{"fn":"count"}]})", p + ".window.type",
+               "unknown value");
+  expect_error(R"({"window":{"type":"sliding","size":10,"slide":20},"aggregates":[{"fn":"count"}]})",
+               p + ".window.slide", "must not exceed");
+  expect_error(R"({"window":{"type":"tumbling","size":"ten"},"aggregates":[{"fn":"count"}]})", p + ".window.size",
+               "bad duration");
+  expect_error(R"({"window":{"type":"tumbling","size":10,"slide":5},"aggregates":[{"fn":"count"}]})",
+               p + ".window.slide", "only to sliding");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"sum","field":"bidder"}]})",
+               p + ".aggregates[0]", "int64 or double");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"median","field":"price"}]})",
+               p + ".aggregates[0].fn", "unknown value");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"max","expr":"prise + 1","as":"x"}]})",
+               p + ".aggregates[0].expr", "prise");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"max","expr":"price + 1"}]})",
+               p + ".aggregates[0]", "needs 'as'");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"count","field":"price"}]})",
+               p + ".aggregates[0]", "count takes neither");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[]})", p + ".aggregates", "1 to 64");
+  expect_error(R"({"window":{"type":"tumbling","by":"count","size":10},"slack":3,"aggregates":[{"fn":"count"}]})",
+               p + ".slack", "only to time windows");
+  expect_error(R"({"group_by":["auction"],"window":{"type":"tumbling","size":10},"emit_empty":true,
+                   "aggregates":[{"fn":"count"}]})",
+               p + ".emit_empty", "empty group_by");
+  expect_error(R"({"window":{"type":"tumbling","size":10},
+                   "aggregates":[{"fn":"count"},{"fn":"sum","field":"price","as":"count"}]})",
+               p + ".aggregates", "output schema");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"count"}],"timeout":0})",
+               p + ".timeout", "positive");
+}
+
+std::string some_state(Box& box) {
+  Recorder rec;
+  std::vector<In> rows;
+  static const char* const kNames[] = {"s0", "s1", "s2"};
+  for (int i = 0; i < 40; ++i) rows.push_back({i % 7, kNames[i % 3], i, i / 3.0, i * 3});
+  box.on_batch(0, batch_of(rows), rec);
+  box.on_watermark(0, 60, rec);
+  return box.snapshot();
+}
+
+const char* const kDef = R"({"group_by":["auction"],"window":{"type":"sliding","size":30,"slide":10},
+    "aggregates":[{"fn":"count"},{"fn":"max","field":"bidder"},{"fn":"last","field":"ratio"}]})";
+
+TEST(Aggregate, TruncatedOrForeignSnapshotsAreRefused) {
+  auto box = build(kDef);
+  const std::string bytes = some_state(*box);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto fresh = build(kDef);
+    const Status st = fresh->restore(std::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(st.ok()) << n;
+    EXPECT_EQ(st.error().code, Errc::corrupt);
+  }
+  // Flipped bytes never crash: they are refused or decode to some state.
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300; ++i) {
+    std::string b = bytes;
+    b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    auto fresh = build(kDef);
+    if (fresh->restore(b).ok()) {
+      Recorder rec;
+      fresh->on_watermark(0, kMaxWatermark, rec);
+    }
+  }
+  // Another definition's snapshot.
+  auto other = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":30},"aggregates":[{"fn":"count"}]})");
+  EXPECT_FALSE(other->restore(bytes).ok());
+}
+
+TEST(Aggregate, RestoreKeepsOnlyTheGivenKeyGroups) {
+  auto box = build(kDef);
+  const std::string bytes = some_state(*box);
+  Recorder all;
+  box->on_watermark(0, kMaxWatermark, all);
+  size_t kept_rows = 0;
+  for (uint32_t part = 0; part < 2; ++part) {
+    const KeyGroupRange keep = KeyGroupRange::part(part, 2);
+    auto half = build(kDef);
+    ASSERT_TRUE(half->restore(bytes, &keep).ok());
+    Recorder rec;
+    half->on_watermark(0, kMaxWatermark, rec);
+    for (size_t r = 0; r < rec.rows(); ++r)
+      EXPECT_TRUE(keep.contains(key_group_int(std::get<int64_t>(rec.row(r)[0]))));
+    kept_rows += rec.rows();
+  }
+  EXPECT_EQ(kept_rows, all.rows());
+  EXPECT_GT(kept_rows, 0u);
+}
+
+}  // namespace
+}  // namespace entente::engine

@@ -1,0 +1,308 @@
+// Join box: tumbling and interval windows against a brute-force reference,
+// deterministic order however batches interleave, predicate, projection and
+// renaming, late rows, option errors, snapshots.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/boxes/boxes.h"
+#include "rapidjson/document.h"
+
+namespace entente::engine {
+namespace {
+
+struct Recorder : Emitter {
+  std::vector<Batch> batches;
+  EventTime wm = kMinTime;
+  bool below_watermark = false;
+  void emit(size_t /*port*/, Batch b) override {
+    for (EventTime t : b.event_time) below_watermark = below_watermark || t < wm;
+    batches.push_back(std::move(b));
+  }
+  void emit_watermark(EventTime w) override { wm = std::max(wm, w); }
+  // (values..., time) per row.
+  std::vector<std::vector<Value>> rows() const {
+    std::vector<std::vector<Value>> out;
+    for (const auto& b : batches)
+      for (size_t r = 0; r < b.rows(); ++r) {
+        std::vector<Value> v;
+        for (size_t c = 0; c < b.columns.size(); ++c) v.push_back(b.column(c).value(r));
+        v.push_back(b.event_time[r]);
+        out.push_back(std::move(v));
+      }
+    return out;
+  }
+};
+
+SchemaPtr persons() { return make_schema({{"id", Type::Int64}, {"name", Type::String}}); }
+SchemaPtr auctions() {
+  return make_schema({{"id", Type::Int64}, {"seller", Type::Int64}, {"expires", Type::Timestamp}});
+}
+
+std::unique_ptr<Box> build(const std::string& json, Diagnostics& diag) {
+  rapidjson::Document d;
+  d.Parse(json.c_str());
+  EXPECT_FALSE(d.HasParseError()) << json;
+  BoxBuildContext ctx{"$.boxes[2]", {persons(), auctions()}, &diag};
+  return boxes::make_join(d, ctx);
+}
+
+std::unique_ptr<Box> build(const std::string& json) {
+  Diagnostics diag;
+  auto b = build(json, diag);
+  EXPECT_TRUE(b != nullptr) << diag.to_string();
+  return b;
+}
+
+Batch person_rows(const std::vector<std::tuple<int64_t, std::string, EventTime>>& rows) {
+  BatchBuilder b(persons());
+  for (const auto& [id, name, t] : rows) {
+    b.column(0).ints.push_back(id);
+    b.column(1).append_str(name);
+    b.event_time().push_back(t);
+    b.seq().push_back(0);
+  }
+  return b.finish();
+}
+
+Batch auction_rows(const std::vector<std::tuple<int64_t, int64_t, EventTime, EventTime>>& rows) {
+  BatchBuilder b(auctions());
+  for (const auto& [id, seller, expires, t] : rows) {
+    b.column(0).ints.push_back(id);
+    b.column(1).ints.push_back(seller);
+    b.column(2).ints.push_back(expires);
+    b.event_time().push_back(t);
+    b.seq().push_back(0);
+  }
+  return b.finish();
+}
+
+TEST(Join, TumblingWindowJoinOnKeys) {
+  auto box = build(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"type":"tumbling","size":"10ms"}})");
+  EXPECT_EQ(box->output_schema(0)->to_string(),
+            "id:int64, name:string, right_id:int64, seller:int64, expires:timestamp");
+  Recorder rec;
+  box->on_batch(1, auction_rows({{100, 1, 50, 3}, {101, 2, 50, 4}, {102, 1, 50, 12}}), rec);
+  box->on_batch(0, person_rows({{1, "ann", 5}, {2, "bo", 9}, {1, "ann2", 15}}), rec);
+  box->on_watermark(0, 20, rec);
+  EXPECT_TRUE(rec.batches.empty());  // the right input has not advanced yet
+  box->on_watermark(1, 20, rec);
+  const auto rows = rec.rows();
+  using V = std::vector<Value>;
+  ASSERT_EQ(rows.size(), 3u);
+  // Processing order: right@3, right@4, left@5 (matches 100), left@9
+  // (matches 101), right@12 (matches ann2? no: ann2 comes at 15), left@15.
+  EXPECT_EQ(rows[0], (V{int64_t{1}, std::string("ann"), int64_t{100}, int64_t{1}, int64_t{50}, int64_t{5}}));
+  EXPECT_EQ(rows[1], (V{int64_t{2}, std::string("bo"), int64_t{101}, int64_t{2}, int64_t{50}, int64_t{9}}));
+  EXPECT_EQ(rows[2], (V{int64_t{1}, std::string("ann2"), int64_t{102}, int64_t{1}, int64_t{50}, int64_t{15}}));
+  EXPECT_EQ(rec.wm, 20);
+  EXPECT_FALSE(rec.below_watermark);
+}
+
+// q4's shape: bids (here: auctions as the right side) within the left
+// row's [time, expires] — an interval join plus a predicate on the field.
+TEST(Join, IntervalWithPredicateProjectionAndPrefix) {
+  auto box = build(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"type":"interval","lower":0,"upper":"1s"},
+                       "predicate":"_time <= expires","fields":["name","a_id","expires"],"right_prefix":"a_"})");
+  EXPECT_EQ(box->output_schema(0)->to_string(), "name:string, a_id:int64, expires:timestamp");
+  Recorder rec;
+  box->on_batch(0, person_rows({{1, "ann", 100}}), rec);
+  box->on_batch(1, auction_rows({{7, 1, 500, 99}, {8, 1, 500, 100}, {9, 1, 300, 400}, {10, 1, 2000, 1100},
+                                 {11, 1, 2000, 1101}}),
+                rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  box->on_watermark(1, kMaxWatermark, rec);
+  const auto rows = rec.rows();
+  using V = std::vector<Value>;
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0], (V{std::string("ann"), int64_t{8}, int64_t{500}, int64_t{100}}));
+  EXPECT_EQ(rows[1], (V{std::string("ann"), int64_t{10}, int64_t{2000}, int64_t{1100}}));
+}
+
+struct P {
+  int64_t id;
+  EventTime t;
+};
+
+// All pairs, ordered by (max time, then the later row's (time, input,
+// arrival), then the earlier row's arrival): what the box promises.
+std::vector<std::vector<Value>> reference(const std::vector<P>& left, const std::vector<P>& right, bool interval,
+                                          int64_t size, int64_t lower, int64_t upper) {
+  auto fdiv = [](int64_t a, int64_t b) { return a / b - ((a % b != 0 && a < 0) ? 1 : 0); };
+  struct Pair {
+    EventTime later_t;
+    int later_input;
+    size_t later_idx, earlier_idx;
+    std::vector<Value> row;
+  };
+  std::vector<Pair> pairs;
+  for (size_t i = 0; i < left.size(); ++i)
+    for (size_t j = 0; j < right.size(); ++j) {
+      const P& l = left[i];
+      const P& r = right[j];
+      if (l.id != r.id) continue;
+      const bool ok = interval ? (r.t - l.t >= lower && r.t - l.t <= upper) : fdiv(l.t, size) == fdiv(r.t, size);
+      if (!ok) continue;
+      // Left precedes right on equal times.
+      const bool right_later = r.t >= l.t;
+      Pair p{std::max(l.t, r.t), right_later ? 1 : 0, right_later ? j : i, right_later ? i : j,
+             {l.id, int64_t(i), int64_t(j), std::max(l.t, r.t)}};
+      pairs.push_back(p);
+    }
+  std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
+    return std::tie(a.later_t, a.later_input, a.later_idx, a.earlier_idx) <
+           std::tie(b.later_t, b.later_input, b.later_idx, b.earlier_idx);
+  });
+  std::vector<std::vector<Value>> out;
+  for (auto& p : pairs) out.push_back(p.row);
+  return out;
+}
+
+TEST(Join, MatchesBruteForceWhateverTheBatchInterleaving) {
+  const SchemaPtr ls = make_schema({{"k", Type::Int64}, {"li", Type::Int64}});
+  const SchemaPtr rs = make_schema({{"k", Type::Int64}, {"ri", Type::Int64}});
+  for (int seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 1);
+    const bool interval = seed % 2 == 0;
+    std::vector<P> side[2];
+    // Each input sorted by time (arrival index = position), as sources are.
+    for (int s = 0; s < 2; ++s) {
+      EventTime t = -40;
+      for (int i = 0; i < 120; ++i) {
+        t += static_cast<int64_t>(rng() % 3);
+        side[s].push_back({static_cast<int64_t>(rng() % 6), t});
+      }
+    }
+    const auto want = reference(side[0], side[1], interval, 10, -7, 12);
+    for (int run = 0; run < 3; ++run) {
+      Diagnostics diag;
+      rapidjson::Document d;
+      const std::string json = std::string(R"({"left_keys":["k"],"right_keys":["k"],"fields":["k","li","ri"],"window":)") +
+                               (interval ? R"({"type":"interval","lower":"-7ms","upper":12})" : R"({"size":10})") + "}";
+      d.Parse(json.c_str());
+      BoxBuildContext ctx{"$", {ls, rs}, &diag};
+      auto box = boxes::make_join(d, ctx);
+      ASSERT_TRUE(box) << diag.to_string();
+      Recorder rec;
+      size_t pos[2] = {0, 0};
+      while (pos[0] < side[0].size() || pos[1] < side[1].size()) {
+        const int s = pos[0] >= side[0].size() ? 1 : pos[1] >= side[1].size() ? 0 : static_cast<int>(rng() % 2);
+        const size_t n = std::min(side[s].size() - pos[s], size_t{1} + rng() % 15);
+        BatchBuilder b(s == 0 ? ls : rs);
+        for (size_t i = pos[s]; i < pos[s] + n; ++i) {
+          b.column(0).ints.push_back(side[s][i].id);
+          b.column(1).ints.push_back(static_cast<int64_t>(i));
+          b.event_time().push_back(side[s][i].t);
+          b.seq().push_back(i);
+        }
+        pos[s] += n;
+        box->on_batch(static_cast<size_t>(s), b.finish(), rec);
+        // Each input's watermark: its latest time (its rows come in order).
+        box->on_watermark(static_cast<size_t>(s), side[s][pos[s] - 1].t, rec);
+      }
+      box->on_watermark(0, kMaxWatermark, rec);
+      box->on_watermark(1, kMaxWatermark, rec);
+      EXPECT_EQ(rec.rows(), want);
+      EXPECT_FALSE(rec.below_watermark);
+      EXPECT_EQ(box->stats().late_dropped, 0u);
+    }
+    EXPECT_FALSE(want.empty());
+  }
+}
+
+TEST(Join, LateRowsAreCountedAndDropped) {
+  auto box = build(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10}})");
+  Recorder rec;
+  box->on_watermark(0, 50, rec);
+  box->on_batch(0, person_rows({{1, "late", 49}, {1, "ok", 50}}), rec);
+  EXPECT_EQ(box->stats().late_dropped, 1u);
+  box->on_batch(1, auction_rows({{5, 1, 0, 55}}), rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  box->on_watermark(1, kMaxWatermark, rec);
+  const auto rows = rec.rows();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][1], Value(std::string("ok")));
+}
+
+void expect_error(const std::string& json, const std::string& path, const std::string& part) {
+  Diagnostics diag;
+  EXPECT_EQ(build(json, diag), nullptr) << json;
+  bool found = false;
+  for (const auto& d : diag.items()) found = found || (d.path == path && d.message.find(part) != std::string::npos);
+  EXPECT_TRUE(found) << "wanted " << path << ": ..." << part << "... in\n" << diag.to_string();
+}
+
+TEST(Join, BadOptionsAreReportedWithTheirPaths) {
+  const std::string p = "$.boxes[2].options";
+  expect_error(R"({"left_keys":["id"],"right_keys":["sellr"],"window":{"size":10}})", p + ".right_keys[0]",
+               "unknown field 'sellr'");
+  expect_error(R"({"left_keys":["name"],"right_keys":["seller"],"window":{"size":10}})", p + ".right_keys[0]",
+               "key types differ");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller","id"],"window":{"size":10}})", p + ".right_keys",
+               "same length");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"]})", p + ".window", "missing");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"type":"interval","lower":5,"upper":1}})",
+               p + ".window.lower", "must not exceed");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"type":"interval","lower":"-x","upper":1}})",
+               p + ".window.lower", "bad duration");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10,"upper":3}})", p + ".window.upper",
+               "only to interval");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10},"predicate":"name + 1"})",
+               p + ".predicate", "");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10},"predicate":"id"})", p + ".predicate",
+               "must be bool");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10},"fields":["nope"]})",
+               p + ".fields[0]", "unknown field 'nope'");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10},"right_prefix":""})",
+               p + ".right_prefix", "joined schema");
+  expect_error(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10},"how":"inner"})", p + ".how",
+               "unknown option");
+}
+
+TEST(Join, SnapshotsRoundTripAndTruncationIsRefused) {
+  const std::string def = R"({"left_keys":["id"],"right_keys":["seller"],"window":{"type":"interval","lower":-5,"upper":5}})";
+  auto box = build(def);
+  Recorder rec;
+  box->on_batch(0, person_rows({{1, "a", 1}, {2, "b", 2}, {1, "c", 8}}), rec);
+  box->on_batch(1, auction_rows({{9, 1, 0, 3}, {10, 2, 0, 6}}), rec);
+  box->on_watermark(0, 5, rec);
+  box->on_watermark(1, 5, rec);
+  const std::string bytes = box->snapshot();
+  auto copy = build(def);
+  ASSERT_TRUE(copy->restore(bytes).ok());
+  EXPECT_EQ(copy->snapshot(), bytes);
+  Recorder a, b;
+  for (auto* x : {box.get(), copy.get()}) {
+    Recorder& r = x == box.get() ? a : b;
+    x->on_batch(1, auction_rows({{11, 1, 0, 9}}), r);
+    x->on_watermark(0, kMaxWatermark, r);
+    x->on_watermark(1, kMaxWatermark, r);
+  }
+  EXPECT_EQ(a.rows(), b.rows());
+  EXPECT_FALSE(a.rows().empty());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto fresh = build(def);
+    const Status st = fresh->restore(std::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(st.ok()) << n;
+    EXPECT_EQ(st.error().code, Errc::corrupt);
+  }
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 300; ++i) {
+    std::string x = bytes;
+    x[rng() % x.size()] ^= static_cast<char>(1 + rng() % 255);
+    auto fresh = build(def);
+    if (fresh->restore(x).ok()) {
+      Recorder r;
+      fresh->on_watermark(0, kMaxWatermark, r);
+      fresh->on_watermark(1, kMaxWatermark, r);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace entente::engine
