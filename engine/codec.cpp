@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/detail/json_kind.h"
 #include "engine/serde.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
@@ -220,14 +221,7 @@ void append_value(std::string& out, const Column& c, size_t row) {
   }
 }
 
-std::string_view kind_of(const rapidjson::Value& v) {
-  if (v.IsNull()) return "null";
-  if (v.IsBool()) return "boolean";
-  if (v.IsNumber()) return "number";
-  if (v.IsString()) return "string";
-  if (v.IsArray()) return "array";
-  return "object";
-}
+using detail::json_kind;
 
 }  // namespace
 
@@ -253,7 +247,7 @@ Result<Schema> schema_from_json(const rapidjson::Value& v, std::string_view path
   for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
     std::string fp = p + "[" + std::to_string(i) + "]";
     const auto& f = v[i];
-    if (!f.IsObject()) return make_error(Errc::invalid_argument, fp + ": expected an object, got " + std::string(kind_of(f)));
+    if (!f.IsObject()) return make_error(Errc::invalid_argument, fp + ": expected an object, got " + std::string(json_kind(f)));
     Field field;
     bool has_name = false, has_type = false;
     for (auto it = f.MemberBegin(); it != f.MemberEnd(); ++it) {
@@ -354,7 +348,7 @@ Result<Batch> rows_from_json(const SchemaPtr& schema, const rapidjson::Value& ar
       return "row " + std::to_string(r) + ", field '" + std::string(field) + "'";
     };
     if (!row.IsObject())
-      return make_error(Errc::invalid_argument, "row " + std::to_string(r) + ": expected an object, got " + std::string(kind_of(row)));
+      return make_error(Errc::invalid_argument, "row " + std::to_string(r) + ": expected an object, got " + std::string(json_kind(row)));
     std::fill(seen.begin(), seen.end(), 0);
     std::optional<EventTime> time;
     Seq seq = 0;
@@ -394,7 +388,7 @@ Result<Batch> rows_from_json(const SchemaPtr& schema, const rapidjson::Value& ar
       }
       if (!good)
         return make_error(Errc::invalid_argument, where(key) + ": expected " + std::string(type_name(t)) + ", got " +
-                                                      std::string(kind_of(v)));
+                                                      std::string(json_kind(v)));
       vals[*idx] = &v;
     }
     for (size_t i = 0; i < s.size(); ++i)

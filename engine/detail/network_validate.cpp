@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "engine/detail/json_kind.h"
 #include "engine/detail/network_def.h"
 #include "engine/detail/options.h"
 #include "rapidjson/error/en.h"
@@ -20,14 +21,6 @@ namespace {
 
 using rapidjson::Value;
 
-std::string_view kind_of(const Value& v) {
-  if (v.IsNull()) return "null";
-  if (v.IsBool()) return "boolean";
-  if (v.IsNumber()) return "number";
-  if (v.IsString()) return "string";
-  if (v.IsArray()) return "array";
-  return "object";
-}
 
 std::string_view str_of(const Value& v) { return {v.GetString(), v.GetStringLength()}; }
 
@@ -146,7 +139,7 @@ std::optional<std::string> string_member(const Value& obj, std::string_view key,
     return std::nullopt;
   }
   if (!v->IsString()) {
-    diag.error(kpath, "expected a string, got " + std::string(kind_of(*v)));
+    diag.error(kpath, "expected a string, got " + std::string(json_kind(*v)));
     return std::nullopt;
   }
   return std::string(str_of(*v));
@@ -162,7 +155,7 @@ const Value* array_member(const Value& obj, std::string_view key, const std::str
     return nullptr;
   }
   if (!v->IsArray()) {
-    diag.error(kpath, "expected an array, got " + std::string(kind_of(*v)));
+    diag.error(kpath, "expected an array, got " + std::string(json_kind(*v)));
     return nullptr;
   }
   if (v->Size() > limit) {
@@ -177,7 +170,7 @@ const Value* array_member(const Value& obj, std::string_view key, const std::str
 // reported, not only the first.
 SchemaPtr parse_schema(const Value& v, const std::string& path, Diagnostics& diag) {
   if (!v.IsArray()) {
-    diag.error(path, "a schema is an array of {\"name\", \"type\"} objects, got " + std::string(kind_of(v)));
+    diag.error(path, "a schema is an array of {\"name\", \"type\"} objects, got " + std::string(json_kind(v)));
     return nullptr;
   }
   if (v.Size() == 0) {
@@ -196,7 +189,7 @@ SchemaPtr parse_schema(const Value& v, const std::string& path, Diagnostics& dia
     std::string fpath = index_path(path, i);
     const Value& f = v[i];
     if (!f.IsObject()) {
-      diag.error(fpath, "expected a {\"name\", \"type\"} object, got " + std::string(kind_of(f)));
+      diag.error(fpath, "expected a {\"name\", \"type\"} object, got " + std::string(json_kind(f)));
       continue;
     }
     check_keys(f, fpath, {"name", "type"}, diag);
@@ -330,7 +323,7 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
     return fail(Errc::parse_error);
   }
   if (!doc.IsObject()) {
-    diag.error("$", "a query network is a JSON object, got " + std::string(kind_of(doc)));
+    diag.error("$", "a query network is a JSON object, got " + std::string(json_kind(doc)));
     return fail(Errc::invalid_argument);
   }
 
@@ -341,7 +334,7 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
     else diag.error("$.name", "bad network name " + quote(*name) + ": expected [a-z][a-z0-9-]*, at most 64 characters");
   }
   if (const Value* d = member(doc, "description"); d != nullptr && !d->IsString())
-    diag.error("$.description", "expected a string, got " + std::string(kind_of(*d)));
+    diag.error("$.description", "expected a string, got " + std::string(json_kind(*d)));
   const Value* inputs_v = array_member(doc, "inputs", "$", kMaxInputs, "inputs", diag);
   const Value* boxes_v = array_member(doc, "boxes", "$", kMaxBoxes, "boxes", diag);
   const Value* arcs_v = array_member(doc, "arcs", "$", kMaxArcs, "arcs", diag);
@@ -371,7 +364,7 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
       std::string path = index_path("$.inputs", i);
       const Value& v = (*inputs_v)[i];
       if (!v.IsObject()) {
-        diag.error(path, "expected an input object, got " + std::string(kind_of(v)));
+        diag.error(path, "expected an input object, got " + std::string(json_kind(v)));
         continue;
       }
       size_t before = diag.size();
@@ -420,7 +413,7 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
       std::string path = index_path("$.boxes", i);
       const Value& v = (*boxes_v)[i];
       if (!v.IsObject()) {
-        diag.error(path, "expected a box object, got " + std::string(kind_of(v)));
+        diag.error(path, "expected a box object, got " + std::string(json_kind(v)));
         continue;
       }
       size_t before = diag.size();
@@ -445,10 +438,10 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
       pb.options = &def->empty_options;
       if (const Value* o = member(v, "options")) {
         if (o->IsObject()) pb.options = o;
-        else diag.error(path + ".options", "options must be an object, got " + std::string(kind_of(*o)));
+        else diag.error(path + ".options", "options must be an object, got " + std::string(json_kind(*o)));
       }
       if (const Value* d = member(v, "description"); d != nullptr && !d->IsString())
-        diag.error(path + ".description", "expected a string, got " + std::string(kind_of(*d)));
+        diag.error(path + ".description", "expected a string, got " + std::string(json_kind(*d)));
       pb.ok = diag.size() == before;
     }
   }
@@ -463,7 +456,7 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
       std::string path = index_path("$.arcs", k);
       const Value& v = (*arcs_v)[k];
       if (!v.IsObject()) {
-        diag.error(path, "expected an arc object {\"from\", \"to\"}, got " + std::string(kind_of(v)));
+        diag.error(path, "expected an arc object {\"from\", \"to\"}, got " + std::string(json_kind(v)));
         continue;
       }
       check_keys(v, path, {"from", "to"}, diag);
@@ -527,7 +520,7 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
       std::string path = index_path("$.outputs", i);
       const Value& v = (*outputs_v)[i];
       if (!v.IsObject()) {
-        diag.error(path, "expected an output object {\"name\", \"from\"}, got " + std::string(kind_of(v)));
+        diag.error(path, "expected an output object {\"name\", \"from\"}, got " + std::string(json_kind(v)));
         continue;
       }
       check_keys(v, path, {"name", "from"}, diag);

@@ -2,23 +2,14 @@
 
 #include <cstdlib>
 
-namespace entente::engine::detail {
+#include "engine/detail/json_kind.h"
 
-namespace {
-std::string_view kind_of(const rapidjson::Value& v) {
-  if (v.IsNull()) return "null";
-  if (v.IsBool()) return "boolean";
-  if (v.IsNumber()) return "number";
-  if (v.IsString()) return "string";
-  if (v.IsArray()) return "array";
-  return "object";
-}
-}  // namespace
+namespace entente::engine::detail {
 
 OptionReader::OptionReader(const rapidjson::Value* options, std::string path, Diagnostics& diag)
     : options_(options), path_(std::move(path)), diag_(diag) {
   if (options_ != nullptr && !options_->IsObject()) {
-    fail(path_, "options must be an object, not " + std::string(kind_of(*options_)));
+    fail(path_, "options must be an object, not " + std::string(json_kind(*options_)));
     options_ = nullptr;
   }
 }
@@ -48,7 +39,7 @@ std::optional<std::string> OptionReader::string(std::string_view key, Need need)
   const auto* v = value(key, need);
   if (v == nullptr) return std::nullopt;
   if (!v->IsString()) {
-    fail(path_of(key), "expected a string, got " + std::string(kind_of(*v)));
+    fail(path_of(key), "expected a string, got " + std::string(json_kind(*v)));
     return std::nullopt;
   }
   return std::string(v->GetString(), v->GetStringLength());
@@ -58,7 +49,7 @@ std::optional<int64_t> OptionReader::int64(std::string_view key, Need need, int6
   const auto* v = value(key, need);
   if (v == nullptr) return std::nullopt;
   if (!v->IsInt64()) {
-    fail(path_of(key), "expected an integer, got " + std::string(kind_of(*v)));
+    fail(path_of(key), "expected an integer, got " + std::string(json_kind(*v)));
     return std::nullopt;
   }
   int64_t x = v->GetInt64();
@@ -74,7 +65,7 @@ std::optional<double> OptionReader::number(std::string_view key, Need need) {
   const auto* v = value(key, need);
   if (v == nullptr) return std::nullopt;
   if (!v->IsNumber()) {
-    fail(path_of(key), "expected a number, got " + std::string(kind_of(*v)));
+    fail(path_of(key), "expected a number, got " + std::string(json_kind(*v)));
     return std::nullopt;
   }
   return v->GetDouble();
@@ -84,7 +75,7 @@ std::optional<bool> OptionReader::boolean(std::string_view key, Need need) {
   const auto* v = value(key, need);
   if (v == nullptr) return std::nullopt;
   if (!v->IsBool()) {
-    fail(path_of(key), "expected true or false, got " + std::string(kind_of(*v)));
+    fail(path_of(key), "expected true or false, got " + std::string(json_kind(*v)));
     return std::nullopt;
   }
   return v->GetBool();
@@ -94,7 +85,7 @@ std::optional<std::vector<std::string>> OptionReader::strings(std::string_view k
   const auto* v = value(key, need);
   if (v == nullptr) return std::nullopt;
   if (!v->IsArray()) {
-    fail(path_of(key), "expected an array of strings, got " + std::string(kind_of(*v)));
+    fail(path_of(key), "expected an array of strings, got " + std::string(json_kind(*v)));
     return std::nullopt;
   }
   std::vector<std::string> out;
@@ -102,7 +93,7 @@ std::optional<std::vector<std::string>> OptionReader::strings(std::string_view k
   for (rapidjson::SizeType i = 0; i < v->Size(); ++i) {
     const auto& e = (*v)[i];
     if (!e.IsString()) {
-      fail(path_of(key) + "[" + std::to_string(i) + "]", "expected a string, got " + std::string(kind_of(e)));
+      fail(path_of(key) + "[" + std::to_string(i) + "]", "expected a string, got " + std::string(json_kind(e)));
       good = false;
       continue;
     }
