@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test:
 #   1. the unit tests (optimised build, warnings as errors);
-#   2. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. NEXMark: every query's engine output checked row for row against its
-#      hand-written reference on a small event set.
+#   2. NEXMark: every query's engine output checked row for row against its
+#      hand-written reference on a small event set;
+#   3. the concurrent parts' tests (the scheduler) under ThreadSanitizer;
+#   4. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -13,11 +14,16 @@ echo "== build (Release, -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DENTENTE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 
+echo "== unit tests"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
 echo "== NEXMark results check"
 build/bench/nexmark --events 300000 --json
 
-echo "== unit tests"
-ctest --test-dir build --output-on-failure -j"$jobs"
+echo "== scheduler tests under ThreadSanitizer"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_TSAN=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
+cmake --build build-tsan -j"$jobs" --target scheduler_test
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/scheduler_test
 
 echo "== unit tests under ASan + UBSan"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_SANITIZE=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
