@@ -74,6 +74,9 @@ struct Executor::Impl {
   // Time spent in calls nested inside the current box call (downstream
   // boxes and the sink), to be subtracted from its own.
   int64_t nested_ns = 0;
+  // push(const Batch&)'s stamped copy, kept so its vectors are reused.
+  Batch scratch;
+  bool pushing = false;  // inside deliver(): scratch may be in use
 
   // Runs `call` on box `b`, charging its exclusive time to the box.
   template <class F>
@@ -110,6 +113,21 @@ struct Executor::Impl {
     }
   }
 
+  // Routes a stamped batch pushed into `input`, then the watermark it
+  // advances. `max_t` is the batch's highest event time.
+  void deliver(size_t input, const Batch& b, EventTime max_t) {
+    const bool was_pushing = pushing;
+    pushing = true;
+    struct Restore {
+      bool& flag;
+      bool value;
+      ~Restore() { flag = value; }
+    } restore{pushing, was_pushing};
+    const auto& targets = def->input_targets[input];
+    if (!b.empty()) route_batch(targets, b);
+    if (auto wm = clocks[input].observe(def->inputs[input], max_t)) route_watermark(targets, *wm);
+  }
+
   void check_input(size_t input) const {
     if (input >= def->inputs.size())
       throw std::out_of_range("network '" + def->name + "' has " + std::to_string(def->inputs.size()) +
@@ -138,11 +156,21 @@ Result<std::unique_ptr<Executor>> Executor::create(const QueryNetwork& net, Sink
 void Executor::push(size_t input, const Batch& batch) {
   impl_->check_input(input);
   const NetworkInput& in = impl_->def->inputs[input];
-  Batch scratch;
-  const Batch& b = detail::stamp_input(in, batch, scratch);
-  if (!b.empty()) impl_->route_batch(impl_->def->input_targets[input], b);
-  if (auto wm = impl_->clocks[input].observe(in, detail::max_event_time(b)))
-    impl_->route_watermark(impl_->def->input_targets[input], *wm);
+  // The stamped copy reuses the executor's buffers, unless a sink pushes
+  // from inside a push (then the outer call is still using them).
+  Batch local;
+  Batch& scratch = impl_->pushing ? local : impl_->scratch;
+  EventTime max_t = kMinTime;
+  const Batch& b = detail::stamp_input(in, batch, scratch, max_t);
+  impl_->deliver(input, b, max_t);
+  // Keep the capacity, not the caller's columns.
+  scratch.columns.clear();
+}
+
+void Executor::push(size_t input, Batch&& batch) {
+  impl_->check_input(input);
+  const EventTime max_t = detail::stamp_input_in_place(impl_->def->inputs[input], batch);
+  impl_->deliver(input, batch, max_t);
 }
 
 void Executor::advance_watermark(size_t input, EventTime wm) {

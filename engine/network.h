@@ -76,6 +76,9 @@ class Executor final {
   // from untrusted bytes arrive through decode_batch or rows_from_json,
   // which check them.
   void push(size_t input, const Batch& batch);
+  // The same for a batch the caller hands over: its event times are stamped
+  // in place and its sequence numbers are not copied.
+  void push(size_t input, Batch&& batch);
   // Advances input's watermark explicitly (ignored if not higher).
   void advance_watermark(size_t input, EventTime wm);
   // Ends every input (watermark kMaxWatermark): all windows close.

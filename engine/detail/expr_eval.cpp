@@ -45,6 +45,73 @@ inline int64_t int_mod(int64_t a, int64_t b) {
   return a % b;
 }
 
+// Signed division by a divisor that is the same for a whole column, as a
+// multiply-high, an add and shifts (Hacker's Delight, 10-1), so `x % 123`
+// costs a few cycles per row instead of a hardware divide. div()/mod() give
+// exactly int_div()/int_mod(); usable() is false for the divisors the
+// method does not cover (|d| < 2, INT64_MIN), which the callers send to the
+// plain kernels.
+class ConstDivisor {
+ public:
+  explicit ConstDivisor(int64_t d) : d_(d) {
+    if (d == 0 || d == 1 || d == -1 || d == INT64_MIN) return;
+    constexpr uint64_t two63 = uint64_t{1} << 63;
+    const uint64_t ad = d < 0 ? uint64_t{0} - static_cast<uint64_t>(d) : static_cast<uint64_t>(d);
+    const uint64_t t = two63 + (static_cast<uint64_t>(d) >> 63);
+    const uint64_t anc = t - 1 - t % ad;  // |nc|
+    int p = 63;
+    uint64_t q1 = two63 / anc, r1 = two63 - q1 * anc;
+    uint64_t q2 = two63 / ad, r2 = two63 - q2 * ad;
+    uint64_t delta = 0;
+    do {
+      ++p;
+      q1 *= 2;
+      r1 *= 2;
+      if (r1 >= anc) {
+        ++q1;
+        r1 -= anc;
+      }
+      q2 *= 2;
+      r2 *= 2;
+      if (r2 >= ad) {
+        ++q2;
+        r2 -= ad;
+      }
+      delta = ad - r2;
+    } while (q1 < delta || (q1 == delta && r1 == 0));
+    uint64_t m = q2 + 1;
+    if (d < 0) m = uint64_t{0} - m;
+    magic_ = static_cast<int64_t>(m);
+    shift_ = p - 64;
+    add_mask_ = d > 0 && magic_ < 0 ? -1 : 0;
+    sub_mask_ = d < 0 && magic_ > 0 ? -1 : 0;
+    usable_ = true;
+  }
+
+  bool usable() const noexcept { return usable_; }
+  int64_t divisor() const noexcept { return d_; }
+
+  // REQUIRES: usable()
+  int64_t div(int64_t n) const noexcept {
+    const __int128 prod = static_cast<__int128>(magic_) * n;
+    int64_t q = static_cast<int64_t>(prod >> 64);
+    q = wrap_add(q, n & add_mask_);  // masks rather than branches: the loop stays straight
+    q = wrap_sub(q, n & sub_mask_);
+    q >>= shift_;
+    return q + static_cast<int64_t>(static_cast<uint64_t>(q) >> 63);
+  }
+  // REQUIRES: usable()
+  int64_t mod(int64_t n) const noexcept { return wrap_sub(n, wrap_mul(div(n), d_)); }
+
+ private:
+  int64_t d_;
+  int64_t magic_ = 0;
+  int shift_ = 0;
+  int64_t add_mask_ = 0;
+  int64_t sub_mask_ = 0;
+  bool usable_ = false;
+};
+
 // double -> int64 truncating toward zero, saturating, NaN -> 0.
 inline int64_t double_to_int(double v) {
   if (std::isnan(v)) return 0;
@@ -323,11 +390,24 @@ ColumnPtr eval_arith(const ExprNode& n, const Batch& b) {
         map2<int64_t>(x, y, rows, o, [](int64_t p, int64_t q) { return wrap_mul(p, q); });
         break;
       case Op::Div:
-        map2<int64_t>(x, y, rows, o, [](int64_t p, int64_t q) { return int_div(p, q); });
+      case Op::Mod: {
+        if (y.is_const() && !x.is_const()) {
+          const ConstDivisor dv(y.kint());
+          if (dv.usable()) {
+            const int64_t* xs = x.ints;
+            if (n.op == Op::Div)
+              for (size_t i = 0; i < rows; ++i) o[i] = dv.div(xs[i]);
+            else
+              for (size_t i = 0; i < rows; ++i) o[i] = dv.mod(xs[i]);
+            break;
+          }
+        }
+        if (n.op == Op::Div)
+          map2<int64_t>(x, y, rows, o, [](int64_t p, int64_t q) { return int_div(p, q); });
+        else
+          map2<int64_t>(x, y, rows, o, [](int64_t p, int64_t q) { return int_mod(p, q); });
         break;
-      case Op::Mod:
-        map2<int64_t>(x, y, rows, o, [](int64_t p, int64_t q) { return int_mod(p, q); });
-        break;
+      }
       default:
         break;
     }
@@ -815,31 +895,134 @@ Op flip_op(Op op) {
   }
 }
 
-template <class T>
-void select_cmp_scalar(Op op, const T* v, T k, size_t rows, const std::vector<uint32_t>* cand,
-                       std::vector<uint32_t>& out) {
+// Appends the rows where get(i) OP k holds; `get` reads or computes the
+// row's value, so a comparison never materialises a bool column.
+template <class T, class Get>
+void select_cmp(Op op, Get get, T k, size_t rows, const std::vector<uint32_t>* cand, std::vector<uint32_t>& out) {
   switch (op) {
     case Op::Eq:
-      select_loop(rows, cand, out, [v, k](size_t i) { return v[i] == k; });
+      select_loop(rows, cand, out, [get, k](size_t i) { return get(i) == k; });
       break;
     case Op::Ne:
-      select_loop(rows, cand, out, [v, k](size_t i) { return v[i] != k; });
+      select_loop(rows, cand, out, [get, k](size_t i) { return get(i) != k; });
       break;
     case Op::Lt:
-      select_loop(rows, cand, out, [v, k](size_t i) { return v[i] < k; });
+      select_loop(rows, cand, out, [get, k](size_t i) { return get(i) < k; });
       break;
     case Op::Le:
-      select_loop(rows, cand, out, [v, k](size_t i) { return v[i] <= k; });
+      select_loop(rows, cand, out, [get, k](size_t i) { return get(i) <= k; });
       break;
     case Op::Gt:
-      select_loop(rows, cand, out, [v, k](size_t i) { return v[i] > k; });
+      select_loop(rows, cand, out, [get, k](size_t i) { return get(i) > k; });
       break;
     case Op::Ge:
-      select_loop(rows, cand, out, [v, k](size_t i) { return v[i] >= k; });
+      select_loop(rows, cand, out, [get, k](size_t i) { return get(i) >= k; });
       break;
     default:
       break;
   }
+}
+
+template <class T>
+void select_cmp_scalar(Op op, const T* v, T k, size_t rows, const std::vector<uint32_t>* cand,
+                       std::vector<uint32_t>& out) {
+  select_cmp<T>(op, [v](size_t i) { return v[i]; }, k, rows, cand, out);
+}
+
+// Two columns of one representation: x[i] OP y[i].
+template <class T>
+void select_cmp_cols(Op op, const T* x, const T* y, size_t rows, const std::vector<uint32_t>* cand,
+                     std::vector<uint32_t>& out) {
+  switch (op) {
+    case Op::Eq:
+      select_loop(rows, cand, out, [x, y](size_t i) { return x[i] == y[i]; });
+      break;
+    case Op::Ne:
+      select_loop(rows, cand, out, [x, y](size_t i) { return x[i] != y[i]; });
+      break;
+    case Op::Lt:
+      select_loop(rows, cand, out, [x, y](size_t i) { return x[i] < y[i]; });
+      break;
+    case Op::Le:
+      select_loop(rows, cand, out, [x, y](size_t i) { return x[i] <= y[i]; });
+      break;
+    case Op::Gt:
+      select_loop(rows, cand, out, [x, y](size_t i) { return x[i] > y[i]; });
+      break;
+    case Op::Ge:
+      select_loop(rows, cand, out, [x, y](size_t i) { return x[i] >= y[i]; });
+      break;
+    default:
+      break;
+  }
+}
+
+// For an int-representation `direct ARITH constant` or `constant ARITH
+// direct` node: calls f(get), where get(i) computes the node's value on row
+// i exactly as eval_arith would, and returns true. False for other shapes.
+// Lets `auction % 123 = 0` test only the candidate rows, in one pass, with
+// no intermediate column.
+template <class F>
+bool with_int_arith(const ExprNode& n, const Batch& b, F&& f) {
+  if (!is_int_repr(n.type) || n.kids.size() != 2) return false;
+  const ExprNode& l = *n.kids[0];
+  const ExprNode& r = *n.kids[1];
+  if (is_direct(l) && r.is_const()) {
+    const int64_t* v = operand(l, b).ints;
+    const int64_t k = std::get<int64_t>(r.value);
+    switch (n.op) {
+      case Op::Add:
+        f([v, k](size_t i) { return wrap_add(v[i], k); });
+        return true;
+      case Op::Sub:
+        f([v, k](size_t i) { return wrap_sub(v[i], k); });
+        return true;
+      case Op::Mul:
+        f([v, k](size_t i) { return wrap_mul(v[i], k); });
+        return true;
+      case Op::Div:
+      case Op::Mod: {
+        const ConstDivisor dv(k);
+        if (!dv.usable()) {
+          if (n.op == Op::Div)
+            f([v, k](size_t i) { return int_div(v[i], k); });
+          else
+            f([v, k](size_t i) { return int_mod(v[i], k); });
+        } else if (n.op == Op::Div) {
+          f([v, dv](size_t i) { return dv.div(v[i]); });
+        } else {
+          f([v, dv](size_t i) { return dv.mod(v[i]); });
+        }
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+  if (l.is_const() && is_direct(r)) {
+    const int64_t k = std::get<int64_t>(l.value);
+    const int64_t* v = operand(r, b).ints;
+    switch (n.op) {
+      case Op::Add:
+        f([v, k](size_t i) { return wrap_add(k, v[i]); });
+        return true;
+      case Op::Sub:
+        f([v, k](size_t i) { return wrap_sub(k, v[i]); });
+        return true;
+      case Op::Mul:
+        f([v, k](size_t i) { return wrap_mul(k, v[i]); });
+        return true;
+      case Op::Div:
+        f([v, k](size_t i) { return int_div(k, v[i]); });
+        return true;
+      case Op::Mod:
+        f([v, k](size_t i) { return int_mod(k, v[i]); });
+        return true;
+      default:
+        return false;
+    }
+  }
+  return false;
 }
 
 void select_cmp_str(Op op, const Column* c, std::string_view k, size_t rows,
@@ -868,19 +1051,48 @@ void select_cmp_str(Op op, const Column* c, std::string_view k, size_t rows,
   }
 }
 
-// `field OP constant` (either order) straight into the selection vector.
+// A comparison straight into the selection vector, without a bool column:
+// `x OP constant` (either order) where x is a field, the event time, a
+// fused int `direct ARITH constant`, or any other expression evaluated once
+// into a column; and `x OP y` over two numeric or bool operands. False
+// (the caller evaluates) for string column-column comparisons.
 bool select_compare(const ExprNode& n, const Batch& b, const std::vector<uint32_t>* cand,
                     std::vector<uint32_t>& out) {
   const ExprNode* col = n.kids[0].get();
   const ExprNode* k = n.kids[1].get();
   Op op = n.op;
-  if (!(is_direct(*col) && k->is_const())) {
-    if (!(is_direct(*k) && col->is_const())) return false;
+  const size_t rows = b.rows();
+  if (!k->is_const()) {
+    if (!col->is_const()) {
+      if (col->type == Type::String) return false;
+      const Arg x = operand(*col, b);
+      const Arg y = operand(*k, b);
+      switch (col->type) {
+        case Type::Int64:
+        case Type::Timestamp:
+          select_cmp_cols<int64_t>(op, x.ints, y.ints, rows, cand, out);
+          break;
+        case Type::Double:
+          select_cmp_cols<double>(op, x.dbls, y.dbls, rows, cand, out);
+          break;
+        case Type::Bool:
+          select_cmp_cols<uint8_t>(op, x.bools, y.bools, rows, cand, out);
+          break;
+        case Type::String:
+          break;
+      }
+      return true;
+    }
     std::swap(col, k);
     op = flip_op(op);
   }
+  if (col->is_const()) return false;  // literal-only: folded at compile time anyway
+  if (is_int_repr(col->type)) {
+    const int64_t kv = std::get<int64_t>(k->value);
+    if (with_int_arith(*col, b, [&](auto get) { select_cmp<int64_t>(op, get, kv, rows, cand, out); }))
+      return true;
+  }
   const Arg x = operand(*col, b);
-  const size_t rows = b.rows();
   switch (col->type) {
     case Type::Int64:
     case Type::Timestamp:

@@ -23,29 +23,81 @@ Result<std::vector<std::unique_ptr<Box>>> build_boxes(const NetworkDef& def) {
   return boxes;
 }
 
-const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch) {
+namespace {
+
+[[noreturn]] void bad_push(const NetworkInput& in, const std::string& why) {
+  throw std::invalid_argument("bad batch pushed into input '" + in.name + "': " + why);
+}
+
+void check_schema(const NetworkInput& in, const Batch& b) {
   if (b.schema == nullptr || (b.schema != in.schema && !(*b.schema == *in.schema)))
     throw std::invalid_argument("batch pushed into input '" + in.name + "' has schema (" +
                                 (b.schema ? b.schema->to_string() : std::string("none")) +
                                 "), the input's is (" + in.schema->to_string() + ")");
+}
+
+// The column that gives the input's event times. The schema was checked at
+// validation: the field exists and is int64 or timestamp. Rows are counted
+// by the column, so a caller need not fill event_time itself.
+const Column& time_column(const NetworkInput& in, const Batch& b) {
+  size_t field = *in.schema->index_of(in.time_field);
+  if (b.columns.size() != in.schema->size() || b.columns[field] == nullptr) bad_push(in, "missing columns");
+  return *b.columns[field];
+}
+
+// dst := src, returning the highest value (kMinTime when empty): one pass
+// instead of a copy and a scan.
+EventTime copy_times(const std::vector<int64_t>& src, std::vector<EventTime>& dst) {
+  const size_t n = src.size();
+  dst.resize(n);
+  const int64_t* s = src.data();
+  EventTime* d = dst.data();
+  EventTime m = kMinTime;
+  for (size_t i = 0; i < n; ++i) {
+    d[i] = s[i];
+    m = std::max(m, s[i]);
+  }
+  return m;
+}
+
+void check_shape(const NetworkInput& in, const Batch& b) {
+  if (Status st = b.validate(Batch::Check::shape); !st.ok()) bad_push(in, st.error().message);
+}
+
+}  // namespace
+
+const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch, EventTime& max_t) {
+  check_schema(in, b);
   if (in.time_field.empty()) {
-    if (Status st = b.validate(Batch::Check::shape); !st.ok())
-      throw std::invalid_argument("bad batch pushed into input '" + in.name + "': " + st.error().message);
+    check_shape(in, b);
+    max_t = max_event_time(b);
     return b;
   }
-  // The schema was checked at validation: the field exists and is int64 or
-  // timestamp. Rows are counted by the column, so a caller need not fill
-  // event_time itself.
-  size_t field = *in.schema->index_of(in.time_field);
-  if (b.columns.size() != in.schema->size() || b.columns[field] == nullptr)
-    throw std::invalid_argument("bad batch pushed into input '" + in.name + "': missing columns");
+  const Column& times = time_column(in, b);
   scratch.schema = b.schema;
   scratch.columns = b.columns;
   scratch.seq = b.seq;
-  scratch.event_time = b.columns[field]->ints;
-  if (Status st = scratch.validate(Batch::Check::shape); !st.ok())
-    throw std::invalid_argument("bad batch pushed into input '" + in.name + "': " + st.error().message);
+  max_t = copy_times(times.ints, scratch.event_time);
+  check_shape(in, scratch);
   return scratch;
+}
+
+const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch) {
+  EventTime max_t = kMinTime;
+  return stamp_input(in, b, scratch, max_t);
+}
+
+EventTime stamp_input_in_place(const NetworkInput& in, Batch& b) {
+  check_schema(in, b);
+  EventTime max_t = kMinTime;
+  if (in.time_field.empty()) {
+    max_t = max_event_time(b);
+  } else {
+    const Column& times = time_column(in, b);
+    max_t = copy_times(times.ints, b.event_time);
+  }
+  check_shape(in, b);
+  return max_t;
 }
 
 EventTime max_event_time(const Batch& b) noexcept {

@@ -27,6 +27,13 @@ Result<std::vector<std::unique_ptr<Box>>> build_boxes(const NetworkDef& def);
 // is malformed: pushing such a batch is a programming error of the caller,
 // not a data error (data from outside is checked when it is decoded).
 const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch);
+// The same, also setting `max_t` to the delivered batch's highest event time
+// (kMinTime when empty), found while the times are copied.
+const Batch& stamp_input(const NetworkInput& in, const Batch& b, Batch& scratch, EventTime& max_t);
+// For a batch the caller hands over: stamps `b` itself (no copy of its
+// sequence numbers or columns) and returns its highest event time. Throws
+// as stamp_input does.
+EventTime stamp_input_in_place(const NetworkInput& in, Batch& b);
 
 // Highest event time in `b`; kMinTime when empty.
 EventTime max_event_time(const Batch& b) noexcept;

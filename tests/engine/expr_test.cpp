@@ -876,6 +876,30 @@ TEST(ExprSelect, AgreesWithEvalOnRandomData) {
       "i > 1.5",
       "t BETWEEN 1 AND 4",
       "i IN (1,2,3,4,5,6,7,8,9,10,11,12) AND d <= 0",
+      // Fused `direct ARITH constant OP constant`, both operand orders.
+      "i % 4 != 1",
+      "i % (-3) = 0",
+      "i / 2 >= 1",
+      "i / (-2) < 1",
+      "i + 2 > 3",
+      "2 - i <= 0",
+      "i * 3 = -3",
+      "1 > i * 2",
+      "7 % i = 1",
+      "12 / i > 2",
+      "i % 0 = 0",
+      "i / 1 = 2",
+      "t + 2 > 5",
+      "_time - 1 <= 2",
+      "_time - t > 1",
+      // Any other numeric side is evaluated once, then compared in place.
+      "d * 2.0 > e",
+      "d + 1 < 1.5",
+      "abs(i) >= 2",
+      "i + j = 0",
+      "i * 3 < j",
+      "b != c",
+      "t <= _time",
   };
   for (int round = 0; round < 20; ++round) {
     std::vector<Row> rows(static_cast<size_t>(rng() % 300));
@@ -907,6 +931,48 @@ TEST(ExprSelect, AgreesWithEvalOnRandomData) {
       EXPECT_EQ(selected(p, b), want_all) << p;
       EXPECT_EQ(selected(p, b, &cand), want_cand) << p;
     }
+  }
+}
+
+// Division and remainder by a constant use a multiply instead of a divide;
+// they must agree with the hardware (and with the documented 0 and -1
+// cases) on every int64, including the extremes.
+TEST(ExprSelect, DivisionByConstantMatchesHardware) {
+  std::mt19937_64 rng(11);
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  std::vector<Row> rows;
+  for (int64_t e : {int64_t{0}, int64_t{1}, int64_t{-1}, int64_t{2}, int64_t{-2}, int64_t{122}, int64_t{123},
+                    int64_t{-123}, int64_t{246}, kMax, kMin, kMax - 1, kMin + 1})
+    rows.push_back({.i = e});
+  for (int k = 0; k < 3000; ++k) rows.push_back({.i = static_cast<int64_t>(rng()) >> (rng() % 64)});
+  const Batch b = make_batch(rows);
+  const std::vector<int64_t> divisors = {2,  3,     7,          10,          123,         -123,         -5,
+                                         64, -64,   1000000007, 1LL << 40,   -(1LL << 40), kMax,         kMin + 1,
+                                         0,  1,     -1,         kMin,        1LL << 62,   -(1LL << 62), 641,
+                                         -2, 65537, 3074457345618258603LL};
+  for (int64_t d : divisors) {
+    std::string ds = "(";
+    ds += std::to_string(d);
+    ds += ")";
+    const auto q = ints(std::string("i / ") + ds, b);
+    const auto r = ints(std::string("i % ") + ds, b);
+    std::vector<uint32_t> zero_rem;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const int64_t n = rows[k].i;
+      int64_t want_q = 0;
+      int64_t want_r = 0;
+      if (d == -1) {
+        want_q = static_cast<int64_t>(uint64_t{0} - static_cast<uint64_t>(n));
+      } else if (d != 0) {
+        want_q = n / d;
+        want_r = n % d;
+      }
+      ASSERT_EQ(q[k], want_q) << n << " / " << d;
+      ASSERT_EQ(r[k], want_r) << n << " % " << d;
+      if (want_r == 0) zero_rem.push_back(static_cast<uint32_t>(k));
+    }
+    EXPECT_EQ(selected(std::string("i % ") + ds + " = 0", b), zero_rem) << d;
   }
 }
 

@@ -611,6 +611,60 @@ TEST(Executor, RunsAPipelineAndTakesEventTimeFromTheTimeField) {
   EXPECT_EQ(stats[1].stats.tuples_out, 2u);
 }
 
+// Pushing a batch by reference (stamped into a reused copy) or handing it
+// over (stamped in place) delivers the same rows, event times and
+// watermarks, and leaves a pushed-by-reference batch untouched.
+TEST(Executor, PushByReferenceAndByValueAgree) {
+  auto net = parse_ok(Net{}.json());
+  Collector by_ref;
+  Collector by_value;
+  auto a = Executor::create(net, by_ref.sink());
+  auto b = Executor::create(net, by_value.sink());
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::vector<std::vector<std::array<int64_t, 3>>> pushes = {
+      {{1, 50, 1000}, {2, 250, 1001}, {3, 900, 1002}}, {{4, 300, 999}}, {}, {{5, 700, 1005}, {6, 100, 1003}}};
+  Seq seq = 0;
+  for (const auto& rows : pushes) {
+    const Batch batch = bids(rows, seq);
+    seq += rows.size();
+    (*a)->push(0, batch);
+    EXPECT_EQ(batch.event_time, std::vector<EventTime>(rows.size(), 0));  // untouched
+    Batch moved = batch;
+    (*b)->push(0, std::move(moved));
+  }
+  EXPECT_EQ(by_ref.rows, by_value.rows);
+  EXPECT_EQ(by_ref.rows[0].size(), 4u);
+  EXPECT_EQ((*a)->snapshot(), (*b)->snapshot());
+}
+
+// A sink may push into the executor that called it; the inner push must not
+// disturb the batch the outer one is still delivering.
+TEST(Executor, SinkMayPushIntoItsOwnExecutor) {
+  auto net = parse_ok(Net{}.json());
+  std::vector<std::string> rows;
+  Executor* self = nullptr;
+  int depth = 0;
+  auto ex = Executor::create(net, [&](size_t, const Batch& b) {
+    for (size_t r = 0; r < b.rows(); ++r) {
+      std::string line;
+      row_to_json(b, r, line);
+      rows.push_back(std::move(line));
+    }
+    if (depth++ == 0) {
+      const Batch inner = bids({{9, 500, 2000}}, 100);
+      self->push(0, inner);
+    }
+  });
+  ASSERT_TRUE(ex.ok());
+  self = ex->get();
+  const Batch outer = bids({{1, 300, 1000}, {2, 400, 1001}});
+  (*ex)->push(0, outer);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0], R"({"_seq":0,"_time":1000,"auction":1,"dollars":3})");
+  EXPECT_EQ(rows[1], R"({"_seq":1,"_time":1001,"auction":2,"dollars":4})");
+  EXPECT_EQ(rows[2], R"({"_seq":2,"_time":2000,"auction":9,"dollars":5})");
+}
+
 TEST(Executor, FanOutDeliversOnePortToSeveralBoxesAndOutputs) {
   Net n;
   n.boxes = R"([{"id": "f1", "type": "filter", "options": {"predicates": ["price > 100"], "drop_unmatched": true}},
