@@ -67,8 +67,10 @@ def q7(persons, auctions, bids):
         windows[b["date_time"] // 10000].append(b)
     rows = []
     for w in sorted(windows):
-        top = max(b["price"] for b in windows[w])
-        rows += [(b["auction"], b["price"], b["bidder"], b["date_time"]) for b in windows[w] if b["price"] == top]
+        # The earliest bid with the highest price (bids are dumped in
+        # event-time order; max() keeps the first of equal keys).
+        b = max(windows[w], key=lambda b: b["price"])
+        rows.append((b["auction"], b["price"], b["bidder"], b["date_time"]))
     return rows, lambda r: (r["auction"], r["price"], r["bidder"], r["date_time"]), True
 
 

@@ -270,9 +270,10 @@ uint32_t key_group_int2(int64_t a, int64_t b) {
   return engine::key_group_of(engine::hash_combine(engine::hash_int(a), engine::hash_int(b)));
 }
 
-// q7: highest bid. Per 10 s tumbling window, the bids with the highest
-// price (all of them on a tie, in arrival order): auction, price, bidder,
-// date_time, at event time end - 1.
+// q7: highest bid. Per 10 s tumbling window, the bid with the highest
+// price (the earliest on a tie: bids come in event-time order, so the first
+// to reach the maximum): auction, price, bidder, date_time, at event time
+// end - 1.
 RefOutput q7(const Events& ev) {
   constexpr int64_t kWindow = 10'000;
   RefOutput out = make_output({{"auction", Type::Int64},
@@ -283,21 +284,18 @@ RefOutput q7(const Events& ev) {
   struct Best {
     int64_t auction, bidder, date_time;
   };
-  std::vector<Best> best;
+  Best best{};
   int64_t max_price = INT64_MIN;
   int64_t window = INT64_MIN;
   auto close = [&] {
-    const EventTime t = (window + 1) * kWindow - 1;
-    for (const Best& b : best) {
-      c[0].ints.push_back(b.auction);
-      c[1].ints.push_back(max_price);
-      c[2].ints.push_back(b.bidder);
-      c[3].ints.push_back(b.date_time);
-      out.event_time.push_back(t);
-    }
-    best.clear();
+    c[0].ints.push_back(best.auction);
+    c[1].ints.push_back(max_price);
+    c[2].ints.push_back(best.bidder);
+    c[3].ints.push_back(best.date_time);
+    out.event_time.push_back((window + 1) * kWindow - 1);
     max_price = INT64_MIN;
   };
+  bool any = false;
   for (const Chunk& ch : ev.chunks) {
     const Batch& b = ch.bids;
     const auto& auction = b.column(kBAuction).ints;
@@ -307,18 +305,16 @@ RefOutput q7(const Events& ev) {
     for (size_t i = 0; i < b.rows(); ++i) {
       const int64_t w = b.event_time[i] / kWindow;
       if (w != window) {
-        if (!best.empty()) close();
+        if (any) close();
         window = w;
+        any = true;
       }
-      if (price[i] < max_price) continue;
-      if (price[i] > max_price) {
-        best.clear();
-        max_price = price[i];
-      }
-      best.push_back({auction[i], bidder[i], dt[i]});
+      if (price[i] <= max_price) continue;
+      max_price = price[i];
+      best = {auction[i], bidder[i], dt[i]};
     }
   }
-  if (!best.empty()) close();
+  if (any) close();
   return out;
 }
 

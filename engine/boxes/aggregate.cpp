@@ -11,6 +11,7 @@
 // window combines its panes. Count windows use panes of gcd(size, slide)
 // tuples in the same way.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <map>
@@ -41,7 +42,11 @@ constexpr int64_t kMaxEmptyWindows = int64_t{1} << 20;
 constexpr size_t kMaxAggregates = 64;
 constexpr size_t kMaxGroupBy = 16;
 
-enum class Fn : uint8_t { count, sum, min, max, avg, first, last };
+enum class Fn : uint8_t { count, sum, min, max, avg, first, last, max_by, min_by };
+
+// max_by/min_by cells: [by value, ordering time of the pick, picked value];
+// a time of kNoPick means no row yet.
+constexpr int64_t kNoPick = INT64_MAX;
 
 struct AggSpec {
   Fn fn = Fn::count;
@@ -51,8 +56,11 @@ struct AggSpec {
   Type out_type = Type::Int64;
   std::string name;
   uint32_t cell = 0;               // first cell in a slot
-  uint32_t str = UINT32_MAX;       // string index in a slot (string min/max/first/last)
+  uint32_t str = UINT32_MAX;       // string index in a slot (string min/max/first/last/*_by)
+  int by_field = -1;               // max_by/min_by: the input field ranked
+  Type by_type = Type::Int64;
   bool is_string() const { return in_type == Type::String && fn != Fn::count; }
+  bool is_by() const { return fn == Fn::max_by || fn == Fn::min_by; }
 };
 
 struct WindowSpec {
@@ -112,6 +120,8 @@ class AggregateBox final : public BoxBase {
     prepare_values(b);
     if (cfg_.window.by_count) {
       count_batch(b, out);
+    } else if (unkeyed_time()) {
+      time_batch_unkeyed(b);
     } else {
       time_batch(b);
     }
@@ -147,9 +157,11 @@ class AggregateBox final : public BoxBase {
 
   void prepare_values(const Batch& b) {
     values_.resize(cfg_.aggs.size());
+    by_values_.resize(cfg_.aggs.size());
     evaluated_.resize(cfg_.aggs.size());
     for (size_t j = 0; j < cfg_.aggs.size(); ++j) {
       const AggSpec& a = cfg_.aggs[j];
+      by_values_[j] = a.is_by() ? &b.column(static_cast<size_t>(a.by_field)) : nullptr;
       if (a.fn == Fn::count) {
         values_[j] = nullptr;
       } else if (a.field >= 0) {
@@ -159,17 +171,40 @@ class AggregateBox final : public BoxBase {
         values_[j] = evaluated_[j].get();
       }
     }
-    hash_rows(b, cfg_.key_cols, hashes_);
+    if (unkeyed_time()) {
+      // time_batch_unkeyed() reads no hashes and sets slots only where it
+      // hands rows to the per-row kernels.
+      if (slots_.size() < b.rows()) slots_.resize(b.rows(), kNoSlot);
+      return;
+    }
+    // time_batch() hashes a single int key itself, only on a change of key.
+    if (!(single_int_key_ && !cfg_.window.by_count)) hash_rows(b, cfg_.key_cols, hashes_);
     slots_.assign(b.rows(), kNoSlot);
+  }
+
+  // Time windows without group_by: one group, rows handled in runs per pane.
+  bool unkeyed_time() const { return cfg_.key_cols.empty() && !cfg_.window.by_count; }
+
+  // The only group of an aggregate without group_by (hash 0, as hash_rows
+  // gives for no key columns), created if new.
+  uint32_t unkeyed_group() {
+    if (!groups_.empty()) return 0;
+    Group g;
+    g.hash = 0;
+    g.key_group = key_group_of(0);
+    groups_.push_back(std::move(g));
+    index_.insert(0, 0);
+    return 0;
   }
 
   // The group of row `row` of `b` (hash `h`), created if new.
   uint32_t group_of(const Batch& b, size_t row, uint64_t h) {
     uint32_t id;
     if (single_int_key_) {
-      const int64_t v = b.column(cfg_.key_cols[0]).ints[row];
-      const int64_t* stored = keys_[0].ints.data();
-      id = index_.find(h, [&](uint32_t g) { return stored[g] == v; });
+      // hash_int is a bijection: equal hashes are equal keys (restore()
+      // checks stored hashes against their keys), so the key column is not
+      // read.
+      id = index_.find(h, [](uint32_t) { return true; });
     } else {
       id = index_.find(h, [&](uint32_t g) {
         for (size_t k = 0; k < keys_.size(); ++k)
@@ -194,10 +229,23 @@ class AggregateBox final : public BoxBase {
     size_t k = panes.size();
     while (k > 0 && panes[k - 1].pane > pane) --k;
     if (k > 0 && panes[k - 1].pane == pane) return panes[k - 1].slot;
-    if (panes.empty()) ++live_groups_;
+    if (panes.empty()) {
+      ++live_groups_;
+      // Room for one window's panes at once: one allocation, not a doubling series.
+      if (panes.capacity() == 0)
+        panes.reserve(static_cast<size_t>(std::min<int64_t>(cfg_.window.size / cfg_.window.pane + 1, 8)));
+    }
     const uint32_t slot = alloc_slot();
     panes.insert(panes.begin() + static_cast<ptrdiff_t>(k), PaneRef{pane, slot});
-    if (!cfg_.window.by_count) pane_groups_[pane].push_back(gid);
+    if (!cfg_.window.by_count) {
+      // Rows mostly arrive pane after pane: remember the last pane's list
+      // (map nodes are stable; time batches reset this, close_until erases).
+      if (pane != cached_pane_ || cached_pane_gids_ == nullptr) {
+        cached_pane_gids_ = &pane_groups_[pane];
+        cached_pane_ = pane;
+      }
+      cached_pane_gids_->push_back(gid);
+    }
     return slot;
   }
 
@@ -248,6 +296,8 @@ class AggregateBox final : public BoxBase {
         }
         case Fn::first: v[0] = INT64_MAX; if (!a.is_string()) v[1] = 0; break;
         case Fn::last: v[0] = INT64_MIN; if (!a.is_string()) v[1] = 0; break;
+        case Fn::max_by:
+        case Fn::min_by: v[0] = 0; v[1] = kNoPick; v[2] = 0; break;
       }
     }
   }
@@ -287,10 +337,65 @@ class AggregateBox final : public BoxBase {
         case Fn::max: update_minmax(a, col, from, to); break;
         case Fn::first:
         case Fn::last: update_firstlast(a, col, from, to, order); break;
+        case Fn::max_by:
+        case Fn::min_by:
+          for (size_t i = from; i < to; ++i)
+            if (slots[i] != kNoSlot) offer_by(a, col, by_values_[j], slots[i], i, order ? order[i] : 0);
+          break;
       }
     }
     for (size_t i = from; i < to; ++i)
       if (slots[i] != kNoSlot) ++cells[size_t{slots[i]} * K];
+  }
+
+  // The `by` value of row i as cell bits.
+  static int64_t by_bits(const Column& c, size_t i) {
+    switch (c.type) {
+      case Type::Double: return dbl_bits(c.doubles[i]);
+      case Type::Bool: return c.bools[i];
+      default: return c.ints[i];
+    }
+  }
+
+  // > 0 if `by` value v ranks above `cur` for max_by/min_by, 0 if they tie.
+  // NaN ranks below every number (for both), so it is picked only when
+  // every row's value is NaN.
+  static int by_cmp(const AggSpec& a, int64_t v, int64_t cur) {
+    int r;
+    if (a.by_type == Type::Double) {
+      const double x = bits_dbl(v), y = bits_dbl(cur);
+      const bool nx = std::isnan(x), ny = std::isnan(y);
+      if (nx || ny) return nx == ny ? 0 : (nx ? -1 : 1);
+      r = x < y ? -1 : (x > y ? 1 : 0);
+    } else {
+      r = v < cur ? -1 : (v > cur ? 1 : 0);
+    }
+    return a.fn == Fn::min_by ? -r : r;
+  }
+
+  // Whether a candidate (by value v, ordering time t) replaces the pick in
+  // cells `c`: a better `by`, or an equal one at an earlier time (equal
+  // times: the earlier arrival, which is already there, stays).
+  static bool by_takes(const AggSpec& a, int64_t v, int64_t t, const int64_t* c) {
+    if (c[1] == kNoPick) return true;
+    const int r = by_cmp(a, v, c[0]);
+    return r > 0 || (r == 0 && t < c[1]);
+  }
+
+  // Offers row i (ordering time t) to the max_by/min_by `a` of slot s.
+  void offer_by(const AggSpec& a, const Column* col, const Column* by, uint32_t s, size_t i, int64_t t) {
+    int64_t* c = &cells_[size_t{s} * cfg_.cells + a.cell];
+    const int64_t v = by_bits(*by, i);
+    if (!by_takes(a, v, t, c)) return;
+    c[0] = v;
+    c[1] = t;
+    switch (a.in_type) {
+      case Type::Int64:
+      case Type::Timestamp: c[2] = col->ints[i]; break;
+      case Type::Double: c[2] = dbl_bits(col->doubles[i]); break;
+      case Type::Bool: c[2] = col->bools[i]; break;
+      case Type::String: strs_[size_t{s} * cfg_.strings + a.str].assign(col->str(i)); break;
+    }
   }
 
   void update_minmax(const AggSpec& a, const Column* col, size_t from, size_t to) {
@@ -351,6 +456,154 @@ class AggregateBox final : public BoxBase {
     }
   }
 
+  // Applies rows [from, to) of the prepared batch, all of slot `s` (time
+  // windows without group_by), with the same result as update_rows(): per
+  // aggregate one pass with the accumulator in a register, or the run's
+  // best row offered once; string min/max and first/last use the per-row
+  // kernels.
+  void update_run(uint32_t s, size_t from, size_t to, const EventTime* order) {
+    int64_t* base = &cells_[size_t{s} * cfg_.cells];
+    base[0] += static_cast<int64_t>(to - from);
+    bool slots_set = false;
+    auto use_per_row = [&] {
+      if (slots_set) return;
+      std::fill(slots_.begin() + static_cast<ptrdiff_t>(from), slots_.begin() + static_cast<ptrdiff_t>(to), s);
+      slots_set = true;
+    };
+    // max_by/min_by over the same `by` field share the run's pick.
+    int pick_by = -1;
+    Fn pick_fn = Fn::count;
+    size_t pick = 0;
+    run_extremes_.clear();
+    for (size_t j = 0; j < cfg_.aggs.size(); ++j) {
+      const AggSpec& a = cfg_.aggs[j];
+      const Column* col = values_[j];
+      int64_t* c = base + a.cell;
+      const bool mn = a.fn == Fn::min;
+      switch (a.fn) {
+        case Fn::count: break;
+        case Fn::sum:
+        case Fn::avg:
+          if (a.in_type == Type::Double) {
+            double acc = bits_dbl(c[0]);
+            for (size_t i = from; i < to; ++i) acc += col->doubles[i];
+            c[0] = dbl_bits(acc);
+          } else {
+            uint64_t acc = static_cast<uint64_t>(c[0]);
+            for (size_t i = from; i < to; ++i) acc += static_cast<uint64_t>(col->ints[i]);
+            c[0] = static_cast<int64_t>(acc);
+          }
+          break;
+        case Fn::min:
+        case Fn::max:
+          switch (a.in_type) {
+            case Type::Int64:
+            case Type::Timestamp: {
+              const int64_t m = run_extreme(a.field, *col, mn, from, to);
+              c[0] = mn ? std::min(c[0], m) : std::max(c[0], m);
+              break;
+            }
+            case Type::Double: {
+              double m = bits_dbl(c[0]);
+              const double* v = col->doubles.data();
+              for (size_t i = from; i < to; ++i)
+                if (mn ? v[i] < m : v[i] > m) m = v[i];
+              c[0] = dbl_bits(m);
+              break;
+            }
+            case Type::Bool: {
+              int64_t m = c[0];
+              const uint8_t* v = col->bools.data();
+              for (size_t i = from; i < to; ++i) m = mn ? std::min<int64_t>(m, v[i]) : std::max<int64_t>(m, v[i]);
+              c[0] = m;
+              break;
+            }
+            case Type::String:
+              use_per_row();
+              update_minmax(a, col, from, to);
+              break;
+          }
+          break;
+        case Fn::first:
+        case Fn::last:
+          use_per_row();
+          update_firstlast(a, col, from, to, order);
+          break;
+        case Fn::max_by:
+        case Fn::min_by:
+          if (pick_by != a.by_field || pick_fn != a.fn) {
+            pick = run_pick(a, *by_values_[j], from, to, order);
+            pick_by = a.by_field;
+            pick_fn = a.fn;
+          }
+          offer_by(a, col, by_values_[j], s, pick, order ? order[pick] : 0);
+          break;
+      }
+    }
+    if (slots_set)
+      std::fill(slots_.begin() + static_cast<ptrdiff_t>(from), slots_.begin() + static_cast<ptrdiff_t>(to), kNoSlot);
+  }
+
+  // The smallest (mn) or largest value of int column `col` (input field
+  // `field`, or -1 for an expression) over rows [from, to) (from < to),
+  // remembered for the run so that max(x) and max_by(_, x) scan x once.
+  int64_t run_extreme(int field, const Column& col, bool mn, size_t from, size_t to) {
+    if (field >= 0)
+      for (const RunExtreme& r : run_extremes_)
+        if (r.field == field && r.mn == mn) return r.value;
+    const int64_t* v = col.ints.data();
+    // Four independent chains: the loop is bound by the min/max latency.
+    int64_t m[4] = {v[from], v[from], v[from], v[from]};
+    size_t i = from;
+    if (mn) {
+      for (; i + 4 <= to; i += 4)
+        for (int k = 0; k < 4; ++k) m[k] = std::min(m[k], v[i + k]);
+      for (; i < to; ++i) m[0] = std::min(m[0], v[i]);
+    } else {
+      for (; i + 4 <= to; i += 4)
+        for (int k = 0; k < 4; ++k) m[k] = std::max(m[k], v[i + k]);
+      for (; i < to; ++i) m[0] = std::max(m[0], v[i]);
+    }
+    const int64_t r = mn ? std::min(std::min(m[0], m[1]), std::min(m[2], m[3]))
+                         : std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+    if (field >= 0) run_extremes_.push_back(RunExtreme{field, mn, r});
+    return r;
+  }
+
+  // The row of [from, to) that max_by/min_by `a` picks among those rows
+  // (best `by`, then earliest time, then earliest arrival).
+  size_t run_pick(const AggSpec& a, const Column& by, size_t from, size_t to, const EventTime* order) {
+    size_t best = from;
+    int64_t bt = order ? order[from] : 0;
+    if (by.type == Type::Int64 || by.type == Type::Timestamp) {
+      const int64_t* v = by.ints.data();
+      const int64_t m = run_extreme(a.by_field, by, a.fn == Fn::min_by, from, to);
+      size_t i = from;
+      while (v[i] != m) ++i;
+      best = i;
+      if (!order) return best;  // arrival order decides
+      bt = order[i];
+      for (++i; i < to; ++i)
+        if (v[i] == m && order[i] < bt) {
+          best = i;
+          bt = order[i];
+        }
+      return best;
+    }
+    int64_t bv = by_bits(by, from);
+    for (size_t i = from + 1; i < to; ++i) {
+      const int64_t x = by_bits(by, i);
+      const int64_t t = order ? order[i] : 0;
+      const int r = by_cmp(a, x, bv);
+      if (r > 0 || (r == 0 && t < bt)) {
+        best = i;
+        bv = x;
+        bt = t;
+      }
+    }
+    return best;
+  }
+
   // ---- time windows --------------------------------------------------------
 
   // Smallest window end strictly greater than `t`.
@@ -370,25 +623,90 @@ class AggregateBox final : public BoxBase {
     const size_t n = b.rows();
     const EventTime* et = b.event_time.data();
     const int64_t pane_w = cfg_.window.pane;
+    cached_pane_gids_ = nullptr;
+    // Single int key: consecutive rows often share it (hot keys).
+    const int64_t* key = single_int_key_ ? b.column(cfg_.key_cols[0]).ints.data() : nullptr;
+    int64_t last_key = 0;
+    uint32_t last_gid = detail::HashIndex::kNone;
+    // The pane of the previous row, [pane_lo, pane_hi], and its last window
+    // end (the same for the whole pane): two divisions per pane, not per row.
+    int64_t pane_lo = 1, pane_hi = 0, pane = 0, last_end = 0;
     for (size_t i = 0; i < n; ++i) {
       const EventTime t = et[i];
-      if (t < -detail::kTimeLimit || t > detail::kTimeLimit) {
-        ++stats_.late_dropped;
-        continue;
+      if (t < pane_lo || t > pane_hi) {
+        if (t < -detail::kTimeLimit || t > detail::kTimeLimit) {
+          ++stats_.late_dropped;
+          continue;
+        }
+        pane = floor_div(t, pane_w);
+        pane_lo = std::max(pane * pane_w, -detail::kTimeLimit);
+        pane_hi = std::min(pane * pane_w + pane_w - 1, detail::kTimeLimit);
+        last_end = last_end_containing(t);
       }
-      const int64_t last_end = last_end_containing(t);
       if (last_end <= bound_) {
         ++stats_.late_dropped;
         continue;
       }
-      const uint32_t gid = group_of(b, i, hashes_[i]);
+      uint32_t gid;
+      if (key == nullptr) {
+        gid = group_of(b, i, hashes_[i]);
+      } else if (last_gid != detail::HashIndex::kNone && key[i] == last_key) {
+        gid = last_gid;
+      } else {
+        gid = group_of(b, i, hash_int(key[i]));
+        last_key = key[i];
+        last_gid = gid;
+      }
       if (last_end <= groups_[gid].emitted_end) {
         ++stats_.late_dropped;
         continue;
       }
-      slots_[i] = pane_slot(gid, floor_div(t, pane_w));
+      // Most rows land in their group's newest pane.
+      const auto& panes = groups_[gid].panes;
+      slots_[i] = !panes.empty() && panes.back().pane == pane ? panes.back().slot : pane_slot(gid, pane);
     }
     update_rows(0, n, et);
+  }
+
+  // time_batch() without group_by: rows come in runs of one pane (event
+  // time order, the usual case, makes a run of a whole batch), and a run
+  // is late, or not, as a whole (a pane lies within one slide).
+  void time_batch_unkeyed(const Batch& b) {
+    const size_t n = b.rows();
+    const EventTime* et = b.event_time.data();
+    const int64_t pane_w = cfg_.window.pane;
+    cached_pane_gids_ = nullptr;
+    size_t i = 0;
+    while (i < n) {
+      const EventTime t = et[i];
+      if (t < -detail::kTimeLimit || t > detail::kTimeLimit) {
+        ++stats_.late_dropped;
+        ++i;
+        continue;
+      }
+      const int64_t pane = floor_div(t, pane_w);
+      const int64_t lo = std::max(pane * pane_w, -detail::kTimeLimit);
+      const int64_t hi = std::min(pane * pane_w + pane_w - 1, detail::kTimeLimit);
+      // Rows with t - lo <= hi - lo (unsigned: also catches t < lo), in
+      // blocks of 8 with one branch each.
+      const uint64_t ulo = static_cast<uint64_t>(lo), span = static_cast<uint64_t>(hi) - ulo;
+      size_t j = i + 1;
+      while (j + 8 <= n) {
+        bool outside = false;
+        for (size_t k = 0; k < 8; ++k) outside |= static_cast<uint64_t>(et[j + k]) - ulo > span;
+        if (outside) break;
+        j += 8;
+      }
+      while (j < n && static_cast<uint64_t>(et[j]) - ulo <= span) ++j;
+      const int64_t last_end = last_end_containing(t);
+      const uint32_t gid = unkeyed_group();
+      if (last_end <= bound_ || last_end <= groups_[gid].emitted_end) {
+        stats_.late_dropped += j - i;
+      } else {
+        update_run(pane_slot(gid, pane), i, j, et);
+      }
+      i = j;
+    }
   }
 
   // Closes every window with end <= `bound` (a watermark minus the slack).
@@ -408,6 +726,7 @@ class AggregateBox final : public BoxBase {
     bound_ = bound;
     // Panes before the start of the first window still open are done with.
     const int64_t keep_from = bound >= kFar ? INT64_MAX : floor_div(next_end_after(bound) - w.size, pw);
+    cached_pane_gids_ = nullptr;
     while (!pane_groups_.empty() && pane_groups_.begin()->first < keep_from) {
       auto node = pane_groups_.extract(pane_groups_.begin());
       for (uint32_t gid : node.mapped()) drop_panes_before(gid, keep_from);
@@ -429,6 +748,7 @@ class AggregateBox final : public BoxBase {
     uint32_t key_group;
     uint64_t stamp;
     uint32_t gid;
+    uint32_t row = 0;  // emit_window(): the group's result in win_cells_/win_strs_
     bool operator<(const Pick& o) const {
       return key_group != o.key_group ? key_group < o.key_group : stamp < o.stamp;
     }
@@ -449,8 +769,8 @@ class AggregateBox final : public BoxBase {
       if (p.pane < p0) continue;
       if (p.pane >= p1) break;
       any = true;
-      st = std::min(st, slot_stamp_[p.slot]);
-      cr = std::min(cr, slot_created_[p.slot]);
+      if (stamp) st = std::min(st, slot_stamp_[p.slot]);
+      if (created) cr = std::min(cr, slot_created_[p.slot]);
       merge_slot(p.slot);
     }
     if (stamp) *stamp = st;
@@ -497,6 +817,16 @@ class AggregateBox final : public BoxBase {
           else x[1] = v[1];
           break;
         }
+        case Fn::max_by:
+        case Fn::min_by:
+          // Panes merge in pane order: in time windows earlier panes hold
+          // earlier times, in count windows earlier arrivals.
+          if (v[1] == kNoPick || !by_takes(a, v[0], v[1], x)) break;
+          x[0] = v[0];
+          x[1] = v[1];
+          if (a.in_type == Type::String) res_strs_[a.str] = ss[a.str];
+          else x[2] = v[2];
+          break;
       }
     }
   }
@@ -515,6 +845,13 @@ class AggregateBox final : public BoxBase {
   // Appends the combined result (res_cells_) for group `gid` (or no group,
   // for an empty window) to the output.
   void append_row(uint32_t gid, bool has_group, int64_t start, int64_t end, EventTime t) {
+    append_row(gid, has_group, start, end, t, res_cells_.data(), res_strs_.data());
+  }
+
+  // The same for a combined result kept elsewhere (`r`: cfg_.cells cells,
+  // `strs`: cfg_.strings strings).
+  void append_row(uint32_t gid, bool has_group, int64_t start, int64_t end, EventTime t, const int64_t* r,
+                  const std::string* strs) {
     ensure_out();
     size_t c = 0;
     for (size_t k = 0; k < keys_.size(); ++k) {
@@ -525,7 +862,6 @@ class AggregateBox final : public BoxBase {
       out_rows_.cols[c++]->ints.push_back(start);
       out_rows_.cols[c++]->ints.push_back(end);
     }
-    const int64_t* r = res_cells_.data();
     for (const AggSpec& a : cfg_.aggs) {
       Column& col = *out_rows_.cols[c++];
       const int64_t* x = r + a.cell;
@@ -544,7 +880,7 @@ class AggregateBox final : public BoxBase {
         case Fn::max:
         case Fn::first:
         case Fn::last: {
-          // first/last keep (time, value) cells; string values live in res_strs_.
+          // first/last keep (time, value) cells; string values live in strs.
           const bool timed = a.fn == Fn::first || a.fn == Fn::last;
           const int64_t v = a.is_string() ? 0 : (timed ? x[1] : x[0]);
           switch (a.in_type) {
@@ -552,7 +888,19 @@ class AggregateBox final : public BoxBase {
             case Type::Timestamp: col.ints.push_back(v); break;
             case Type::Double: col.doubles.push_back(bits_dbl(v)); break;
             case Type::Bool: col.bools.push_back(static_cast<uint8_t>(v != 0)); break;
-            case Type::String: col.append_str(res_strs_[a.str]); break;
+            case Type::String: col.append_str(strs[a.str]); break;
+          }
+          break;
+        }
+        case Fn::max_by:
+        case Fn::min_by: {
+          const int64_t v = x[2];
+          switch (a.in_type) {
+            case Type::Int64:
+            case Type::Timestamp: col.ints.push_back(v); break;
+            case Type::Double: col.doubles.push_back(bits_dbl(v)); break;
+            case Type::Bool: col.bools.push_back(static_cast<uint8_t>(v != 0)); break;
+            case Type::String: col.append_str(strs[a.str]); break;
           }
           break;
         }
@@ -582,25 +930,107 @@ class AggregateBox final : public BoxBase {
     const int64_t p0 = floor_div(end - w.size, w.pane), p1 = floor_div(end, w.pane);
     ++epoch_;
     picks_.clear();
+    win_cells_.clear();
+    win_strs_.clear();
     for (auto it = pane_groups_.lower_bound(p0); it != pane_groups_.end() && it->first < p1; ++it) {
       for (uint32_t gid : it->second) {
         Group& g = groups_[gid];
         if (g.mark == epoch_) continue;
         g.mark = epoch_;
         if (g.emitted_end >= end) continue;  // emitted early by the time-out
-        uint64_t stamp = UINT64_MAX;
-        for (const PaneRef& p : g.panes)
-          if (p.pane >= p0 && p.pane < p1) stamp = std::min(stamp, slot_stamp_[p.slot]);
-        picks_.push_back(Pick{g.key_group, stamp, gid});
+        // Combined now, while the group's panes are in cache, not after the sort.
+        uint64_t stamp;
+        combine(gid, p0, p1, &stamp, nullptr);
+        const uint32_t row = static_cast<uint32_t>(picks_.size());
+        win_cells_.insert(win_cells_.end(), res_cells_.begin(), res_cells_.end());
+        for (std::string& str : res_strs_) win_strs_.push_back(std::move(str));
+        picks_.push_back(Pick{g.key_group, stamp, gid, row});
       }
     }
     if (picks_.empty()) return;
-    std::sort(picks_.begin(), picks_.end());
+    sort_picks();
     fill_empty_until(end);
-    for (const Pick& p : picks_) {
-      combine(p.gid, p0, p1, nullptr, nullptr);
-      append_row(p.gid, true, end - w.size, end, end - 1);
+    append_picks(end - w.size, end);
+  }
+
+  // The value of non-string aggregate `a` in combined cells `r`, as cell
+  // bits (doubles bit-cast), as append_row() writes it.
+  static int64_t result_bits(const AggSpec& a, const int64_t* r) {
+    const int64_t* x = r + a.cell;
+    switch (a.fn) {
+      case Fn::count: return r[0];
+      case Fn::avg: {
+        const double sum = a.in_type == Type::Double ? bits_dbl(x[0]) : static_cast<double>(x[0]);
+        return dbl_bits(r[0] ? sum / static_cast<double>(r[0]) : 0.0);
+      }
+      case Fn::sum:
+      case Fn::min:
+      case Fn::max: return x[0];
+      case Fn::first:
+      case Fn::last: return x[1];
+      case Fn::max_by:
+      case Fn::min_by: return x[2];
     }
+    return 0;
+  }
+
+  // append_row() for every pick of emit_window(), column by column.
+  void append_picks(int64_t start, int64_t end) {
+    const size_t n = picks_.size(), K = cfg_.cells, S = cfg_.strings;
+    ensure_out();
+    size_t c = 0;
+    if (!keys_.empty()) {
+      pick_gids_.clear();
+      for (const Pick& p : picks_) pick_gids_.push_back(p.gid);
+      for (const Column& k : keys_) out_rows_.cols[c++]->gather_from(k, pick_gids_);
+    }
+    std::vector<int64_t>& starts = out_rows_.cols[c++]->ints;
+    starts.insert(starts.end(), n, start);
+    std::vector<int64_t>& ends = out_rows_.cols[c++]->ints;
+    ends.insert(ends.end(), n, end);
+    for (const AggSpec& a : cfg_.aggs) {
+      Column& col = *out_rows_.cols[c++];
+      if (a.is_string()) {
+        for (const Pick& p : picks_) col.append_str(win_strs_[p.row * S + a.str]);
+        continue;
+      }
+      auto fill = [&](auto& vec, auto convert) {
+        const size_t base = vec.size();
+        vec.resize(base + n);
+        for (size_t i = 0; i < n; ++i) vec[base + i] = convert(result_bits(a, &win_cells_[picks_[i].row * K]));
+      };
+      switch (a.out_type) {
+        case Type::Int64:
+        case Type::Timestamp: fill(col.ints, [](int64_t v) { return v; }); break;
+        case Type::Double: fill(col.doubles, [](int64_t v) { return bits_dbl(v); }); break;
+        case Type::Bool: fill(col.bools, [](int64_t v) { return static_cast<uint8_t>(v != 0); }); break;
+        case Type::String: break;  // is_string() above
+      }
+    }
+    out_rows_.times.insert(out_rows_.times.end(), n, end - 1);
+  }
+
+  // Sorts picks_ by (key group, stamp): a stable counting sort by key
+  // group, then each key group's run by stamp unless it is in order already
+  // (the usual case: the pane walk meets groups in arrival order).
+  void sort_picks() {
+    if (picks_.size() < 64) {
+      std::sort(picks_.begin(), picks_.end());
+      return;
+    }
+    std::array<uint32_t, kKeyGroups + 1> start{};
+    for (const Pick& p : picks_) ++start[p.key_group + 1];
+    for (uint32_t kg = 0; kg < kKeyGroups; ++kg) start[kg + 1] += start[kg];
+    sorted_picks_.resize(picks_.size());
+    std::array<uint32_t, kKeyGroups> at;
+    std::copy(start.begin(), start.end() - 1, at.begin());
+    for (const Pick& p : picks_) sorted_picks_[at[p.key_group]++] = p;
+    auto by_stamp = [](const Pick& a, const Pick& b) { return a.stamp < b.stamp; };
+    for (uint32_t kg = 0; kg < kKeyGroups; ++kg) {
+      auto b = sorted_picks_.begin() + start[kg], e = sorted_picks_.begin() + start[kg + 1];
+      if (!std::is_sorted(b, e, by_stamp)) std::sort(b, e, by_stamp);
+    }
+    picks_.swap(sorted_picks_);
   }
 
   void flush(Emitter& out) {
@@ -739,6 +1169,7 @@ class AggregateBox final : public BoxBase {
     groups_.clear();
     index_.clear();
     pane_groups_.clear();
+    cached_pane_gids_ = nullptr;
     cells_.clear();
     strs_.clear();
     slot_stamp_.clear();
@@ -756,6 +1187,8 @@ class AggregateBox final : public BoxBase {
   size_t live_groups_ = 0;
   // Time windows: pane index -> groups with a slot in that pane.
   std::map<int64_t, std::vector<uint32_t>> pane_groups_;
+  int64_t cached_pane_ = 0;                         // pane_slot(): the last pane's
+  std::vector<uint32_t>* cached_pane_gids_ = nullptr;  // list in pane_groups_
   // Slot arena: cfg_.cells cells and cfg_.strings strings per slot.
   std::vector<int64_t> cells_;
   std::vector<std::string> strs_;
@@ -772,10 +1205,21 @@ class AggregateBox final : public BoxBase {
   std::vector<uint64_t> hashes_;
   std::vector<uint32_t> slots_;
   std::vector<const Column*> values_;
+  std::vector<const Column*> by_values_;  // max_by/min_by: the ranked column
+  struct RunExtreme {
+    int field;
+    bool mn;
+    int64_t value;
+  };
+  std::vector<RunExtreme> run_extremes_;  // update_run(): per run
   std::vector<ColumnPtr> evaluated_;
   std::vector<int64_t> res_cells_;
   std::vector<std::string> res_strs_;
   std::vector<Pick> picks_;
+  std::vector<Pick> sorted_picks_;
+  std::vector<uint32_t> pick_gids_;
+  std::vector<int64_t> win_cells_;     // emit_window(): combined results, a row per pick
+  std::vector<std::string> win_strs_;
   OutRows out_rows_;
 };
 
@@ -869,6 +1313,8 @@ Status AggregateBox::restore(std::string_view bytes, const KeyGroupRange* keep) 
       if (!end_ok(g.emitted_end)) return detail::corrupt("window bound out of range");
       g.key_group = key_group_of(g.hash);
       if (g.key_group != kg) return detail::corrupt("group stored under the wrong key group");
+      if (single_int_key_ && g.hash != hash_int(key[0].ints[0]))
+        return detail::corrupt("group hash does not match its key");
       int64_t prev = INT64_MIN;
       for (uint64_t pi = 0; pi < npanes; ++pi) {
         int64_t pane, created;
@@ -930,6 +1376,8 @@ std::optional<Fn> parse_fn(std::string_view s) {
   if (s == "avg") return Fn::avg;
   if (s == "first") return Fn::first;
   if (s == "last") return Fn::last;
+  if (s == "max_by") return Fn::max_by;
+  if (s == "min_by") return Fn::min_by;
   return std::nullopt;
 }
 
@@ -1025,14 +1473,36 @@ std::unique_ptr<Box> make_aggregate(const rapidjson::Value& options, const BoxBu
       const std::string apath = r.path_of("aggregates") + "[" + std::to_string(i) + "]";
       engine::detail::OptionReader ar(&(*aggs)[i], apath, diag);
       const size_t abefore = diag.size();
-      auto fn_name = ar.choice("fn", Need::required, {"count", "sum", "min", "max", "avg", "first", "last"});
+      auto fn_name = ar.choice("fn", Need::required,
+                               {"count", "sum", "min", "max", "avg", "first", "last", "max_by", "min_by"});
       auto field = ar.string("field", Need::optional);
       auto expr_text = ar.string("expr", Need::optional);
+      auto by = ar.string("by", Need::optional);
       auto as = ar.string("as", Need::optional);
       ar.finish();
       if (diag.size() != abefore || !fn_name) continue;
       AggSpec a;
       a.fn = *parse_fn(*fn_name);
+      if (a.is_by()) {
+        if (!by) {
+          diag.error(apath, *fn_name + " needs 'by' (the field whose largest or smallest value picks the row)");
+          continue;
+        }
+        auto idx = in.index_of(*by);
+        if (!idx) {
+          diag.error(apath + ".by", "unknown field '" + *by + "'; input has " + in.to_string());
+          continue;
+        }
+        a.by_field = static_cast<int>(*idx);
+        a.by_type = in.field(*idx).type;
+        if (a.by_type == Type::String) {
+          diag.error(apath + ".by", *fn_name + " ranks by an int64, double, bool or timestamp field, got string");
+          continue;
+        }
+      } else if (by) {
+        diag.error(apath + ".by", "'by' applies only to max_by and min_by");
+        continue;
+      }
       if (a.fn == Fn::count) {
         if (field || expr_text) {
           diag.error(apath, "count takes neither 'field' nor 'expr' (fields are never null)");
@@ -1135,6 +1605,11 @@ std::unique_ptr<Box> make_aggregate(const rapidjson::Value& options, const BoxBu
         } else {
           cell += 2;
         }
+        break;
+      case Fn::max_by:
+      case Fn::min_by:
+        cell += 3;
+        if (a.in_type == Type::String) a.str = str++;
         break;
     }
   }

@@ -1,9 +1,11 @@
 // Aggregate box: window semantics against a brute-force reference, late
 // rows and slack, watermarks, count windows, time-outs, emit_empty, option
-// errors, and snapshots (truncated, foreign, key-group subsets).
+// errors, snapshots (truncated, foreign, key-group subsets), max_by/min_by,
+// and the ungrouped fast path against the grouped path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <string>
@@ -83,6 +85,17 @@ Batch batch_of(const std::vector<In>& rows) {
 }
 
 uint32_t key_group_int(int64_t v) { return key_group_of(hash_int(v)); }
+
+// Rows with many price ties over keys 0..6, up to time 45, the watermark at 30.
+std::string some_state_for_by(Box& box) {
+  Recorder rec;
+  std::vector<In> rows;
+  static const char* const kNames[] = {"s0", "s1", "s2"};
+  for (int i = 0; i < 40; ++i) rows.push_back({i % 7, kNames[i % 3], i % 4, i / 3.0, i + 5});
+  box.on_batch(0, batch_of(rows), rec);
+  box.on_watermark(0, 30, rec);
+  return box.snapshot();
+}
 
 TEST(Aggregate, TumblingWindowValues) {
   auto box = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":"10ms"},
@@ -343,6 +356,170 @@ TEST(Aggregate, ManyKeysAreForgottenOnceTheirWindowsClose) {
   EXPECT_LT(box->snapshot().size(), 200u * 50u);
 }
 
+// max_by/min_by: the value of `field` from the row with the largest
+// (smallest) `by`; ties go to the earliest event time, then the earliest
+// arrival.
+TEST(Aggregate, MaxByAndMinByPickTheRowWithTheExtremeValue) {
+  for (const char* group_by : {"", R"("group_by":["auction"],)"}) {
+    SCOPED_TRACE(group_by);
+    auto box = build(std::string("{") + group_by + R"("window":{"type":"tumbling","size":10},
+        "aggregates":[{"fn":"max_by","field":"bidder","by":"price","as":"top"},
+                      {"fn":"min_by","field":"ratio","by":"price"},
+                      {"fn":"max_by","field":"price","by":"ratio","as":"p"}]})");
+    const std::string prefix = *group_by ? "auction:int64, " : "";
+    EXPECT_EQ(box->output_schema(0)->to_string(),
+              prefix + "window_start:timestamp, window_end:timestamp, top:string, min_by_ratio:double, p:int64");
+    Recorder rec;
+    // Price 9 three times: "a" and "c" share time 5, but "late", in the
+    // second batch, is at time 3, the earliest.
+    box->on_batch(0, batch_of({{1, "a", 9, 0.5, 5}, {1, "b", 1, 1.5, 6}, {1, "c", 9, 2.5, 5}}), rec);
+    box->on_batch(0, batch_of({{1, "late", 9, 0.25, 3}, {1, "d", 1, 3.5, 2}, {1, "e", 4, 3.5, 8}}), rec);
+    box->on_watermark(0, kMaxWatermark, rec);
+    ASSERT_EQ(rec.rows(), 1u);
+    auto row = rec.row(0);
+    const size_t k = *group_by ? 1 : 0;
+    EXPECT_EQ(row[k + 2], Value(std::string("late")));
+    EXPECT_EQ(row[k + 3], Value(3.5));  // min price 1: rows at 6 and 2, the one at 2
+    EXPECT_EQ(row[k + 4], Value(int64_t{1}));  // max ratio 3.5 at times 2 and 8: price 1
+  }
+}
+
+TEST(Aggregate, MaxByRanksNaNBelowEveryNumber) {
+  auto box = build(R"({"window":{"type":"tumbling","size":10},
+      "aggregates":[{"fn":"max_by","field":"price","by":"ratio"},{"fn":"min_by","field":"price","by":"ratio"}]})");
+  Recorder rec;
+  const double nan = std::nan("");
+  box->on_batch(0, batch_of({{0, "", 1, nan, 1}, {0, "", 2, 0.5, 2}, {0, "", 3, nan, 3}, {0, "", 4, -1.0, 4}}), rec);
+  box->on_batch(0, batch_of({{0, "", 5, nan, 11}}), rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 2u);
+  EXPECT_EQ(rec.row(0), (std::vector<Value>{int64_t{0}, int64_t{10}, int64_t{2}, int64_t{4}}));
+  // Only NaN: the earliest row.
+  EXPECT_EQ(rec.row(1), (std::vector<Value>{int64_t{10}, int64_t{20}, int64_t{5}, int64_t{5}}));
+}
+
+TEST(Aggregate, MaxByInSlidingAndCountWindows) {
+  // Sliding: the pick of a window merges its panes.
+  auto box = build(R"({"window":{"type":"sliding","size":20,"slide":10},
+      "aggregates":[{"fn":"max_by","field":"bidder","by":"price"}]})");
+  Recorder rec;
+  box->on_batch(0, batch_of({{0, "x", 5, 0, 3}, {0, "y", 7, 0, 12}, {0, "z", 7, 0, 12}, {0, "w", 7, 0, 25}}), rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 4u);
+  EXPECT_EQ(rec.row(0)[2], Value(std::string("x")));  // [-10,10)
+  EXPECT_EQ(rec.row(1)[2], Value(std::string("y")));  // [0,20)
+  EXPECT_EQ(rec.row(2)[2], Value(std::string("y")));  // [10,30): y and z at 12, y first
+  EXPECT_EQ(rec.row(3)[2], Value(std::string("w")));  // [20,40)
+  // Count windows: arrival decides ties, whatever the event times.
+  auto cbox = build(R"({"group_by":["auction"],"window":{"type":"tumbling","by":"count","size":3},
+      "aggregates":[{"fn":"min_by","field":"bidder","by":"price"}]})");
+  Recorder crec;
+  cbox->on_batch(0, batch_of({{1, "p", 4, 0, 9}, {1, "q", 2, 0, 8}}), crec);
+  cbox->on_batch(0, batch_of({{1, "r", 2, 0, 1}}), crec);
+  ASSERT_EQ(crec.rows(), 1u);
+  EXPECT_EQ(crec.row(0), (std::vector<Value>{int64_t{1}, std::string("q")}));
+}
+
+// Without group_by, time windows take a fast path (runs of rows per pane,
+// accumulators in registers): it must give what the grouped path gives for
+// a constant key, for every function, window shape, batching and lateness.
+TEST(Aggregate, UngroupedFastPathEqualsGroupedPath) {
+  const std::string aggs = R"("aggregates":[{"fn":"count"},{"fn":"sum","field":"price"},{"fn":"sum","field":"ratio"},
+      {"fn":"min","field":"price"},{"fn":"max","field":"price"},{"fn":"max","field":"ratio"},
+      {"fn":"min","field":"bidder"},{"fn":"avg","field":"price"},{"fn":"first","field":"bidder"},
+      {"fn":"last","field":"price"},{"fn":"max_by","field":"bidder","by":"price"},
+      {"fn":"min_by","field":"ratio","by":"price"},{"fn":"max_by","field":"price","by":"ratio"},
+      {"fn":"max","expr":"price * 3","as":"p3"},{"fn":"min_by","field":"auction","by":"price"}])";
+  const char* const windows[] = {R"({"type":"tumbling","size":10})", R"({"type":"sliding","size":30,"slide":12})",
+                                 R"({"type":"sliding","size":7,"slide":3})"};
+  for (int seed = 0; seed < 30; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 7);
+    const std::string window = std::string(R"("window":)") + windows[seed % 3] + (seed % 2 ? R"(,"slack":4)" : "");
+    auto fast = build("{" + window + "," + aggs + "}");
+    auto slow = build(R"({"group_by":["auction"],)" + window + "," + aggs + "}");
+    Recorder a, b;
+    int64_t clock = -40;
+    static const char* const kNames[] = {"ann", "bo", "cy", ""};
+    for (int batch = 0; batch < 40; ++batch) {
+      std::vector<In> rows;
+      const int n = 1 + static_cast<int>(rng() % 30);
+      for (int i = 0; i < n; ++i) {
+        clock += static_cast<int64_t>(rng() % 3);
+        // Mostly in order, some rows late; few distinct prices: many ties.
+        const int64_t t = rng() % 5 == 0 ? clock - static_cast<int64_t>(rng() % 40) : clock;
+        rows.push_back(In{0, kNames[rng() % 4], static_cast<int64_t>(rng() % 6) - 2,
+                          static_cast<double>(rng() % 5) / 2.0, t});
+      }
+      fast->on_batch(0, batch_of(rows), a);
+      slow->on_batch(0, batch_of(rows), b);
+      if (rng() % 3 == 0) {
+        fast->on_watermark(0, clock - 10, a);
+        slow->on_watermark(0, clock - 10, b);
+      }
+    }
+    fast->on_watermark(0, kMaxWatermark, a);
+    slow->on_watermark(0, kMaxWatermark, b);
+    EXPECT_EQ(fast->stats().late_dropped, slow->stats().late_dropped);
+    ASSERT_EQ(a.rows(), b.rows());
+    ASSERT_GT(a.rows(), 0u);
+    for (size_t r = 0; r < a.rows(); ++r) {
+      EventTime ta, tb;
+      auto va = a.row(r, &ta), vb = b.row(r, &tb);
+      vb.erase(vb.begin());  // the key
+      EXPECT_EQ(va, vb) << "row " << r;
+      EXPECT_EQ(ta, tb);
+    }
+    EXPECT_EQ(a.wms, b.wms);
+  }
+}
+
+// A snapshot taken mid-window and restored into a fresh box continues as
+// the original does, for max_by over keys in every key-group half.
+TEST(Aggregate, MaxBySurvivesSnapshotAndSplit) {
+  const char* def = R"({"group_by":["auction"],"window":{"type":"sliding","size":30,"slide":10},
+      "aggregates":[{"fn":"max_by","field":"bidder","by":"price"},{"fn":"min_by","field":"ratio","by":"price"}]})";
+  auto box = build(def);
+  const std::string bytes = some_state_for_by(*box);
+  std::vector<In> more;
+  for (int i = 0; i < 30; ++i) more.push_back({i % 7, i % 2 ? "m" : "n", i % 5, i / 4.0, 50 + i});
+  Recorder want;
+  box->on_batch(0, batch_of(more), want);
+  box->on_watermark(0, kMaxWatermark, want);
+  ASSERT_GT(want.rows(), 0u);
+
+  auto whole = build(def);
+  ASSERT_TRUE(whole->restore(bytes).ok());
+  Recorder got;
+  whole->on_batch(0, batch_of(more), got);
+  whole->on_watermark(0, kMaxWatermark, got);
+  ASSERT_EQ(got.rows(), want.rows());
+  for (size_t r = 0; r < want.rows(); ++r) EXPECT_EQ(got.row(r), want.row(r)) << r;
+
+  // Split in two by key group: together the halves give every row.
+  size_t rows = 0;
+  for (uint32_t part = 0; part < 2; ++part) {
+    const KeyGroupRange keep = KeyGroupRange::part(part, 2);
+    auto half = build(def);
+    ASSERT_TRUE(half->restore(bytes, &keep).ok());
+    std::vector<In> mine;
+    for (const In& r : more)
+      if (keep.contains(key_group_int(r.auction))) mine.push_back(r);
+    Recorder rec;
+    if (!mine.empty()) half->on_batch(0, batch_of(mine), rec);
+    half->on_watermark(0, kMaxWatermark, rec);
+    for (size_t r = 0; r < rec.rows(); ++r) {
+      auto row = rec.row(r);
+      EXPECT_TRUE(keep.contains(key_group_int(std::get<int64_t>(row[0]))));
+      bool found = false;
+      for (size_t w = 0; w < want.rows() && !found; ++w) found = want.row(w) == row;
+      EXPECT_TRUE(found) << "row " << r << " of part " << part;
+    }
+    rows += rec.rows();
+  }
+  EXPECT_EQ(rows, want.rows());
+}
+
 void expect_error(const std::string& json, const std::string& path, const std::string& part) {
   Diagnostics diag;
   auto b = build(json, diag);
@@ -389,6 +566,20 @@ TEST(Aggregate, BadOptionsAreReportedWithTheirPaths) {
                p + ".aggregates", "output schema");
   expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"count"}],"timeout":0})",
                p + ".timeout", "positive");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"max_by","field":"bidder"}]})",
+               p + ".aggregates[0]", "needs 'by'");
+  expect_error(R"({"window":{"type":"tumbling","size":10},
+                   "aggregates":[{"fn":"count"},{"fn":"min_by","field":"bidder","by":"prise"}]})",
+               p + ".aggregates[1].by", "unknown field 'prise'");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"max_by","field":"price","by":"bidder"}]})",
+               p + ".aggregates[0].by", "got string");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"max","field":"price","by":"ratio"}]})",
+               p + ".aggregates[0].by", "only to max_by and min_by");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"aggregates":[{"fn":"max_by","by":"ratio"}]})",
+               p + ".aggregates[0]", "exactly one of 'field' and 'expr'");
+  expect_error(R"({"window":{"type":"tumbling","size":10},"emit_empty":true,
+                   "aggregates":[{"fn":"max_by","field":"price","by":"ratio"}]})",
+               p + ".emit_empty", "only count, sum and avg");
 }
 
 std::string some_state(Box& box) {
