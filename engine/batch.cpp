@@ -1,8 +1,22 @@
 #include "engine/batch.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace entente::engine {
+
+namespace {
+
+// Makes room for `extra` more elements. Growth is geometric: reserving the
+// exact size on every append would reallocate (and copy) the whole vector
+// each time a column is built from many small appends.
+template <class V>
+void reserve_more(V& v, size_t extra) {
+  const size_t need = v.size() + extra;
+  if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));
+}
+
+}  // namespace
 
 void Column::reserve(size_t rows) {
   switch (type) {
@@ -61,8 +75,9 @@ void Column::gather_from(const Column& src, std::span<const uint32_t> rows) {
       size_t total = 0;
       for (uint32_t r : rows) total += src.offsets[r + 1] - src.offsets[r];
       size_t base = chars.size();
+      reserve_more(chars, total);
       chars.resize(base + total);
-      offsets.reserve(offsets.size() + rows.size());
+      reserve_more(offsets, rows.size());
       char* dst = chars.data() + base;
       for (uint32_t r : rows) {
         uint32_t b = src.offsets[r], e = src.offsets[r + 1];
@@ -84,8 +99,9 @@ void Column::append_all(const Column& src) {
     case Type::Bool: bools.insert(bools.end(), src.bools.begin(), src.bools.end()); break;
     case Type::String: {
       uint32_t base = static_cast<uint32_t>(chars.size());
+      reserve_more(chars, src.chars.size());
       chars.append(src.chars);
-      offsets.reserve(offsets.size() + src.offsets.size() - 1);
+      reserve_more(offsets, src.offsets.size() - 1);
       for (size_t i = 1; i < src.offsets.size(); ++i) offsets.push_back(base + src.offsets[i]);
       break;
     }

@@ -42,7 +42,42 @@ struct JoinConfig {
   SchemaPtr joined;                 // left fields, then right fields (renamed)
   std::optional<Expr> predicate;    // over `joined`
   std::vector<size_t> projection;   // indexes into `joined`; empty: all
+  // The predicate compiled over just the joined fields it reads
+  // (pred_fields, indexes into `joined`, in order), so that a release step
+  // gathers only those columns for every candidate pair.
+  std::optional<Expr> pred_narrow;
+  std::vector<size_t> pred_fields;
+  SchemaPtr pred_schema;
 };
+
+// Finds the joined fields that cfg.predicate reads by dropping each field in
+// turn and keeping it dropped if the predicate still compiles, and fills the
+// narrow predicate. A schema too wide for that (bounded work at build time)
+// keeps the full one.
+void narrow_predicate(JoinConfig& cfg) {
+  constexpr size_t kMaxFieldsToNarrow = 256;
+  const Schema& joined = *cfg.joined;
+  if (!cfg.predicate || joined.size() > kMaxFieldsToNarrow) return;
+  std::vector<size_t> keep(joined.size());
+  std::iota(keep.begin(), keep.end(), size_t{0});
+  auto schema_of = [&](const std::vector<size_t>& idx) {
+    std::vector<Field> fields;
+    for (size_t i : idx) fields.push_back(joined.field(i));
+    return make_schema(std::move(fields));
+  };
+  for (size_t pos = 0; pos < keep.size();) {
+    std::vector<size_t> without = keep;
+    without.erase(without.begin() + static_cast<ptrdiff_t>(pos));
+    if (Expr::compile(cfg.predicate->text(), *schema_of(without)).ok()) keep = std::move(without);
+    else ++pos;
+  }
+  SchemaPtr narrow = schema_of(keep);
+  auto e = Expr::compile(cfg.predicate->text(), *narrow);
+  if (!e.ok()) return;
+  cfg.pred_narrow = std::move(*e);
+  cfg.pred_fields = std::move(keep);
+  cfg.pred_schema = std::move(narrow);
+}
 
 // The buffered rows of one input.
 struct Side {
@@ -63,6 +98,8 @@ class JoinBox final : public BoxBase {
       : BoxBase({left, right}, {std::move(output)}), cfg_(std::move(cfg)), ordered_({left, right}) {
     for (int s = 0; s < 2; ++s)
       for (const Field& f : input_schemas_[s]->fields()) sides_[s].cols.emplace_back(f.type);
+    int_key_ = cfg_.keys[0].size() == 1 && is_int_repr(input_schemas_[0]->field(cfg_.keys[0][0]).type) &&
+               is_int_repr(input_schemas_[1]->field(cfg_.keys[1][0]).type);
   }
 
   std::string_view type() const override { return "join"; }
@@ -98,6 +135,7 @@ class JoinBox final : public BoxBase {
     ordered_.release([&](size_t input, const Batch& rows) { process_run(input, rows); });
     purge(w == kMaxWatermark ? detail::kFar : w);
     flush(out);
+    compact_if_worth();
     emit_watermark(out, w);
   }
 
@@ -115,6 +153,11 @@ class JoinBox final : public BoxBase {
     return true;
   }
 
+  // key_equal for a single integer key (the common shape): one load each.
+  bool int_key_equal(int s, uint32_t id, const Batch& b, int bs, size_t row) const {
+    return sides_[s].cols[cfg_.keys[s][0]].ints[id] == b.column(cfg_.keys[bs][0]).ints[row];
+  }
+
   // Could a buffered row of side `s` at time `t` still match a row at a
   // time >= `now` of the other side?
   bool may_match_later(int s, EventTime t, int64_t now) const {
@@ -123,12 +166,19 @@ class JoinBox final : public BoxBase {
     return s == 0 ? t + cfg_.upper >= now : t - cfg_.lower >= now;
   }
 
+  // Marks the rows that can no longer match as purged (an index bump; the
+  // pending pairs may still refer to them, so nothing moves here).
   void purge(int64_t now) {
     for (int s = 0; s < 2; ++s) {
       Side& side = sides_[s];
       while (side.base < side.rows() && !may_match_later(s, side.times[side.base], now)) ++side.base;
-      if (side.base >= 4096 && side.base >= side.live()) compact(s);
     }
+  }
+
+  // REQUIRES: no pending pairs (they hold row ids that compaction renumbers).
+  void compact_if_worth() {
+    for (int s = 0; s < 2; ++s)
+      if (sides_[s].base >= 4096 && sides_[s].base >= sides_[s].live()) compact(s);
   }
 
   // Drops the purged prefix of side `s` physically and rebuilds its index.
@@ -161,29 +211,46 @@ class JoinBox final : public BoxBase {
     }
   }
 
-  // One run of released rows of input `x`, in order.
+  // One run of released rows of input `x`, in order. Pairs are recorded as
+  // (left id, right id) into the side buffers (the run's own rows are
+  // buffered below, so they have ids too); flush() gathers the output
+  // columns for all pairs of a release step at once.
   void process_run(size_t x_port, const Batch& rows) {
-    const int x = static_cast<int>(x_port), o = 1 - x;
+    if (int_key_) process_run_impl<true>(static_cast<int>(x_port), rows);
+    else process_run_impl<false>(static_cast<int>(x_port), rows);
+  }
+
+  template <bool kIntKey>
+  void process_run_impl(int x, const Batch& rows) {
+    const int o = 1 - x;
     const size_t n = rows.rows();
     purge(rows.event_time[0]);
     hash_rows(rows, cfg_.keys[x], hashes_);
     Side& other = sides_[o];
     Side& own = sides_[x];
-    const size_t first_out = pair_other_.size();
+    std::vector<uint32_t>& pair_other = pairs_[o];
+    std::vector<uint32_t>& pair_own = pairs_[x];
+    const uint32_t own_next = static_cast<uint32_t>(own.rows());
     ins_.clear();
     for (uint32_t i = 0; i < n; ++i) {
       const uint64_t h = hashes_[i];
       if (!owned_.contains(key_group_of(h))) continue;  // not this instance's (after a split)
+      const uint32_t own_id = own_next + static_cast<uint32_t>(ins_.size());
       ins_.push_back(i);
       const EventTime t = rows.event_time[i];
-      uint32_t id = other.index.find(h, [&](uint32_t c) { return key_equal(o, c, rows, x, i); });
+      // Tumbling: buffered times never exceed t, so u shares t's window iff u >= its start.
+      const int64_t win_start = cfg_.interval ? 0 : floor_div(t, cfg_.size) * cfg_.size;
+      uint32_t id = other.index.find(h, [&](uint32_t c) {
+        if constexpr (kIntKey) return int_key_equal(o, c, rows, x, i);
+        else return key_equal(o, c, rows, x, i);
+      });
       // Newest to oldest; buffered times never exceed t.
-      const size_t mark = pair_other_.size();
+      const size_t mark = pair_other.size();
       for (; id != HashIndex::kNone && id >= other.base; id = other.prev[id]) {
         const EventTime u = other.times[id];
         bool hit;
         if (!cfg_.interval) {
-          if (floor_div(u, cfg_.size) != floor_div(t, cfg_.size)) break;
+          if (u < win_start) break;
           hit = true;
         } else if (x == 1) {  // t is the right row's, u a left row's: t - u in [lower, upper]
           if (t - u > cfg_.upper) break;
@@ -193,73 +260,105 @@ class JoinBox final : public BoxBase {
           hit = u - t <= cfg_.upper;
         }
         if (!hit) continue;
-        pair_other_.push_back(id);
-        pair_row_.push_back(i);
+        pair_other.push_back(id);
+        out_times_.push_back(std::max(u, t));
       }
       // Oldest match first.
-      std::reverse(pair_other_.begin() + static_cast<ptrdiff_t>(mark), pair_other_.end());
+      std::reverse(pair_other.begin() + static_cast<ptrdiff_t>(mark), pair_other.end());
+      pair_own.resize(pair_other.size(), own_id);
     }
-    // Output columns for this run's pairs.
-    if (pair_other_.size() > first_out) {
-      ensure_out();
-      const std::span<const uint32_t> others(pair_other_.data() + first_out, pair_other_.size() - first_out);
-      const std::span<const uint32_t> mine(pair_row_.data() + first_out, pair_row_.size() - first_out);
-      const size_t nl = input_schemas_[0]->size();
-      auto fill = [&](size_t col0, const Side& side, std::span<const uint32_t> ids) {
-        for (size_t c = 0; c < side.cols.size(); ++c) out_cols_[col0 + c]->gather_from(side.cols[c], ids);
-      };
-      auto fill_rows = [&](size_t col0, std::span<const uint32_t> ids) {
-        for (size_t c = 0; c < rows.columns.size(); ++c) out_cols_[col0 + c]->gather_from(rows.column(c), ids);
-      };
-      if (x == 1) {
-        fill(0, other, others);
-        fill_rows(nl, mine);
-      } else {
-        fill_rows(0, mine);
-        fill(nl, other, others);
-      }
-      for (size_t k = 0; k < others.size(); ++k)
-        out_times_.push_back(std::max(other.times[others[k]], rows.event_time[mine[k]]));
-    }
-    pair_other_.resize(first_out);
-    pair_row_.resize(first_out);
     // Buffer this run's rows on their side.
     if (ins_.empty()) return;
-    for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].gather_from(rows.column(c), ins_);
+    if (ins_.size() == n) {
+      for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].append_all(rows.column(c));
+    } else {
+      for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].gather_from(rows.column(c), ins_);
+    }
     for (uint32_t i : ins_) {
       const uint32_t id = static_cast<uint32_t>(own.times.size());
       own.times.push_back(rows.event_time[i]);
       own.hashes.push_back(hashes_[i]);
-      const uint32_t prev = own.index.find(hashes_[i], [&](uint32_t c) { return key_equal(x, c, rows, x, i); });
+      const uint32_t prev = own.index.find(hashes_[i], [&](uint32_t c) {
+        if constexpr (kIntKey) return int_key_equal(x, c, rows, x, i);
+        else return key_equal(x, c, rows, x, i);
+      });
       own.prev.push_back(prev);
       if (prev == HashIndex::kNone) own.index.insert(hashes_[i], id);
       else own.index.replace(hashes_[i], prev, id);
     }
   }
 
-  void ensure_out() {
-    if (!out_cols_.empty()) return;
-    for (const Field& f : cfg_.joined->fields()) out_cols_.push_back(std::make_shared<Column>(f.type));
+  // Appends to `dst` the joined field `j` of the pairs (left[k], right[k]).
+  void gather_joined(Column& dst, size_t j, std::span<const uint32_t> left, std::span<const uint32_t> right) const {
+    const size_t nl = input_schemas_[0]->size();
+    if (j < nl) dst.gather_from(sides_[0].cols[j], left);
+    else dst.gather_from(sides_[1].cols[j - nl], right);
   }
 
   void flush(Emitter& out) {
     if (out_times_.empty()) return;
-    Batch b(cfg_.joined);
-    for (auto& c : out_cols_) b.columns.push_back(std::move(c));
-    out_cols_.clear();
-    b.event_time = std::move(out_times_);
+    std::span<const uint32_t> left(pairs_[0]), right(pairs_[1]);
+    std::vector<EventTime> times = std::move(out_times_);
     out_times_.clear();
-    b.seq.assign(b.rows(), 0);
     if (cfg_.predicate) {
+      // Evaluate over the fields the predicate reads, then keep the pairs it selects.
+      const bool narrow = cfg_.pred_narrow.has_value();
+      const SchemaPtr& ps = narrow ? cfg_.pred_schema : cfg_.joined;
+      Batch b(ps);
+      for (size_t f = 0; f < ps->size(); ++f) {
+        auto col = std::make_shared<Column>(ps->field(f).type);
+        col->reserve(left.size());
+        gather_joined(*col, narrow ? cfg_.pred_fields[f] : f, left, right);
+        b.columns.push_back(std::move(col));
+      }
+      b.event_time = std::move(times);
+      b.seq.assign(b.rows(), 0);
       sel_.clear();
-      cfg_.predicate->select(b, sel_);
-      if (sel_.size() != b.rows()) b = b.take(sel_);
+      (narrow ? *cfg_.pred_narrow : *cfg_.predicate).select(b, sel_);
+      if (sel_.empty()) {
+        clear_pairs();
+        return;
+      }
+      if (!narrow && cfg_.projection.empty()) {
+        emit_pairs_done(out, sel_.size() == b.rows() ? std::move(b) : b.take(sel_));
+        return;
+      }
+      if (sel_.size() != b.rows()) {
+        for (size_t k = 0; k < sel_.size(); ++k) {
+          pairs_[0][k] = pairs_[0][sel_[k]];
+          pairs_[1][k] = pairs_[1][sel_[k]];
+          b.event_time[k] = b.event_time[sel_[k]];
+        }
+        pairs_[0].resize(sel_.size());
+        pairs_[1].resize(sel_.size());
+        b.event_time.resize(sel_.size());
+      }
+      times = std::move(b.event_time);
+      left = std::span<const uint32_t>(pairs_[0]);
+      right = std::span<const uint32_t>(pairs_[1]);
     }
-    if (!cfg_.projection.empty()) {
-      std::vector<ColumnPtr> cols;
-      for (size_t i : cfg_.projection) cols.push_back(b.columns[i]);
-      b = b.project(output_schema(0), std::move(cols));
+    const SchemaPtr& schema = cfg_.projection.empty() ? cfg_.joined : output_schema(0);
+    Batch b(schema);
+    for (size_t f = 0; f < schema->size(); ++f) {
+      const size_t j = cfg_.projection.empty() ? f : cfg_.projection[f];
+      auto col = std::make_shared<Column>(schema->field(f).type);
+      col->reserve(left.size());
+      gather_joined(*col, j, left, right);
+      b.columns.push_back(std::move(col));
     }
+    b.event_time = std::move(times);
+    b.seq.assign(b.rows(), 0);
+    emit_pairs_done(out, std::move(b));
+  }
+
+  void clear_pairs() {
+    pairs_[0].clear();
+    pairs_[1].clear();
+  }
+
+  // REQUIRES: `b` has the output schema.
+  void emit_pairs_done(Emitter& out, Batch b) {
+    clear_pairs();
     emit(out, 0, std::move(b));
   }
 
@@ -273,11 +372,12 @@ class JoinBox final : public BoxBase {
   std::vector<uint32_t> keep_;
   std::vector<uint64_t> hashes_;
   std::vector<uint32_t> ins_;
-  std::vector<uint32_t> pair_other_;
-  std::vector<uint32_t> pair_row_;
+  // Pairs found in the current release step: pairs_[0][k] (a left row id)
+  // with pairs_[1][k] (a right row id) at out_times_[k].
+  std::vector<uint32_t> pairs_[2];
   std::vector<uint32_t> sel_;
-  std::vector<std::shared_ptr<Column>> out_cols_;
   std::vector<EventTime> out_times_;
+  bool int_key_ = false;
 };
 
 // Snapshot: base state, tag, version, owned range, input watermarks, the
@@ -556,6 +656,7 @@ std::unique_ptr<Box> make_join(const rapidjson::Value& options, const BoxBuildCo
   }
   r.finish();
   if (diag.size() != before || !window_ok || !lk || !rk) return nullptr;
+  narrow_predicate(cfg);
   return std::make_unique<JoinBox>(ctx.inputs[0], ctx.inputs[1], std::move(output), std::move(cfg));
 }
 

@@ -2,6 +2,7 @@
 // watermarks (Borealis' SUnion). See engine/boxes/boxes.h.
 #include <algorithm>
 #include <numeric>
+#include <span>
 
 #include "engine/boxes/boxes.h"
 #include "engine/codec.h"
@@ -9,18 +10,118 @@
 
 namespace entente::engine::boxes {
 
-// The rows of one input released by one release() call, in arrival order,
-// with a cursor for the k-way merge. `order` is empty when the rows are
-// already sorted by event time (the common case: sources emit in order), and
-// otherwise the stable sort permutation, which keeps arrival order among
-// equal event times.
+namespace {
+
+// Appends rows [begin, end) of `src` to `dst` (same type) with bulk copies.
+void append_range(Column& dst, const Column& src, size_t begin, size_t end) {
+  const auto b = static_cast<ptrdiff_t>(begin), e = static_cast<ptrdiff_t>(end);
+  switch (dst.type) {
+    case Type::Int64:
+    case Type::Timestamp: dst.ints.insert(dst.ints.end(), src.ints.begin() + b, src.ints.begin() + e); break;
+    case Type::Double: dst.doubles.insert(dst.doubles.end(), src.doubles.begin() + b, src.doubles.begin() + e); break;
+    case Type::Bool: dst.bools.insert(dst.bools.end(), src.bools.begin() + b, src.bools.begin() + e); break;
+    case Type::String: {
+      const uint32_t first = src.offsets[begin];
+      const uint32_t base = static_cast<uint32_t>(dst.chars.size());
+      dst.chars.append(src.chars.data() + first, src.offsets[end] - first);
+      for (size_t r = begin + 1; r <= end; ++r) dst.offsets.push_back(base + (src.offsets[r] - first));
+      break;
+    }
+  }
+}
+
+// Rows [begin, end) of `b` as a new batch (copies data).
+Batch slice(const Batch& b, size_t begin, size_t end) {
+  Batch out(b.schema);
+  out.columns.reserve(b.columns.size());
+  for (const auto& c : b.columns) {
+    auto col = std::make_shared<Column>(c->type);
+    col->reserve(end - begin);
+    append_range(*col, *c, begin, end);
+    out.columns.push_back(std::move(col));
+  }
+  out.event_time.assign(b.event_time.begin() + static_cast<ptrdiff_t>(begin),
+                        b.event_time.begin() + static_cast<ptrdiff_t>(end));
+  out.seq.assign(b.seq.begin() + static_cast<ptrdiff_t>(begin), b.seq.begin() + static_cast<ptrdiff_t>(end));
+  return out;
+}
+
+// The batch handed to release()'s callback for a run that is not a whole
+// buffered batch. Runs are often a few rows long (inputs interleave in
+// time), so allocating columns per run would dominate: the column buffers
+// are reused from run to run unless the callback kept a reference to them
+// (use_count), in which case they are left to it and fresh ones are made.
+class RunBuffer {
+ public:
+  // Starts a run of rows of `src`'s schema.
+  void begin(const Batch& src) {
+    batch_.columns.clear();  // drop our own extra reference before counting
+    batch_.schema = src.schema;
+    batch_.event_time.clear();
+    batch_.seq.clear();
+    cols_.resize(src.columns.size());
+    for (size_t c = 0; c < cols_.size(); ++c) {
+      const Type t = src.column(c).type;
+      if (!cols_[c] || cols_[c].use_count() > 1 || cols_[c]->type != t) cols_[c] = std::make_shared<Column>(t);
+      else cols_[c]->clear();
+    }
+  }
+  // Appends rows [begin, end) of `src`.
+  void add(const Batch& src, size_t begin, size_t end) {
+    for (size_t c = 0; c < cols_.size(); ++c) append_range(*cols_[c], src.column(c), begin, end);
+    const auto b = static_cast<ptrdiff_t>(begin), e = static_cast<ptrdiff_t>(end);
+    batch_.event_time.insert(batch_.event_time.end(), src.event_time.begin() + b, src.event_time.begin() + e);
+    batch_.seq.insert(batch_.seq.end(), src.seq.begin() + b, src.seq.begin() + e);
+  }
+  // Appends rows `rows` of `src`, in that order.
+  void add(const Batch& src, std::span<const uint32_t> rows) {
+    for (size_t c = 0; c < cols_.size(); ++c) cols_[c]->gather_from(src.column(c), rows);
+    for (uint32_t r : rows) {
+      batch_.event_time.push_back(src.event_time[r]);
+      batch_.seq.push_back(src.seq[r]);
+    }
+  }
+  const Batch& finish() {
+    batch_.columns.assign(cols_.begin(), cols_.end());
+    return batch_;
+  }
+
+ private:
+  std::vector<std::shared_ptr<Column>> cols_;
+  Batch batch_;
+};
+
+}  // namespace
+
+// The rows of one input released by one release() call, with a cursor for
+// the k-way merge. Usually `parts` are the released rows in arrival order
+// and already sorted by event time across parts (sources emit in order):
+// part i contributes rows [0, limits[i]) of parts[i], so a released prefix
+// of a buffered batch needs no copy, and neither do several buffered
+// batches. Otherwise `parts` holds one batch (the released rows, copied)
+// and `order` is its stable sort permutation by event time, which keeps
+// arrival order among equal event times.
 struct OrderedInputs::Pending {
-  Batch rows;
+  std::vector<Batch> parts;
+  std::vector<size_t> limits;
+  std::vector<size_t> ends;  // cumulative limits
   std::vector<uint32_t> order;
   size_t pos = 0;
+  RunBuffer run;
 
-  size_t size() const noexcept { return rows.rows(); }
-  EventTime at(size_t p) const noexcept { return rows.event_time[order.empty() ? p : order[p]]; }
+  size_t size() const noexcept { return ends.empty() ? 0 : ends.back(); }
+  // The part holding position `p` (parts are few: a linear scan).
+  size_t part_of(size_t p) const noexcept {
+    size_t i = 0;
+    while (ends[i] <= p) ++i;
+    return i;
+  }
+  size_t start_of(size_t part) const noexcept { return part == 0 ? 0 : ends[part - 1]; }
+  EventTime at(size_t p) const noexcept {
+    if (!order.empty()) return parts[0].event_time[order[p]];
+    const size_t i = part_of(p);
+    return parts[i].event_time[p - start_of(i)];
+  }
 };
 
 OrderedInputs::OrderedInputs(std::vector<SchemaPtr> inputs)
@@ -76,37 +177,65 @@ void OrderedInputs::release(const std::function<void(size_t input, const Batch& 
   size_t active = 0;
 
   // Split each input's buffer into released rows (event time < w) and rows
-  // that stay, without copying batches that fall wholly on one side.
+  // that stay, without copying released rows that form a prefix of their
+  // batch (sorted input) or a whole batch.
   for (size_t i = 0; i < k; ++i) {
     auto& bufs = buffered_[i];
     if (bufs.empty()) continue;
-    std::vector<Batch> parts;
+    Pending& p = pend[i];
     std::vector<Batch> rest;
+    bool sorted = true;  // the parts' released rows, in sequence, are sorted by time
     for (Batch& b : bufs) {
       const size_t n = b.rows();
       size_t n_rel = n;
+      size_t first_keep = n;
       if (!all) {
         n_rel = 0;
         for (size_t r = 0; r < n; ++r) n_rel += b.event_time[r] < w ? 1 : 0;
+        if (n_rel != 0 && n_rel != n) {
+          first_keep = 0;
+          while (b.event_time[first_keep] < w) ++first_keep;
+        }
       }
-      if (n_rel == n) {
-        parts.push_back(std::move(b));
-      } else if (n_rel == 0) {
+      if (n_rel == 0) {
         rest.push_back(std::move(b));
+        continue;
+      }
+      size_t limit = n_rel;
+      if (n_rel == n) {
+        p.parts.push_back(std::move(b));
+      } else if (first_keep == n_rel) {
+        // The released rows are a prefix: copy only the rows that stay.
+        rest.push_back(slice(b, n_rel, n));
+        p.parts.push_back(std::move(b));
       } else {
         rel.clear();
         keep.clear();
         for (uint32_t r = 0; r < n; ++r) (b.event_time[r] < w ? rel : keep).push_back(r);
-        parts.push_back(b.take(rel));
+        p.parts.push_back(b.take(rel));
         rest.push_back(b.take(keep));
       }
+      const auto t = std::span<const EventTime>(p.parts.back().event_time).first(limit);
+      if (sorted && p.limits.size() > 0) {
+        const Batch& prev = p.parts[p.parts.size() - 2];
+        sorted = prev.event_time[p.limits.back() - 1] <= t.front();
+      }
+      sorted = sorted && std::is_sorted(t.begin(), t.end());
+      p.limits.push_back(limit);
+      p.ends.push_back((p.ends.empty() ? 0 : p.ends.back()) + limit);
     }
     bufs = std::move(rest);
-    if (parts.empty()) continue;
-    Pending& p = pend[i];
-    p.rows = parts.size() == 1 ? std::move(parts[0]) : concat(schemas_[i], parts);
-    const auto& t = p.rows.event_time;
-    if (!std::is_sorted(t.begin(), t.end())) {
+    if (p.parts.empty()) continue;
+    if (!sorted) {
+      // Copy the released rows into one batch and merge through a permutation.
+      for (size_t j = 0; j < p.parts.size(); ++j)
+        if (p.limits[j] != p.parts[j].rows()) p.parts[j] = slice(p.parts[j], 0, p.limits[j]);
+      Batch one = p.parts.size() == 1 ? std::move(p.parts[0]) : concat(schemas_[i], p.parts);
+      p.parts.clear();
+      p.parts.push_back(std::move(one));
+      p.limits.assign(1, p.parts[0].rows());
+      p.ends = p.limits;
+      const auto& t = p.parts[0].event_time;
       p.order.resize(t.size());
       std::iota(p.order.begin(), p.order.end(), 0u);
       std::stable_sort(p.order.begin(), p.order.end(), [&](uint32_t a, uint32_t b) { return t[a] < t[b]; });
@@ -119,7 +248,6 @@ void OrderedInputs::release(const std::function<void(size_t input, const Batch& 
   // whose head comes first and hands over the longest run of its rows that
   // precedes every other input's head; runs are found by galloping, so
   // long runs cost O(log n) comparisons.
-  std::vector<uint32_t> idx;
   for (;;) {
     size_t best = k;
     for (size_t i = 0; i < k; ++i) {
@@ -162,16 +290,24 @@ void OrderedInputs::release(const std::function<void(size_t input, const Batch& 
       }
       end = hi;
     }
-    if (p.order.empty() && p.pos == 0 && end == n) {
-      fn(best, p.rows);
+    if (!p.order.empty()) {
+      p.run.begin(p.parts[0]);
+      p.run.add(p.parts[0], std::span<const uint32_t>(p.order).subspan(p.pos, end - p.pos));
+      fn(best, p.run.finish());
     } else {
-      idx.resize(end - p.pos);
-      if (p.order.empty())
-        std::iota(idx.begin(), idx.end(), static_cast<uint32_t>(p.pos));
-      else
-        std::copy(p.order.begin() + static_cast<ptrdiff_t>(p.pos), p.order.begin() + static_cast<ptrdiff_t>(end),
-                  idx.begin());
-      fn(best, p.rows.take(idx));
+      const size_t first = p.part_of(p.pos);
+      const size_t from = p.pos - p.start_of(first);
+      if (from == 0 && end == p.ends[first] && p.limits[first] == p.parts[first].rows()) {
+        fn(best, p.parts[first]);  // exactly one whole buffered batch
+      } else {
+        p.run.begin(p.parts[first]);
+        for (size_t j = first; j < p.parts.size() && p.start_of(j) < end; ++j) {
+          const size_t b = j == first ? from : 0;
+          const size_t e = std::min(end, p.ends[j]) - p.start_of(j);
+          p.run.add(p.parts[j], b, e);
+        }
+        fn(best, p.run.finish());
+      }
     }
     p.pos = end;
   }

@@ -215,6 +215,110 @@ TEST(Join, MatchesBruteForceWhateverTheBatchInterleaving) {
   }
 }
 
+// The general (non-integer key) path, with a predicate that drops some
+// pairs and a projection that reorders fields; runs of one row at a time
+// alternate with long runs, so both of the release paths are exercised.
+TEST(Join, StringKeysWithPredicateAndProjectionMatchBruteForce) {
+  const SchemaPtr ls = make_schema({{"k", Type::String}, {"li", Type::Int64}});
+  const SchemaPtr rs = make_schema({{"k", Type::String}, {"ri", Type::Int64}});
+  for (int seed = 0; seed < 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 100);
+    const bool interval = seed % 2 == 1;
+    std::vector<P> side[2];
+    for (int s = 0; s < 2; ++s) {
+      EventTime t = -25;
+      for (int i = 0; i < 150; ++i) {
+        t += static_cast<int64_t>(rng() % 3);
+        side[s].push_back({static_cast<int64_t>(rng() % 5), t});
+      }
+    }
+    // Keep the pairs whose arrival indexes have an even sum; output (ri, k, li, time).
+    std::vector<std::vector<Value>> want;
+    for (auto& row : reference(side[0], side[1], interval, 8, -5, 9)) {
+      const int64_t li = std::get<int64_t>(row[1]), ri = std::get<int64_t>(row[2]);
+      if ((li + ri) % 2 != 0) continue;
+      want.push_back({row[2], "key" + std::to_string(std::get<int64_t>(row[0])), row[1], row[3]});
+    }
+    Diagnostics diag;
+    rapidjson::Document d;
+    const std::string json =
+        std::string(R"({"left_keys":["k"],"right_keys":["k"],"predicate":"(li + ri) % 2 = 0",)"
+                    R"("fields":["ri","k","li"],"window":)") +
+        (interval ? R"({"type":"interval","lower":-5,"upper":9})" : R"({"size":8})") + "}";
+    d.Parse(json.c_str());
+    BoxBuildContext ctx{"$", {ls, rs}, &diag};
+    auto box = boxes::make_join(d, ctx);
+    ASSERT_TRUE(box) << diag.to_string();
+    Recorder rec;
+    size_t pos[2] = {0, 0};
+    while (pos[0] < side[0].size() || pos[1] < side[1].size()) {
+      const int s = pos[0] >= side[0].size() ? 1 : pos[1] >= side[1].size() ? 0 : static_cast<int>(rng() % 2);
+      const size_t n = std::min(side[s].size() - pos[s], rng() % 4 == 0 ? size_t{40} : size_t{1} + rng() % 3);
+      BatchBuilder b(s == 0 ? ls : rs);
+      for (size_t i = pos[s]; i < pos[s] + n; ++i) {
+        b.column(0).append_str("key" + std::to_string(side[s][i].id));
+        b.column(1).ints.push_back(static_cast<int64_t>(i));
+        b.event_time().push_back(side[s][i].t);
+        b.seq().push_back(i);
+      }
+      pos[s] += n;
+      box->on_batch(static_cast<size_t>(s), b.finish(), rec);
+      box->on_watermark(static_cast<size_t>(s), side[s][pos[s] - 1].t, rec);
+    }
+    box->on_watermark(0, kMaxWatermark, rec);
+    box->on_watermark(1, kMaxWatermark, rec);
+    EXPECT_EQ(rec.rows(), want);
+    EXPECT_FALSE(rec.below_watermark);
+    EXPECT_FALSE(want.empty());
+  }
+}
+
+// OrderedInputs hands out runs that are prefixes of buffered batches and
+// reuses its run buffers: a caller that keeps the batches it was given
+// (as union does) must still see each run's own rows.
+TEST(OrderedInputs, KeptRunsStayIntactAndOrderIsByTimeThenInput) {
+  const SchemaPtr s = make_schema({{"v", Type::Int64}, {"tag", Type::String}});
+  std::mt19937_64 rng(7);
+  std::vector<std::tuple<EventTime, int, int64_t>> sent;  // (time, input, value)
+  boxes::OrderedInputs in({s, s});
+  std::vector<std::pair<size_t, Batch>> kept;
+  EventTime next[2] = {0, 0};
+  int64_t value = 0;
+  for (int step = 0; step < 200; ++step) {
+    const size_t input = rng() % 2;
+    const size_t n = 1 + rng() % 5;
+    BatchBuilder b(s);
+    for (size_t i = 0; i < n; ++i) {
+      next[input] += static_cast<int64_t>(rng() % 3);
+      b.column(0).ints.push_back(value);
+      b.column(1).append_str("v" + std::to_string(value));
+      b.event_time().push_back(next[input]);
+      b.seq().push_back(0);
+      sent.emplace_back(next[input], static_cast<int>(input), value++);
+    }
+    in.add(input, b.finish());
+    in.set_watermark(input, next[input]);
+    in.release([&](size_t i, const Batch& run) { kept.emplace_back(i, run); });
+  }
+  in.set_watermark(0, kMaxWatermark);
+  in.set_watermark(1, kMaxWatermark);
+  in.release([&](size_t i, const Batch& run) { kept.emplace_back(i, run); });
+  EXPECT_EQ(in.buffered_rows(), 0u);
+  std::stable_sort(sent.begin(), sent.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  std::vector<std::tuple<EventTime, int, int64_t>> got;
+  for (const auto& [i, run] : kept) {
+    ASSERT_TRUE(run.validate().ok());
+    for (size_t r = 0; r < run.rows(); ++r) {
+      EXPECT_EQ(run.column(1).str(r), "v" + std::to_string(run.column(0).ints[r]));
+      got.emplace_back(run.event_time[r], static_cast<int>(i), run.column(0).ints[r]);
+    }
+  }
+  EXPECT_EQ(got, sent);
+}
+
 TEST(Join, LateRowsAreCountedAndDropped) {
   auto box = build(R"({"left_keys":["id"],"right_keys":["seller"],"window":{"size":10}})");
   Recorder rec;
