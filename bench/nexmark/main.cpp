@@ -3,7 +3,7 @@
 // are equal row by row, and reports the throughput of both.
 //
 //   nexmark [--events N] [--queries q0,q5] [--json] [--dump DIR] [--seed S]
-//           [--chunk N]
+//           [--chunk N] [--repeat N]
 //
 // Exit status: 0 if every query ran and matched its reference, 1 if one
 // did not, 2 for bad arguments.
@@ -39,6 +39,7 @@ struct Args {
   uint64_t events = kDefaultEvents;
   uint64_t seed = 1;
   uint32_t chunk = 8192;
+  int repeat = 3;
   std::vector<std::string> queries;
   bool json = false;
   std::string dump_dir;
@@ -46,7 +47,7 @@ struct Args {
 
 void usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--events N] [--queries q0,q5,...] [--json] [--dump DIR] [--seed S] [--chunk N]\n"
+               "usage: %s [--events N] [--queries q0,q5,...] [--json] [--dump DIR] [--seed S] [--chunk N] [--repeat N]\n"
                "  --events N    events to generate (1 .. 2^34, default %llu)\n"
                "  --queries L   comma-separated queries (default: all of",
                argv0, static_cast<unsigned long long>(kDefaultEvents));
@@ -57,7 +58,8 @@ void usage(const char* argv0) {
       "  --json        one JSON line per query, and one for the generator\n"
       "  --dump DIR    write persons/auctions/bids.ndjson and each qN.ndjson (engine output) to DIR\n"
       "  --seed S      generator seed (default 1)\n"
-      "  --chunk N     events per generated chunk, i.e. per batch triple (1 .. 1048576, default 8192)\n");
+      "  --chunk N     events per generated chunk, i.e. per batch triple (1 .. 1048576, default 8192)\n"
+      "  --repeat N    runs of the engine and of the reference per query; the fastest counts (1 .. 100, default 3)\n");
 }
 
 bool parse_u64(const char* s, uint64_t lo, uint64_t hi, uint64_t& out) {
@@ -91,6 +93,10 @@ bool parse_args(int argc, char** argv, Args& a) {
     } else if (arg == "--chunk") {
       if (!parse_u64(val, 1, 1u << 20, v)) return false;
       a.chunk = static_cast<uint32_t>(v);
+      ++i;
+    } else if (arg == "--repeat") {
+      if (!parse_u64(val, 1, 100, v)) return false;
+      a.repeat = static_cast<int>(v);
       ++i;
     } else if (arg == "--dump") {
       if (val == nullptr || *val == '\0') return false;
@@ -273,6 +279,7 @@ int main(int argc, char** argv) {
 
   bool all_ok = true;
   RunOptions options;
+  options.repeat = args.repeat;
   options.keep_output = !args.dump_dir.empty();
   for (const std::string& q : args.queries) {
     auto run = run_query(q, *events, options);

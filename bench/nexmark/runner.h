@@ -22,13 +22,17 @@ struct RunOptions {
 #endif
   // Keep the engine's output batches in QueryRun::output (for --dump).
   bool keep_output = false;
+  // Runs of the engine and of the reference; each reports its fastest run
+  // (these machines are noisy, and the fastest run is the one least
+  // disturbed). Every engine run must give the same output.
+  int repeat = 3;
 };
 
 struct QueryRun {
   std::string query;
   uint64_t events = 0;           // input events (all three streams)
-  double seconds = 0;            // engine: pushing every batch + finish()
-  double reference_seconds = 0;  // reference over the same events
+  double seconds = 0;            // engine: pushing every batch + finish(), fastest run
+  double reference_seconds = 0;  // reference over the same events, fastest run
   uint64_t output_rows = 0;
   uint64_t reference_rows = 0;
   bool results_match = false;
