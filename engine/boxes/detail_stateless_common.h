@@ -200,4 +200,27 @@ class EnvelopeBoxBase : public BoxBase {
   SnapshotTag tag_;
 };
 
+// A single-input box with no state of its own (filter, map): forwards its
+// input's watermark, and its snapshot is the envelope alone.
+class StatelessBoxBase : public EnvelopeBoxBase {
+ public:
+  void on_watermark(size_t port, EventTime wm, Emitter& out) override {
+    emit_watermark(out, update_input_watermark(port, wm));
+  }
+
+  std::string snapshot() const override {
+    std::string out;
+    snapshot_head(out);
+    return out;
+  }
+
+  Status restore(std::string_view bytes, const KeyGroupRange* /*keep*/) override {
+    return restore_envelope(
+        bytes, [](ByteReader&) { return Status::Ok(); }, [] {});
+  }
+
+ protected:
+  using EnvelopeBoxBase::EnvelopeBoxBase;
+};
+
 }  // namespace entente::engine::boxes

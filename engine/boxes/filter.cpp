@@ -7,10 +7,10 @@ namespace entente::engine::boxes {
 namespace {
 
 // Stateless: its snapshot is the base state (sequence counters, watermarks).
-class FilterBox final : public EnvelopeBoxBase {
+class FilterBox final : public StatelessBoxBase {
  public:
   FilterBox(SchemaPtr input, std::vector<Expr> predicates, bool drop_unmatched)
-      : EnvelopeBoxBase(SnapshotTag::filter, {input},
+      : StatelessBoxBase(SnapshotTag::filter, {input},
                         std::vector<SchemaPtr>(predicates.size() + (drop_unmatched ? 0 : 1), input)),
         router_(std::move(predicates), !drop_unmatched) {}
 
@@ -18,21 +18,6 @@ class FilterBox final : public EnvelopeBoxBase {
 
   void on_batch(size_t /*port*/, const Batch& batch, Emitter& out) override {
     router_.route(batch, [&](size_t port, Batch b) { emit(out, port, std::move(b)); });
-  }
-
-  void on_watermark(size_t port, EventTime wm, Emitter& out) override {
-    emit_watermark(out, update_input_watermark(port, wm));
-  }
-
-  std::string snapshot() const override {
-    std::string out;
-    snapshot_head(out);
-    return out;
-  }
-
-  Status restore(std::string_view bytes, const KeyGroupRange* /*keep*/) override {
-    return restore_envelope(
-        bytes, [](ByteReader&) { return Status::Ok(); }, [] {});
   }
 
  private:

@@ -13,10 +13,10 @@ inline constexpr size_t kMaxMapFields = 1024;
 // Stateless: its snapshot is the base state. Bare field references forward
 // the input column (shared, not copied); other expressions are evaluated a
 // column at a time.
-class MapBox final : public EnvelopeBoxBase {
+class MapBox final : public StatelessBoxBase {
  public:
   MapBox(SchemaPtr input, SchemaPtr output, std::vector<Expr> exprs, std::optional<Expr> time)
-      : EnvelopeBoxBase(SnapshotTag::map, {std::move(input)}, {std::move(output)}),
+      : StatelessBoxBase(SnapshotTag::map, {std::move(input)}, {std::move(output)}),
         exprs_(std::move(exprs)),
         time_(std::move(time)) {
     forward_.reserve(exprs_.size());
@@ -45,21 +45,6 @@ class MapBox final : public EnvelopeBoxBase {
       emit(out, 0, std::move(o));
     else
       emit(out, 0, std::move(scratch_));
-  }
-
-  void on_watermark(size_t port, EventTime wm, Emitter& out) override {
-    emit_watermark(out, update_input_watermark(port, wm));
-  }
-
-  std::string snapshot() const override {
-    std::string out;
-    snapshot_head(out);
-    return out;
-  }
-
-  Status restore(std::string_view bytes, const KeyGroupRange* /*keep*/) override {
-    return restore_envelope(
-        bytes, [](ByteReader&) { return Status::Ok(); }, [] {});
   }
 
  private:
