@@ -34,6 +34,24 @@ void Expr::select(const Batch& b, std::vector<uint32_t>& out, const std::vector<
 
 int Expr::field_index() const noexcept { return root_->op == detail::Op::Field ? root_->field : -1; }
 
+std::vector<size_t> Expr::fields() const {
+  std::vector<char> used;
+  std::vector<const detail::ExprNode*> todo = {root_.get()};
+  while (!todo.empty()) {
+    const detail::ExprNode* n = todo.back();
+    todo.pop_back();
+    if (n->op == detail::Op::Field && n->field >= 0) {
+      if (used.size() <= static_cast<size_t>(n->field)) used.resize(static_cast<size_t>(n->field) + 1);
+      used[static_cast<size_t>(n->field)] = 1;
+    }
+    for (const auto& k : n->kids) todo.push_back(k.get());
+  }
+  std::vector<size_t> out;
+  for (size_t i = 0; i < used.size(); ++i)
+    if (used[i]) out.push_back(i);
+  return out;
+}
+
 // The tree is immutable, so copies share it.
 Expr::Expr(const Expr&) = default;
 Expr& Expr::operator=(const Expr&) = default;

@@ -48,6 +48,9 @@ class Expr {
   // If the expression is a bare field reference, its index; otherwise -1.
   // Lets boxes forward a column without evaluating anything.
   int field_index() const noexcept;
+  // The indexes of the input fields the expression reads, ascending, each
+  // once (`_time` is not a field). Lets a box gather only those columns.
+  std::vector<size_t> fields() const;
 
   Expr(const Expr&);
   Expr& operator=(const Expr&);

@@ -50,27 +50,16 @@ struct JoinConfig {
   SchemaPtr pred_schema;
 };
 
-// Finds the joined fields that cfg.predicate reads by dropping each field in
-// turn and keeping it dropped if the predicate still compiles, and fills the
-// narrow predicate. A schema too wide for that (bounded work at build time)
-// keeps the full one.
+// Compiles cfg.predicate again over just the joined fields it reads.
 void narrow_predicate(JoinConfig& cfg) {
-  constexpr size_t kMaxFieldsToNarrow = 256;
+  if (!cfg.predicate) return;
   const Schema& joined = *cfg.joined;
-  if (!cfg.predicate || joined.size() > kMaxFieldsToNarrow) return;
-  std::vector<size_t> keep(joined.size());
-  std::iota(keep.begin(), keep.end(), size_t{0});
+  std::vector<size_t> keep = cfg.predicate->fields();
   auto schema_of = [&](const std::vector<size_t>& idx) {
     std::vector<Field> fields;
     for (size_t i : idx) fields.push_back(joined.field(i));
     return make_schema(std::move(fields));
   };
-  for (size_t pos = 0; pos < keep.size();) {
-    std::vector<size_t> without = keep;
-    without.erase(without.begin() + static_cast<ptrdiff_t>(pos));
-    if (Expr::compile(cfg.predicate->text(), *schema_of(without)).ok()) keep = std::move(without);
-    else ++pos;
-  }
   SchemaPtr narrow = schema_of(keep);
   auto e = Expr::compile(cfg.predicate->text(), *narrow);
   if (!e.ok()) return;

@@ -1019,3 +1019,22 @@ TEST(ExprObject, CompileAgainstOtherSchemas) {
 
 }  // namespace
 }  // namespace entente::engine
+
+namespace entente::engine {
+namespace {
+
+TEST(ExprFields, ListsEachReadFieldOnceInOrder) {
+  auto schema = make_schema({{"a", Type::Int64}, {"b", Type::String}, {"c", Type::Double}, {"d", Type::Bool}});
+  auto e = Expr::compile("CASE WHEN d THEN c * 2 ELSE to_double(a) + c END > 1 AND _time > 0", *schema);
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  EXPECT_EQ(e->fields(), (std::vector<size_t>{0, 2, 3}));
+  auto t = Expr::compile("_time > 5", *schema);
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->fields().empty());
+  auto s = Expr::compile("length(b)", *schema);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->fields(), (std::vector<size_t>{1}));
+}
+
+}  // namespace
+}  // namespace entente::engine
