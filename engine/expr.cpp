@@ -36,15 +36,15 @@ int Expr::field_index() const noexcept { return root_->op == detail::Op::Field ?
 
 std::vector<size_t> Expr::fields() const {
   std::vector<char> used;
-  std::vector<const detail::ExprNode*> todo = {root_.get()};
-  while (!todo.empty()) {
-    const detail::ExprNode* n = todo.back();
-    todo.pop_back();
+  std::vector<const detail::ExprNode*> pending = {root_.get()};
+  while (!pending.empty()) {
+    const detail::ExprNode* n = pending.back();
+    pending.pop_back();
     if (n->op == detail::Op::Field && n->field >= 0) {
       if (used.size() <= static_cast<size_t>(n->field)) used.resize(static_cast<size_t>(n->field) + 1);
       used[static_cast<size_t>(n->field)] = 1;
     }
-    for (const auto& k : n->kids) todo.push_back(k.get());
+    for (const auto& k : n->kids) pending.push_back(k.get());
   }
   std::vector<size_t> out;
   for (size_t i = 0; i < used.size(); ++i)

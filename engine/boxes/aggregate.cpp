@@ -848,6 +848,19 @@ class AggregateBox final : public BoxBase {
     append_row(gid, has_group, start, end, t, res_cells_.data(), res_strs_.data());
   }
 
+  // Appends one value-carrying cell (min, max, first, last, max_by, min_by)
+  // in the aggregate's input type: `v` holds numbers and bools, `strs`
+  // the strings.
+  static void append_cell(Column& col, const AggSpec& a, int64_t v, const std::string* strs) {
+    switch (a.in_type) {
+      case Type::Int64:
+      case Type::Timestamp: col.ints.push_back(v); break;
+      case Type::Double: col.doubles.push_back(bits_dbl(v)); break;
+      case Type::Bool: col.bools.push_back(static_cast<uint8_t>(v != 0)); break;
+      case Type::String: col.append_str(strs[a.str]); break;
+    }
+  }
+
   // The same for a combined result kept elsewhere (`r`: cfg_.cells cells,
   // `strs`: cfg_.strings strings).
   void append_row(uint32_t gid, bool has_group, int64_t start, int64_t end, EventTime t, const int64_t* r,
@@ -882,28 +895,11 @@ class AggregateBox final : public BoxBase {
         case Fn::last: {
           // first/last keep (time, value) cells; string values live in strs.
           const bool timed = a.fn == Fn::first || a.fn == Fn::last;
-          const int64_t v = a.is_string() ? 0 : (timed ? x[1] : x[0]);
-          switch (a.in_type) {
-            case Type::Int64:
-            case Type::Timestamp: col.ints.push_back(v); break;
-            case Type::Double: col.doubles.push_back(bits_dbl(v)); break;
-            case Type::Bool: col.bools.push_back(static_cast<uint8_t>(v != 0)); break;
-            case Type::String: col.append_str(strs[a.str]); break;
-          }
+          append_cell(col, a, a.is_string() ? 0 : (timed ? x[1] : x[0]), strs);
           break;
         }
         case Fn::max_by:
-        case Fn::min_by: {
-          const int64_t v = x[2];
-          switch (a.in_type) {
-            case Type::Int64:
-            case Type::Timestamp: col.ints.push_back(v); break;
-            case Type::Double: col.doubles.push_back(bits_dbl(v)); break;
-            case Type::Bool: col.bools.push_back(static_cast<uint8_t>(v != 0)); break;
-            case Type::String: col.append_str(strs[a.str]); break;
-          }
-          break;
-        }
+        case Fn::min_by: append_cell(col, a, x[2], strs); break;
       }
     }
     out_rows_.times.push_back(t);
