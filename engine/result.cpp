@@ -16,6 +16,10 @@ class EntenteCategory final : public std::error_category {
       case Errc::corrupt: return "corrupt data";
       case Errc::limit_exceeded: return "limit exceeded";
       case Errc::unsupported: return "unsupported";
+      case Errc::already_exists: return "already exists";
+      case Errc::unavailable: return "unavailable";
+      case Errc::io_error: return "i/o error";
+      case Errc::conflict: return "conflict";
     }
     return "unknown error";
   }

@@ -23,6 +23,10 @@ enum class Errc {
   corrupt = 5,           // bytes that decode but are inconsistent
   limit_exceeded = 6,    // an input over a configured bound
   unsupported = 7,       // a valid request this build cannot serve
+  already_exists = 8,    // a named thing that exists already
+  unavailable = 9,       // temporarily unable: a full queue, shutting down
+  io_error = 10,         // the disk or the operating system failed
+  conflict = 11,         // the request contradicts the current state
 };
 
 const std::error_category& entente_category() noexcept;

@@ -11,6 +11,7 @@ packages=(
   libssl-dev         # TLS, certificates
   libgtest-dev       # unit tests
   curl               # smoke tests against the API
+  python3 python3-yaml  # docs/api/openapi.yaml → the JSON the node serves
 )
 
 missing=()

@@ -1,0 +1,367 @@
+// broker_bench: throughput and latency of a running node over its API.
+//
+//   broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S]
+//
+// Prints one JSON line per figure:
+//   http_ndjson_ingest   NDJSON over HTTP, durable (tuples/s)
+//   ws_publish_subscribe WebSocket publish → WebSocket subscribe, durable (tuples/s)
+//   e2e_latency          publish → subscriber arrival at a fixed offered rate (p50/p99/p999)
+// Each line carries the baseline measured in the same run on this machine:
+// for ingest, the rate at which this process alone parses the same NDJSON
+// into batches (the CPU floor of the broker's work); for publish→subscribe,
+// the rate at which it encodes and decodes the same binary batches. scripts/
+// bench-broker.sh starts a node with a temporary data directory and runs this.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "broker/http/client.h"
+#include "engine/batch.h"
+#include "engine/codec.h"
+#include "rapidjson/document.h"
+
+using namespace entente;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string token;
+  bool tls = false;
+  std::string ca;
+  double seconds = 5;
+  int batch = 5000;          // tuples per request / message
+  double latency_rate = 100000;
+};
+
+broker::http::ClientOptions client_options(const Args& a) {
+  broker::http::ClientOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.tls = a.tls;
+  o.ca_file = a.ca;
+  o.timeout_ms = 30000;
+  return o;
+}
+
+std::vector<std::pair<std::string, std::string>> auth(const Args& a) {
+  return {{"authorization", "Bearer " + a.token}};
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The bench tuple: about 100 bytes encoded (two int64 and an 80-byte string).
+const char* kSchema = R"([{"name":"ts","type":"int64"},{"name":"k","type":"int64"},{"name":"payload","type":"string"}])";
+const std::string kPayload(80, 'p');
+
+engine::SchemaPtr schema() {
+  return engine::make_schema({{"ts", engine::Type::Int64}, {"k", engine::Type::Int64}, {"payload", engine::Type::String}});
+}
+
+std::string ndjson_body(int rows, int64_t base) {
+  std::string s;
+  s.reserve(static_cast<size_t>(rows) * 120);
+  for (int i = 0; i < rows; ++i) {
+    s += "{\"ts\":" + std::to_string(now_ns()) + ",\"k\":" + std::to_string(base + i) + ",\"payload\":\"" + kPayload +
+         "\"}\n";
+  }
+  return s;
+}
+
+std::string binary_batch(int rows, int64_t base, int64_t ts) {
+  engine::BatchBuilder bb(schema());
+  bb.reserve(static_cast<size_t>(rows));
+  for (int i = 0; i < rows; ++i) {
+    bb.column(0).ints.push_back(ts);
+    bb.column(1).ints.push_back(base + i);
+    bb.column(2).append_str(kPayload);
+    bb.event_time().push_back(0);
+    bb.seq().push_back(0);
+  }
+  std::string out;
+  engine::encode_batch(bb.finish(), out);
+  return out;
+}
+
+bool create_stream(const Args& a, const std::string& name) {
+  auto c = broker::http::Client::connect(client_options(a));
+  if (!c.ok()) {
+    std::fprintf(stderr, "broker_bench: %s\n", c.error().message.c_str());
+    return false;
+  }
+  (void)(*c)->request("DELETE", "/v1/streams/" + name, "", "application/json", auth(a));
+  auto r = (*c)->request("POST", "/v1/streams",
+                         std::string("{\"name\":\"") + name + "\",\"schema\":" + kSchema + "}", "application/json",
+                         auth(a));
+  if (!r.ok() || r->status != 201) {
+    std::fprintf(stderr, "broker_bench: creating stream %s: %s\n", name.c_str(),
+                 r.ok() ? r->body.c_str() : r.error().message.c_str());
+    return false;
+  }
+  return true;
+}
+
+// ------------------------------------------------------------ HTTP ingest
+
+void bench_http_ingest(const Args& a) {
+  if (!create_stream(a, "bench_http")) return;
+  const std::string body = ndjson_body(a.batch, 0);
+  // Baseline: parse the same body into a batch, in this process.
+  double parse_rate = 0;
+  {
+    auto s = schema();
+    const auto t0 = Clock::now();
+    uint64_t n = 0;
+    while (Clock::now() - t0 < std::chrono::seconds(1)) {
+      rapidjson::Document doc;
+      doc.SetArray();
+      size_t start = 0;
+      std::string copy = body;
+      while (start < copy.size()) {
+        size_t end = copy.find('\n', start);
+        copy[end] = '\0';
+        rapidjson::Document one(&doc.GetAllocator());
+        one.ParseInsitu(copy.data() + start);
+        doc.PushBack(static_cast<rapidjson::Value&>(one).Move(), doc.GetAllocator());
+        start = end + 1;
+      }
+      auto b = engine::rows_from_json(s, doc);
+      n += b.ok() ? b->rows() : 0;
+    }
+    parse_rate = static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::atomic<uint64_t> tuples{0};
+  std::atomic<uint64_t> rejected{0};
+  std::atomic<bool> stop{false};
+  auto worker = [&] {
+    auto c = broker::http::Client::connect(client_options(a));
+    if (!c.ok()) return;
+    while (!stop) {
+      auto r = (*c)->request("POST", "/v1/streams/bench_http/tuples", body, "application/x-ndjson", auth(a));
+      if (!r.ok()) return;
+      if (r->status == 200) tuples += static_cast<uint64_t>(a.batch);
+      else if (r->status == 429 || r->status == 503) ++rejected;
+      else {
+        std::fprintf(stderr, "broker_bench: ingest: %u %s\n", r->status, r->body.c_str());
+        return;
+      }
+    }
+  };
+  const auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back(worker);
+  std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf(
+      "{\"bench\":\"http_ndjson_ingest\",\"tuples\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+      "\"target_tuples_per_s\":300000,\"rejected_requests\":%llu,\"tuple_bytes\":%zu,\"batch\":%d,"
+      "\"baseline\":\"ndjson_parse_in_process\",\"baseline_tuples_per_s\":%.0f}\n",
+      static_cast<unsigned long long>(tuples.load()), secs, static_cast<double>(tuples.load()) / secs,
+      static_cast<unsigned long long>(rejected.load()), body.size() / static_cast<size_t>(a.batch), a.batch,
+      parse_rate);
+  std::fflush(stdout);
+}
+
+// ------------------------------------------------- WS publish → subscribe
+
+struct Subscription {
+  std::atomic<uint64_t> received{0};
+  std::atomic<bool> stop{false};
+  std::vector<double> latencies_ms;  // filled when measuring latency
+  std::string error;
+};
+
+void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub, bool measure) {
+  auto ws = broker::http::WsClient::connect(client_options(a), "/v1/streams/" + stream + "/subscribe?format=binary",
+                                            auth(a));
+  if (!ws.ok()) {
+    sub.error = ws.error().message;
+    return;
+  }
+  while (!sub.stop) {
+    auto m = (*ws)->receive(200);
+    if (!m.ok()) {
+      if (m.error().code == Errc::unavailable) continue;
+      sub.error = m.error().message;
+      return;
+    }
+    if (m->closed) {
+      sub.error = "closed " + std::to_string(m->close_code) + " " + m->close_reason;
+      return;
+    }
+    std::string_view in = m->data;
+    auto b = engine::decode_batch(in);
+    if (!b.ok()) {
+      sub.error = b.error().message;
+      return;
+    }
+    if (measure) {
+      const int64_t now = now_ns();
+      for (int64_t ts : b->columns[0]->ints) sub.latencies_ms.push_back(static_cast<double>(now - ts) / 1e6);
+    }
+    sub.received += b->rows();
+  }
+}
+
+void bench_ws(const Args& a) {
+  if (!create_stream(a, "bench_ws")) return;
+  // Baseline: encode + decode the same batches in this process.
+  double codec_rate = 0;
+  {
+    const auto t0 = Clock::now();
+    uint64_t n = 0;
+    while (Clock::now() - t0 < std::chrono::seconds(1)) {
+      std::string bytes = binary_batch(a.batch, 0, 0);
+      std::string_view in = bytes;
+      auto b = engine::decode_batch(in);
+      n += b.ok() ? b->rows() : 0;
+    }
+    codec_rate = static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  Subscription sub;
+  std::thread st([&] { subscribe_loop(a, "bench_ws", sub, false); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto ws = broker::http::WsClient::connect(client_options(a), "/v1/streams/bench_ws/publish", auth(a));
+  if (!ws.ok()) {
+    std::fprintf(stderr, "broker_bench: publish: %s\n", ws.error().message.c_str());
+    sub.stop = true;
+    st.join();
+    return;
+  }
+  const std::string msg = binary_batch(a.batch, 0, 0);
+  constexpr int kWindow = 16;
+  int in_flight = 0;
+  uint64_t sent = 0, acked = 0, errors = 0;
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::duration<double>(a.seconds);
+  auto read_ack = [&]() -> bool {
+    auto m = (*ws)->receive(30000);
+    if (!m.ok() || m->closed) return false;
+    if (m->data.find("\"ack\"") != std::string::npos) acked += static_cast<uint64_t>(a.batch);
+    else ++errors;
+    --in_flight;
+    return true;
+  };
+  while (Clock::now() < end) {
+    if (in_flight == kWindow && !read_ack()) break;
+    if (!(*ws)->send(msg, true).ok()) break;
+    ++in_flight;
+    sent += static_cast<uint64_t>(a.batch);
+  }
+  while (in_flight > 0 && read_ack()) {
+  }
+  const auto wait_end = Clock::now() + std::chrono::seconds(30);
+  while (sub.received < acked && Clock::now() < wait_end && sub.error.empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  sub.stop = true;
+  st.join();
+  std::printf(
+      "{\"bench\":\"ws_publish_subscribe\",\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+      "\"target_tuples_per_s\":1000000,\"tuple_bytes\":%zu,\"batch\":%d,\"errors\":%llu,\"subscriber_error\":\"%s\","
+      "\"baseline\":\"binary_codec_in_process\",\"baseline_tuples_per_s\":%.0f}\n",
+      static_cast<unsigned long long>(acked), static_cast<unsigned long long>(sub.received.load()), secs,
+      static_cast<double>(sub.received.load()) / secs, msg.size() / static_cast<size_t>(a.batch), a.batch,
+      static_cast<unsigned long long>(errors), sub.error.c_str(), codec_rate);
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------- latency
+
+void bench_latency(const Args& a) {
+  if (!create_stream(a, "bench_lat")) return;
+  Subscription sub;
+  sub.latencies_ms.reserve(static_cast<size_t>(a.latency_rate * a.seconds * 1.2));
+  std::thread st([&] { subscribe_loop(a, "bench_lat", sub, true); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto ws = broker::http::WsClient::connect(client_options(a), "/v1/streams/bench_lat/publish", auth(a));
+  if (!ws.ok()) {
+    sub.stop = true;
+    st.join();
+    return;
+  }
+  // 1 ms ticks, each a batch of rate/1000 tuples stamped with the send time.
+  const int per_tick = std::max(1, static_cast<int>(a.latency_rate / 1000));
+  const auto t0 = Clock::now();
+  uint64_t sent = 0;
+  int64_t tick = 0;
+  int in_flight = 0;
+  while (Clock::now() - t0 < std::chrono::duration<double>(a.seconds)) {
+    std::this_thread::sleep_until(t0 + std::chrono::milliseconds(tick));
+    ++tick;
+    if (!(*ws)->send(binary_batch(per_tick, static_cast<int64_t>(sent), now_ns()), true).ok()) break;
+    sent += static_cast<uint64_t>(per_tick);
+    ++in_flight;
+    // Drain acknowledgements that are already there without waiting.
+    while (in_flight > 0) {
+      auto m = (*ws)->receive(0);
+      if (!m.ok() || m->closed) break;
+      --in_flight;
+    }
+  }
+  const auto wait_end = Clock::now() + std::chrono::seconds(10);
+  while (sub.received < sent && Clock::now() < wait_end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  sub.stop = true;
+  st.join();
+  auto& l = sub.latencies_ms;
+  std::sort(l.begin(), l.end());
+  auto pct = [&](double p) { return l.empty() ? 0.0 : l[std::min(l.size() - 1, static_cast<size_t>(p * l.size()))]; };
+  std::printf(
+      "{\"bench\":\"e2e_latency\",\"offered_tuples_per_s\":%.0f,\"tuples\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+      "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"target_p99_ms\":5}\n",
+      a.latency_rate, l.size(), pct(0.50), pct(0.99), pct(0.999), l.empty() ? 0.0 : l.back());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  std::vector<std::string> only;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "broker_bench: %s needs a value\n", s.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (s == "--host") a.host = next();
+    else if (s == "--port") a.port = static_cast<uint16_t>(std::atoi(next().c_str()));
+    else if (s == "--token") a.token = next();
+    else if (s == "--tls") a.tls = true;
+    else if (s == "--ca") a.ca = next();
+    else if (s == "--seconds") a.seconds = std::atof(next().c_str());
+    else if (s == "--batch") a.batch = std::atoi(next().c_str());
+    else if (s == "--only") only.push_back(next());
+    else {
+      std::fprintf(stderr,
+                   "usage: broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S] "
+                   "[--batch N] [--only http|ws|latency]\n");
+      return 2;
+    }
+  }
+  if (a.port == 0 || a.batch <= 0 || a.seconds <= 0) {
+    std::fprintf(stderr, "broker_bench: --port is required; --batch and --seconds must be positive\n");
+    return 2;
+  }
+  auto want = [&](const char* n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
+  if (want("http")) bench_http_ingest(a);
+  if (want("ws")) bench_ws(a);
+  if (want("latency")) bench_latency(a);
+  return 0;
+}

@@ -1,0 +1,232 @@
+#include "broker/cli.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "broker/config.h"
+#include "broker/http/client.h"
+#include "broker/node.h"
+
+#ifndef ENTENTE_VERSION
+#define ENTENTE_VERSION "0.1.0"
+#endif
+
+namespace entente::broker {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: entente <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  broker --config FILE   run one node of a domain (see docs/configuration.md)\n"
+    "  token-hash TOKEN       print the SHA-256 of a token, as the configuration stores it\n"
+    "  subscribe [options] STREAM\n"
+    "                         follow a stream over WebSocket, one NDJSON line per tuple\n"
+    "                         (entente subscribe --help)\n"
+    "\n"
+    "options:\n"
+    "  -h, --help             this text\n"
+    "  --version              the version\n";
+
+constexpr const char* kBrokerUsage =
+    "usage: entente broker --config FILE\n"
+    "\n"
+    "Runs one node: the API listener, the streams, the deployed queries and their\n"
+    "checkpoints. SIGTERM or SIGINT stops it cleanly: it stops accepting, drains,\n"
+    "checkpoints every query and exits 0.\n";
+
+int run_broker(const std::vector<std::string_view>& args) {
+  std::string config_path;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "-h" || args[i] == "--help") {
+      std::fputs(kBrokerUsage, stdout);
+      return 0;
+    }
+    if (args[i] == "--config" && i + 1 < args.size()) {
+      config_path = std::string(args[++i]);
+    } else if (args[i].rfind("--config=", 0) == 0) {
+      config_path = std::string(args[i].substr(9));
+    } else {
+      std::fprintf(stderr, "entente broker: unknown argument '%.*s'\n%s", static_cast<int>(args[i].size()),
+                   args[i].data(), kBrokerUsage);
+      return 2;
+    }
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "entente broker: --config FILE is required\n%s", kBrokerUsage);
+    return 2;
+  }
+  auto config = load_config(config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "entente broker: %s: %s\n", config_path.c_str(), config.error().message.c_str());
+    return 2;
+  }
+  // Every thread started from here on inherits the blocked signals; this
+  // thread alone waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::string who = config->domain + "/" + config->node;
+  const bool tls = config->tls;
+  const std::string address = config->listen_address;
+  auto node = Node::open(std::move(config).value());
+  if (!node.ok()) {
+    std::fprintf(stderr, "entente broker: %s: %s\n", who.c_str(), node.error().message.c_str());
+    return 1;
+  }
+  if (Status s = (*node)->start(); !s.ok()) {
+    std::fprintf(stderr, "entente broker: %s: %s\n", who.c_str(), s.error().message.c_str());
+    (*node)->stop();
+    return 1;
+  }
+  const bool v6 = address.find(':') != std::string::npos;
+  std::printf("entente: node %s listening on %s://%s%s%s:%u\n", who.c_str(), tls ? "https" : "http",
+              v6 ? "[" : "", address.c_str(), v6 ? "]" : "", static_cast<unsigned>((*node)->api_port()));
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "entente: %s: stopping (%s)\n", who.c_str(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*node)->stop();
+  std::fprintf(stderr, "entente: %s: stopped\n", who.c_str());
+  return 0;
+}
+
+constexpr const char* kSubscribeUsage =
+    "usage: entente subscribe [--host H] --port P [--tls --ca FILE] [--from SEQ] [--count N]\n"
+    "                         [--timeout-ms MS] STREAM\n"
+    "\n"
+    "Follows STREAM and prints each tuple as an NDJSON line ({\"_seq\":..,\"_time\":..,fields}).\n"
+    "The token comes from the ENTENTE_TOKEN environment variable (role reader or above).\n"
+    "--from SEQ resumes at a sequence number (0: the oldest retained; default: new tuples only);\n"
+    "--count N stops after N tuples; --timeout-ms stops after that long without a tuple.\n";
+
+int run_subscribe(const std::vector<std::string_view>& args) {
+  http::ClientOptions o;
+  std::string stream, from;
+  uint64_t count = 0;
+  int64_t idle_ms = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) return {};
+      return std::string(args[++i]);
+    };
+    const auto a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kSubscribeUsage, stdout);
+      return 0;
+    } else if (a == "--host") {
+      o.host = value();
+    } else if (a == "--port") {
+      o.port = static_cast<uint16_t>(std::strtoul(value().c_str(), nullptr, 10));
+    } else if (a == "--tls") {
+      o.tls = true;
+    } else if (a == "--ca") {
+      o.ca_file = value();
+    } else if (a == "--from") {
+      from = value();
+    } else if (a == "--count") {
+      count = std::strtoull(value().c_str(), nullptr, 10);
+    } else if (a == "--timeout-ms") {
+      idle_ms = std::strtoll(value().c_str(), nullptr, 10);
+    } else if (!a.empty() && a[0] != '-' && stream.empty()) {
+      stream = std::string(a);
+    } else {
+      std::fprintf(stderr, "entente subscribe: unexpected argument '%.*s'\n%s", static_cast<int>(a.size()), a.data(),
+                   kSubscribeUsage);
+      return 2;
+    }
+  }
+  if (stream.empty() || o.port == 0) {
+    std::fprintf(stderr, "entente subscribe: STREAM and --port are required\n%s", kSubscribeUsage);
+    return 2;
+  }
+  const char* token = std::getenv("ENTENTE_TOKEN");
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (token) headers.emplace_back("authorization", std::string("Bearer ") + token);
+  std::string target = "/v1/streams/" + stream + "/subscribe?format=json";
+  if (!from.empty()) target += "&from=" + from;
+  auto ws = http::WsClient::connect(o, target, headers);
+  if (!ws.ok()) {
+    std::fprintf(stderr, "entente subscribe: %s\n", ws.error().message.c_str());
+    return 1;
+  }
+  uint64_t seen = 0;
+  auto last = std::chrono::steady_clock::now();
+  while (count == 0 || seen < count) {
+    auto m = (*ws)->receive(200);
+    if (!m.ok()) {
+      if (m.error().code == Errc::unavailable) {
+        if (idle_ms > 0 && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(idle_ms)) break;
+        continue;
+      }
+      std::fprintf(stderr, "entente subscribe: %s\n", m.error().message.c_str());
+      return 1;
+    }
+    if (m->closed) {
+      std::fprintf(stderr, "entente subscribe: closed by the node: %u %s\n", m->close_code, m->close_reason.c_str());
+      return m->close_code == 1000 ? 0 : 1;
+    }
+    last = std::chrono::steady_clock::now();
+    std::string_view data = m->data;
+    while (!data.empty() && (count == 0 || seen < count)) {
+      size_t nl = data.find('\n');
+      std::string_view line = data.substr(0, nl);
+      if (!line.empty()) {
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        std::fputc('\n', stdout);
+        ++seen;
+      }
+      if (nl == std::string_view::npos) break;
+      data.remove_prefix(nl + 1);
+    }
+    std::fflush(stdout);
+  }
+  (void)(*ws)->close();
+  return 0;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string_view cmd = args[0];
+  std::vector<std::string_view> rest(args.begin() + 1, args.end());
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("entente %s\n", ENTENTE_VERSION);
+    return 0;
+  }
+  if (cmd == "broker") return run_broker(rest);
+  if (cmd == "subscribe") return run_subscribe(rest);
+  if (cmd == "token-hash") {
+    if (rest.size() != 1) {
+      std::fputs("usage: entente token-hash TOKEN\n", stderr);
+      return 2;
+    }
+    std::printf("%s\n", hash_token(rest[0]).c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "entente: unknown command '%.*s'\n%s", static_cast<int>(cmd.size()), cmd.data(), kUsage);
+  return 2;
+}
+
+}  // namespace entente::broker

@@ -1,0 +1,9 @@
+#pragma once
+// The `entente` command line: subcommands, --help, --version. Returns the
+// process exit code: 0 success, 1 a runtime failure, 2 a usage error.
+
+namespace entente::broker {
+
+int run_cli(int argc, char** argv);
+
+}  // namespace entente::broker

@@ -1,0 +1,657 @@
+// Node configuration: parsing and validation (see broker/config.h and
+// docs/configuration.md). Every check returns the first problem it finds as an
+// Error whose message starts with the key path ("api.limits.read_timeout: ..."),
+// so `entente broker` can stop with one line that says what to fix.
+#include "broker/config.h"
+
+#include <arpa/inet.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "rapidjson/document.h"
+#include "rapidjson/error/en.h"
+
+namespace entente::broker {
+namespace {
+
+namespace fs = std::filesystem;
+using rapidjson::Value;
+
+// A configuration file is a few KiB; 1000 tokens fit in ~150 KiB.
+constexpr size_t kMaxConfigBytes = 4u << 20;
+constexpr size_t kMaxTokens = 1000;
+constexpr size_t kMaxNameChars = 63;
+constexpr size_t kMaxPathChars = 4096;
+constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
+constexpr int64_t kSecondMs = 1000, kMinuteMs = 60 * kSecondMs, kHourMs = 60 * kMinuteMs,
+                  kDayMs = 24 * kHourMs;
+// The shortest interval anything may be set to: below it a timer fires more
+// often than it can do useful work.
+constexpr int64_t kMinIntervalMs = 10;
+
+Error config_error(const std::string& path, const std::string& message) {
+  return make_error(Errc::invalid_argument, path + ": " + message);
+}
+
+// A string for a message: quoted, cut at 64 characters, control characters
+// escaped, so a hostile or broken file cannot mangle the start-up log.
+std::string show(std::string_view s) {
+  constexpr size_t kMaxShown = 64;
+  std::string out = "\"";
+  size_t n = 0;
+  for (char c : s) {
+    if (n++ == kMaxShown) {
+      out += "...";
+      break;
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+// What a JSON value is, for "expected X, got Y" messages.
+std::string describe(const Value& v) {
+  if (v.IsNull()) return "null";
+  if (v.IsBool()) return v.GetBool() ? "true" : "false";
+  if (v.IsString()) return show({v.GetString(), v.GetStringLength()});
+  if (v.IsObject()) return "an object";
+  if (v.IsArray()) return "an array";
+  if (v.IsUint64()) return std::to_string(v.GetUint64());
+  if (v.IsInt64()) return std::to_string(v.GetInt64());
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v.GetDouble());
+  return ec == std::errc() ? std::string(buf, end) : "a number";
+}
+
+std::string_view view(const Value& v) { return {v.GetString(), v.GetStringLength()}; }
+
+// Levenshtein distance, for "did you mean" on misspelt keys. Keys are short.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// [a-z][a-z0-9-]*, at most 63 characters: domain, node and token names.
+bool valid_name(std::string_view s) {
+  if (s.empty() || s.size() > kMaxNameChars || s[0] < 'a' || s[0] > 'z') return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+}
+
+// The members of one JSON object, checked up front: every key known, none
+// given twice. Reading a key then only has to check its value.
+class ObjectReader {
+ public:
+  static Result<ObjectReader> open(const Value& v, std::string path,
+                                   std::initializer_list<std::string_view> known) {
+    if (!v.IsObject()) return config_error(path, "expected an object, got " + describe(v));
+    std::set<std::string_view> seen;
+    for (auto it = v.MemberBegin(); it != v.MemberEnd(); ++it) {
+      const std::string_view key = view(it->name);
+      const std::string key_path = join(path, key);
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return config_error(key_path, "unknown key" + suggestion(key, known));
+      }
+      if (!seen.insert(key).second) return config_error(key_path, "given twice");
+    }
+    return ObjectReader(v, std::move(path));
+  }
+
+  // The value of `key`, or nullptr when absent.
+  const Value* get(std::string_view key) const {
+    for (auto it = obj_->MemberBegin(); it != obj_->MemberEnd(); ++it) {
+      if (view(it->name) == key) return &it->value;
+    }
+    return nullptr;
+  }
+  Result<const Value*> required(std::string_view key) const {
+    if (const Value* v = get(key)) return v;
+    return config_error(path_of(key), "required");
+  }
+  std::string path_of(std::string_view key) const { return join(path_, key); }
+
+ private:
+  ObjectReader(const Value& v, std::string path) : obj_(&v), path_(std::move(path)) {}
+
+  static std::string join(const std::string& path, std::string_view key) {
+    // Keys are shown raw when they are plain identifiers, quoted otherwise.
+    const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+             c == '-' || c == '$';
+    });
+    const std::string shown = plain && key.size() <= 64 ? std::string(key) : show(key);
+    return path.empty() ? shown : path + "." + shown;
+  }
+
+  static std::string suggestion(std::string_view key, std::initializer_list<std::string_view> known) {
+    std::string_view best;
+    size_t best_d = std::numeric_limits<size_t>::max();
+    for (std::string_view k : known) {
+      const size_t d = edit_distance(key, k);
+      if (d < best_d) best_d = d, best = k;
+    }
+    // Close enough to be a typo: at most 2 edits, and fewer than half the word.
+    if (best_d <= 2 && best_d * 2 < std::max(key.size(), best.size())) {
+      return " (did you mean " + std::string(best) + "?)";
+    }
+    std::string list;
+    for (std::string_view k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    return "; known keys: " + list;
+  }
+
+  const Value* obj_;
+  std::string path_;
+};
+
+Result<std::string> read_string(const Value& v, const std::string& path) {
+  if (!v.IsString()) return config_error(path, "expected a string, got " + describe(v));
+  return std::string(view(v));
+}
+
+Result<std::string> read_name(const Value& v, const std::string& path) {
+  ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
+  if (!valid_name(s)) {
+    return config_error(path, "expected [a-z][a-z0-9-]*, at most 63 characters, got " + show(s));
+  }
+  return s;
+}
+
+// An integer in [min, max].
+Result<uint64_t> read_uint(const Value& v, const std::string& path, uint64_t min, uint64_t max) {
+  if (!v.IsUint64()) {
+    return config_error(path, "expected an integer " + std::to_string(min) + ".." + std::to_string(max) +
+                                  ", got " + describe(v));
+  }
+  const uint64_t n = v.GetUint64();
+  if (n < min || n > max) {
+    return config_error(
+        path, "must be " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(n));
+  }
+  return n;
+}
+
+std::string size_text(uint64_t n) {
+  for (auto [unit, name] : {std::pair{kTiB, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}}) {
+    if (n >= unit && n % unit == 0) return std::to_string(n / unit) + name;
+  }
+  return std::to_string(n) + (n == 1 ? " byte" : " bytes");
+}
+
+// A size: an integer number of bytes, or a string "<integer><unit>" with unit
+// B, KiB, MiB, GiB or TiB. "1GB" is refused rather than guessed at.
+Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min, uint64_t max) {
+  const std::string expected =
+      "expected a size: a number of bytes or a string such as \"512KiB\", \"64MiB\", \"1GiB\", got ";
+  uint64_t n = 0;
+  if (v.IsUint64()) {
+    n = v.GetUint64();
+  } else if (v.IsString()) {
+    const std::string_view s = view(v);
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    const std::string_view unit(end, static_cast<size_t>(s.data() + s.size() - end));
+    if (end == s.data() || ec == std::errc::invalid_argument) return config_error(path, expected + show(s));
+    uint64_t mult = 0;
+    if (unit == "" || unit == "B")
+      mult = 1;
+    else if (unit == "KiB")
+      mult = kKiB;
+    else if (unit == "MiB")
+      mult = kMiB;
+    else if (unit == "GiB")
+      mult = kGiB;
+    else if (unit == "TiB")
+      mult = kTiB;
+    else if (unit == "KB" || unit == "kB" || unit == "MB" || unit == "GB" || unit == "TB") {
+      return config_error(path, show(s) +
+                                    " is ambiguous; write binary units (KiB, MiB, GiB, TiB) "
+                                    "or a number of bytes");
+    } else {
+      return config_error(path, expected + show(s));
+    }
+    if (ec == std::errc::result_out_of_range || n > std::numeric_limits<uint64_t>::max() / mult) {
+      return config_error(path, "must be at most " + size_text(max) + ", got " + show(s));
+    }
+    n *= mult;
+  } else {
+    return config_error(path, expected + describe(v));
+  }
+  if (n < min || n > max) {
+    return config_error(path, "must be " + size_text(min) + " to " + size_text(max) + ", got " +
+                                  (v.IsString() ? show(view(v)) : std::to_string(n)));
+  }
+  return n;
+}
+
+std::string duration_text(int64_t ms) {
+  for (auto [unit, name] : {std::pair{kDayMs, "d"}, {kHourMs, "h"}, {kMinuteMs, "m"}, {kSecondMs, "s"}}) {
+    if (ms >= unit && ms % unit == 0) return std::to_string(ms / unit) + name;
+  }
+  return std::to_string(ms) + "ms";
+}
+
+// A duration: a string "<integer><unit>" with unit ms, s, m, h or d. A bare
+// number is refused: "10" could mean seconds or milliseconds.
+Result<int64_t> read_duration(const Value& v, const std::string& path, int64_t min_ms, int64_t max_ms) {
+  const std::string expected = "expected a duration such as \"250ms\", \"10s\", \"5m\", \"24h\", got ";
+  if (!v.IsString()) return config_error(path, expected + describe(v));
+  const std::string_view s = view(v);
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (end == s.data() || ec == std::errc::invalid_argument) return config_error(path, expected + show(s));
+  const std::string_view unit(end, static_cast<size_t>(s.data() + s.size() - end));
+  int64_t mult = 0;
+  if (unit == "ms")
+    mult = 1;
+  else if (unit == "s")
+    mult = kSecondMs;
+  else if (unit == "m")
+    mult = kMinuteMs;
+  else if (unit == "h")
+    mult = kHourMs;
+  else if (unit == "d")
+    mult = kDayMs;
+  else
+    return config_error(path, expected + show(s));
+  const std::string range = "must be " + duration_text(min_ms) + " to " + duration_text(max_ms);
+  if (ec == std::errc::result_out_of_range || n > static_cast<uint64_t>(max_ms / mult)) {
+    return config_error(path, range + ", got " + show(s));
+  }
+  const int64_t ms = static_cast<int64_t>(n) * mult;
+  if (ms < min_ms) return config_error(path, range + ", got " + show(s));
+  return ms;
+}
+
+// A file path from the configuration, made absolute against `base`.
+Result<std::string> read_path(const Value& v, const std::string& path, const fs::path& base) {
+  ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
+  if (s.empty()) return config_error(path, "must not be empty");
+  if (s.size() > kMaxPathChars) {
+    return config_error(path, "longer than " + std::to_string(kMaxPathChars) + " characters");
+  }
+  if (s.find('\0') != std::string::npos) return config_error(path, "must not contain a NUL character");
+  fs::path p(s);
+  if (p.is_relative()) p = base / p;
+  return p.lexically_normal().string();
+}
+
+bool is_loopback(const std::string& host) {
+  in_addr a4{};
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, host.c_str(), &a6) == 1) {
+    static constexpr uint8_t kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static constexpr uint8_t kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(a6.s6_addr, kLoopback, 16) == 0) return true;
+    // ::ffff:127.x.y.z is IPv4 loopback seen through an IPv6 socket.
+    return std::memcmp(a6.s6_addr, kMappedPrefix, 12) == 0 && a6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+// "host:port" with host an IPv4 address, "[IPv6]" or "localhost" (bound as
+// 127.0.0.1). Host names are not resolved: a listener binds an address.
+Status read_listen(const Value& v, const std::string& path, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
+  const std::string expected = "expected \"host:port\", got " + show(s);
+  std::string host, port;
+  if (!s.empty() && s[0] == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return config_error(path, expected);
+    }
+    host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+    in6_addr a6{};
+    if (inet_pton(AF_INET6, host.c_str(), &a6) != 1) {
+      return config_error(path, show(host) + " is not an IPv6 address");
+    }
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string::npos) return config_error(path, expected);
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+    if (host.find(':') != std::string::npos) {
+      return config_error(path, "an IPv6 address needs brackets, as in \"[::1]:8443\"; got " + show(s));
+    }
+    in_addr a4{};
+    if (host == "localhost") {
+      host = "127.0.0.1";
+    } else if (inet_pton(AF_INET, host.c_str(), &a4) != 1) {
+      return config_error(path, "the host must be an IP address or localhost, got " + show(host));
+    }
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return config_error(path, expected);
+  }
+  const unsigned long p = std::stoul(port);
+  if (p > 65535) return config_error(path, "the port must be 0..65535, got " + port);
+  cfg.listen_address = host;
+  cfg.listen_port = static_cast<uint16_t>(p);
+  return {};
+}
+
+Status read_api_limits(const Value& v, const std::string& path, ApiLimits& lim) {
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r,
+                           ObjectReader::open(v, path,
+                                              {"max_body_bytes", "max_header_bytes", "read_timeout",
+                                               "idle_timeout", "max_connections", "ws_max_message_bytes",
+                                               "ws_send_buffer_bytes", "ws_ping_interval"}));
+  if (const Value* x = r.get("max_body_bytes")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.max_body_bytes, read_size(*x, r.path_of("max_body_bytes"), 1, kGiB));
+  }
+  if (const Value* x = r.get("max_header_bytes")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.max_header_bytes, read_size(*x, r.path_of("max_header_bytes"), kKiB, kMiB));
+  }
+  if (const Value* x = r.get("read_timeout")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.read_timeout_ms,
+                             read_duration(*x, r.path_of("read_timeout"), kMinIntervalMs, kHourMs));
+  }
+  if (const Value* x = r.get("idle_timeout")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.idle_timeout_ms,
+                             read_duration(*x, r.path_of("idle_timeout"), kMinIntervalMs, kDayMs));
+  }
+  if (const Value* x = r.get("max_connections")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.max_connections, read_uint(*x, r.path_of("max_connections"), 1, 1'000'000));
+  }
+  if (const Value* x = r.get("ws_max_message_bytes")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.ws_max_message_bytes,
+                             read_size(*x, r.path_of("ws_max_message_bytes"), 1, kGiB));
+  }
+  if (const Value* x = r.get("ws_send_buffer_bytes")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.ws_send_buffer_bytes,
+                             read_size(*x, r.path_of("ws_send_buffer_bytes"), kKiB, kGiB));
+  }
+  if (const Value* x = r.get("ws_ping_interval")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.ws_ping_interval_ms,
+                             read_duration(*x, r.path_of("ws_ping_interval"), kMinIntervalMs, kHourMs));
+  }
+  return {};
+}
+
+Status read_api(const Value& v, const std::string& path, const fs::path& base, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::open(v, path, {"listen", "tls", "limits"}));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* listen, r.required("listen"));
+  ENTENTE_RETURN_IF_ERROR(read_listen(*listen, r.path_of("listen"), cfg));
+
+  const std::string tls_path = r.path_of("tls");
+  const Value* tls = r.get("tls");
+  if (tls == nullptr) {
+    return config_error(tls_path,
+                        "required: {\"cert\": \"...pem\", \"key\": \"...key\"}, or false for "
+                        "plain HTTP on a loopback address");
+  }
+  if (tls->IsFalse()) {
+    if (!is_loopback(cfg.listen_address)) {
+      return config_error(tls_path, "plain HTTP is allowed only on a loopback address; " +
+                                        cfg.listen_address + " is not (give " + tls_path + ".cert and " +
+                                        tls_path + ".key)");
+    }
+    cfg.tls = false;
+  } else if (tls->IsObject()) {
+    ENTENTE_ASSIGN_OR_RETURN(ObjectReader t, ObjectReader::open(*tls, tls_path, {"cert", "key"}));
+    ENTENTE_ASSIGN_OR_RETURN(const Value* cert, t.required("cert"));
+    ENTENTE_ASSIGN_OR_RETURN(cfg.tls_cert_file, read_path(*cert, t.path_of("cert"), base));
+    ENTENTE_ASSIGN_OR_RETURN(const Value* key, t.required("key"));
+    ENTENTE_ASSIGN_OR_RETURN(cfg.tls_key_file, read_path(*key, t.path_of("key"), base));
+    cfg.tls = true;
+  } else {
+    return config_error(tls_path, "expected {\"cert\": ..., \"key\": ...} or false, got " + describe(*tls));
+  }
+
+  if (const Value* lim = r.get("limits")) {
+    ENTENTE_RETURN_IF_ERROR(read_api_limits(*lim, r.path_of("limits"), cfg.limits));
+  }
+  return {};
+}
+
+Result<Role> read_role(const Value& v, const std::string& path) {
+  const std::string expected = "expected one of admin, publisher, reader";
+  if (!v.IsString()) return config_error(path, expected + ", got " + describe(v));
+  const std::string_view s = view(v);
+  if (s == "admin") return Role::admin;
+  if (s == "publisher") return Role::publisher;
+  if (s == "reader") return Role::reader;
+  return config_error(path, expected + ", got " + show(s));
+}
+
+Status read_tokens(const Value& v, const std::string& path, NodeConfig& cfg) {
+  if (!v.IsArray()) return config_error(path, "expected an array of tokens, got " + describe(v));
+  if (v.Size() > kMaxTokens) {
+    return config_error(path,
+                        std::to_string(v.Size()) + " tokens; the limit is " + std::to_string(kMaxTokens));
+  }
+  cfg.tokens.clear();
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    const std::string item = path + "[" + std::to_string(i) + "]";
+    ENTENTE_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::open(v[i], item, {"name", "role", "sha256"}));
+    TokenEntry t;
+    ENTENTE_ASSIGN_OR_RETURN(const Value* name, r.required("name"));
+    ENTENTE_ASSIGN_OR_RETURN(t.name, read_name(*name, r.path_of("name")));
+    ENTENTE_ASSIGN_OR_RETURN(const Value* role, r.required("role"));
+    ENTENTE_ASSIGN_OR_RETURN(t.role, read_role(*role, r.path_of("role")));
+    ENTENTE_ASSIGN_OR_RETURN(const Value* sha, r.required("sha256"));
+    ENTENTE_ASSIGN_OR_RETURN(t.sha256, read_string(*sha, r.path_of("sha256")));
+    const bool hex = t.sha256.size() == 64 && std::all_of(t.sha256.begin(), t.sha256.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+    if (!hex) {
+      return config_error(r.path_of("sha256"),
+                          "expected 64 lowercase hex characters (sha256sum of the token)");
+    }
+    for (size_t j = 0; j < cfg.tokens.size(); ++j) {
+      const std::string other = path + "[" + std::to_string(j) + "]";
+      if (cfg.tokens[j].name == t.name) {
+        return config_error(r.path_of("name"), show(t.name) + " is also the name of " + other);
+      }
+      if (cfg.tokens[j].sha256 == t.sha256) {
+        // One token with two entries would have an ambiguous role.
+        return config_error(r.path_of("sha256"),
+                            "the same hash as " + other + "; each token must be distinct");
+      }
+    }
+    cfg.tokens.push_back(std::move(t));
+  }
+  if (std::none_of(cfg.tokens.begin(), cfg.tokens.end(),
+                   [](const TokenEntry& t) { return t.role == Role::admin; })) {
+    return config_error(path, "at least one token with role admin is required");
+  }
+  return {};
+}
+
+Status read_retention(const Value& v, const std::string& path, RetentionConfig& ret) {
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r,
+                           ObjectReader::open(v, path, {"max_tuples", "max_bytes", "max_age"}));
+  if (const Value* x = r.get("max_tuples")) {
+    ENTENTE_ASSIGN_OR_RETURN(ret.max_tuples, read_uint(*x, r.path_of("max_tuples"), 0, uint64_t{1} << 50));
+  }
+  if (const Value* x = r.get("max_bytes")) {
+    ENTENTE_ASSIGN_OR_RETURN(ret.max_bytes, read_size(*x, r.path_of("max_bytes"), 1, kTiB << 10));
+  }
+  if (const Value* x = r.get("max_age")) {
+    ENTENTE_ASSIGN_OR_RETURN(ret.max_age_ms,
+                             read_duration(*x, r.path_of("max_age"), kMinIntervalMs, 3650 * kDayMs));
+  }
+  return {};
+}
+
+Status read_threads(const Value& v, const std::string& path, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::open(v, path, {"network", "engine"}));
+  if (const Value* x = r.get("network")) {
+    ENTENTE_ASSIGN_OR_RETURN(uint64_t n, read_uint(*x, r.path_of("network"), 1, 64));
+    cfg.network_threads = static_cast<int>(n);
+  }
+  if (const Value* x = r.get("engine")) {
+    ENTENTE_ASSIGN_OR_RETURN(uint64_t n, read_uint(*x, r.path_of("engine"), 1, 64));
+    cfg.engine_threads = static_cast<int>(n);
+  }
+  return {};
+}
+
+Status read_node_limits(const Value& v, const std::string& path, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::open(v, path,
+                                                              {"ingest_queue_bytes", "query_max_lag_tuples",
+                                                               "max_streams", "max_queries"}));
+  if (const Value* x = r.get("ingest_queue_bytes")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.ingest_queue_bytes,
+                             read_size(*x, r.path_of("ingest_queue_bytes"), kKiB, 64 * kGiB));
+  }
+  if (const Value* x = r.get("query_max_lag_tuples")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.query_max_lag_tuples,
+                             read_uint(*x, r.path_of("query_max_lag_tuples"), 1, uint64_t{1} << 40));
+  }
+  if (const Value* x = r.get("max_streams")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.max_streams, read_uint(*x, r.path_of("max_streams"), 1, 100'000));
+  }
+  if (const Value* x = r.get("max_queries")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.max_queries, read_uint(*x, r.path_of("max_queries"), 1, 100'000));
+  }
+  return {};
+}
+
+// 1-based line and column of byte `offset`, for syntax errors.
+std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n')
+      ++line, col = 1;
+    else
+      ++col;
+  }
+  return {line, col};
+}
+
+}  // namespace
+
+std::string_view role_name(Role r) noexcept {
+  switch (r) {
+    case Role::reader:
+      return "reader";
+    case Role::publisher:
+      return "publisher";
+    case Role::admin:
+      return "admin";
+  }
+  return "unknown";
+}
+
+Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir) {
+  if (json.size() > kMaxConfigBytes) {
+    return make_error(Errc::limit_exceeded, "the configuration is " + std::to_string(json.size()) +
+                                                " bytes; the limit is " + size_text(kMaxConfigBytes));
+  }
+  rapidjson::Document doc;
+  // Iterative parsing: a file of nested brackets cannot exhaust the stack.
+  doc.Parse<rapidjson::kParseValidateEncodingFlag | rapidjson::kParseIterativeFlag>(json.data(), json.size());
+  if (doc.HasParseError()) {
+    auto [line, col] = line_column(json, doc.GetErrorOffset());
+    return make_error(Errc::parse_error, "JSON syntax error at line " + std::to_string(line) + ", column " +
+                                             std::to_string(col) + ": " +
+                                             rapidjson::GetParseError_En(doc.GetParseError()));
+  }
+  std::error_code ec;
+  fs::path base = base_dir.empty() ? fs::current_path(ec) : fs::path(base_dir);
+  if (ec) return make_error(Errc::io_error, "cannot determine the current directory: " + ec.message());
+  if (base.is_relative()) {
+    base = fs::absolute(base, ec);
+    if (ec)
+      return make_error(Errc::io_error, "cannot resolve " + std::string(base_dir) + ": " + ec.message());
+  }
+
+  if (!doc.IsObject()) return config_error("config", "expected a JSON object, got " + describe(doc));
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r,
+                           ObjectReader::open(doc, "",
+                                              {"domain", "node", "api", "data_dir", "tokens", "retention",
+                                               "checkpoint_interval", "threads", "limits"}));
+  NodeConfig cfg;
+  ENTENTE_ASSIGN_OR_RETURN(const Value* domain, r.required("domain"));
+  ENTENTE_ASSIGN_OR_RETURN(cfg.domain, read_name(*domain, "domain"));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* node, r.required("node"));
+  ENTENTE_ASSIGN_OR_RETURN(cfg.node, read_name(*node, "node"));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* api, r.required("api"));
+  ENTENTE_RETURN_IF_ERROR(read_api(*api, "api", base, cfg));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* data_dir, r.required("data_dir"));
+  ENTENTE_ASSIGN_OR_RETURN(cfg.data_dir, read_path(*data_dir, "data_dir", base));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* tokens, r.required("tokens"));
+  ENTENTE_RETURN_IF_ERROR(read_tokens(*tokens, "tokens", cfg));
+  if (const Value* x = r.get("retention"))
+    ENTENTE_RETURN_IF_ERROR(read_retention(*x, "retention", cfg.retention));
+  if (const Value* x = r.get("checkpoint_interval")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.checkpoint_interval_ms,
+                             read_duration(*x, "checkpoint_interval", kMinIntervalMs, kHourMs));
+  }
+  if (const Value* x = r.get("threads")) ENTENTE_RETURN_IF_ERROR(read_threads(*x, "threads", cfg));
+  if (const Value* x = r.get("limits")) ENTENTE_RETURN_IF_ERROR(read_node_limits(*x, "limits", cfg));
+  return cfg;
+}
+
+Result<NodeConfig> load_config(const std::string& path) {
+  std::error_code ec;
+  const fs::path file = fs::absolute(path, ec);
+  if (ec) return make_error(Errc::io_error, "cannot read " + path + ": " + ec.message());
+  if (fs::is_directory(file, ec))
+    return make_error(Errc::io_error, "cannot read " + path + ": Is a directory");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error(Errc::io_error, "cannot read " + path + ": " + std::strerror(errno));
+  // Read one byte past the limit so that an oversized file is reported, not
+  // truncated; a FIFO or device cannot make this read forever.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return make_error(Errc::io_error, "cannot read " + path + ": " + std::strerror(errno));
+  text.resize(static_cast<size_t>(in.gcount()));
+  // Messages name the key, not the file: the caller says which file it read.
+  return parse_config(text, file.parent_path().string());
+}
+
+std::string hash_token(std::string_view token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(token.data(), token.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
+    // SHA-256 is built into every OpenSSL 3 provider; failing here means the
+    // library is unusable, which no caller can recover from.
+    throw std::runtime_error("EVP_Digest(SHA-256) failed");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * len);
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace entente::broker

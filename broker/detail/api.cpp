@@ -1,0 +1,465 @@
+// The REST routes of docs/api/openapi.yaml. Every error is problem+json.
+#include <charconv>
+#include <chrono>
+#include <string_view>
+
+#include "broker/detail/ingest.h"
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "engine/codec.h"
+#include "rapidjson/document.h"
+#include "rapidjson/error/en.h"
+
+namespace entente::broker {
+std::string_view openapi_json();  // generated from docs/api/openapi.yaml
+}
+
+namespace entente::broker::detail {
+
+namespace {
+
+using http::Request;
+using http::Respond;
+using http::Response;
+
+constexpr const char* kVersion = "0.1.0";
+
+Response problem_for(const Error& e) {
+  switch (e.code) {
+    case Errc::not_found: return Response::problem(404, "Not Found", e.message);
+    case Errc::already_exists: return Response::problem(409, "Conflict", e.message);
+    case Errc::conflict: return Response::problem(409, "Conflict", e.message);
+    case Errc::limit_exceeded: return Response::problem(409, "Limit Reached", e.message);
+    case Errc::unavailable: {
+      auto r = Response::problem(503, "Service Unavailable", e.message);
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    case Errc::io_error:
+    case Errc::corrupt: return Response::problem(500, "Internal Server Error", e.message);
+    default: return Response::problem(400, "Bad Request", e.message);
+  }
+}
+
+std::string diagnostics_members(const Diagnostics& diag) {
+  JsonOut j;
+  j.begin_array();
+  for (auto& d : diag.items()) j.begin_object().key("path").str(d.path).key("message").str(d.message).end_object();
+  j.end_array();
+  return "\"errors\":" + j.take();
+}
+
+std::string rfc3339(int64_t ms) {
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  return buf;
+}
+
+void write_retention(JsonOut& j, const store::Retention& r) {
+  j.key("retention").begin_object();
+  j.key("max_tuples").u64(r.max_tuples).key("max_bytes").u64(r.max_bytes).key("max_age_ms").i64(r.max_age_ms);
+  j.end_object();
+}
+
+std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
+  const auto& m = s->meta();
+  JsonOut j;
+  j.begin_object();
+  j.key("name").str(m.name);
+  j.key("schema").raw(engine::schema_to_json(*m.schema));
+  j.key("event_time");
+  if (m.event_time.empty()) j.null();
+  else j.str(m.event_time);
+  j.key("producer").str(m.producer);
+  auto first = store::StreamLog::first(const_cast<NodeImpl&>(node).store(), m.id);
+  const uint64_t next = s->committed_next();
+  const uint64_t first_seq = first.ok() && *first ? (*first)->first : next;
+  j.key("first_seq").u64(first_seq);
+  j.key("next_seq").u64(next);
+  j.key("tuples").u64(next - first_seq);
+  write_retention(j, m.retention);
+  j.key("created_at").str(rfc3339(m.created_ms));
+  j.end_object();
+  return j.take();
+}
+
+void write_checkpoint(JsonOut& j, const CheckpointInfo& c) {
+  j.begin_object();
+  j.key("query").str(c.query).key("id").u64(c.id).key("bytes").u64(c.bytes);
+  if (c.taken_ms) j.key("taken_at").str(rfc3339(c.taken_ms));
+  j.key("duration_ms").dbl(c.duration_ms);
+  j.end_object();
+}
+
+std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement) {
+  const auto& m = q->meta();
+  auto info = q->info();
+  JsonOut j;
+  j.begin_object();
+  j.key("name").str(m.name);
+  j.key("state").str(info.state);
+  j.key("inputs").begin_array();
+  for (auto& s : m.inputs) j.str(s);
+  j.end_array();
+  j.key("outputs").begin_array();
+  for (auto& s : m.outputs) j.str(s);
+  j.end_array();
+  j.key("network").raw(m.network_json);
+  j.key("boxes").begin_array();
+  for (auto& b : info.boxes) {
+    j.begin_object();
+    j.key("id").str(b.id).key("type").str(b.type).key("placement").str(placement);
+    j.key("tuples_in").u64(b.stats.tuples_in).key("tuples_out").u64(b.stats.tuples_out);
+    j.key("cpu_ns_per_tuple").dbl(b.stats.cpu_ns_per_tuple()).key("selectivity").dbl(b.stats.selectivity());
+    j.key("bytes_out").u64(b.stats.bytes_out).key("late_dropped").u64(b.stats.late_dropped);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("positions").begin_object();
+  for (size_t i = 0; i < m.inputs.size() && i < info.positions.size(); ++i) j.key(m.inputs[i]).u64(info.positions[i]);
+  j.end_object();
+  j.key("lag_tuples").u64(info.lag_tuples);
+  j.key("checkpoint");
+  if (info.checkpoint) write_checkpoint(j, *info.checkpoint);
+  else j.null();
+  j.key("created_at").str(rfc3339(m.created_ms));
+  j.end_object();
+  return j.take();
+}
+
+// Splits "/v1/streams/x/tuples" into segments.
+std::vector<std::string_view> segments(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    out.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<RouteInfo>& api_routes() {
+  static const std::vector<RouteInfo> routes = {
+      {"GET", "/v1/health", false},
+      {"GET", "/metrics", false},
+      {"GET", "/v1/openapi.json", false},
+      {"GET", "/v1/streams", false},
+      {"POST", "/v1/streams", false},
+      {"GET", "/v1/streams/{name}", false},
+      {"DELETE", "/v1/streams/{name}", false},
+      {"POST", "/v1/streams/{name}/tuples", false},
+      {"GET", "/v1/streams/{name}/subscribe", true},
+      {"GET", "/v1/streams/{name}/publish", true},
+      {"GET", "/v1/queries", false},
+      {"POST", "/v1/queries", false},
+      {"GET", "/v1/queries/{name}", false},
+      {"DELETE", "/v1/queries/{name}", false},
+      {"GET", "/v1/checkpoints", false},
+      {"POST", "/v1/checkpoints", false},
+  };
+  return routes;
+}
+
+// Finds the route template for a path; "" when no route has that path.
+// `param` receives the {name} segment.
+std::string match_route(std::string_view path, std::string& param) {
+  auto seg = segments(path);
+  if (seg.size() == 1 && seg[0] == "metrics") return "/metrics";
+  if (seg.size() < 2 || seg[0] != "v1") return "";
+  if (seg.size() == 2) {
+    if (seg[1] == "health") return "/v1/health";
+    if (seg[1] == "openapi.json") return "/v1/openapi.json";
+    if (seg[1] == "streams") return "/v1/streams";
+    if (seg[1] == "queries") return "/v1/queries";
+    if (seg[1] == "checkpoints") return "/v1/checkpoints";
+    return "";
+  }
+  if (seg.size() == 3 && (seg[1] == "streams" || seg[1] == "queries")) {
+    param = std::string(seg[2]);
+    return seg[1] == "streams" ? "/v1/streams/{name}" : "/v1/queries/{name}";
+  }
+  if (seg.size() == 4 && seg[1] == "streams") {
+    param = std::string(seg[2]);
+    if (seg[3] == "tuples") return "/v1/streams/{name}/tuples";
+    if (seg[3] == "subscribe") return "/v1/streams/{name}/subscribe";
+    if (seg[3] == "publish") return "/v1/streams/{name}/publish";
+  }
+  return "";
+}
+
+NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) const {
+  AuthResult r;
+  auto h = req.header("authorization");
+  if (!h || h->size() < 7 || !(h->substr(0, 7) == "Bearer " || h->substr(0, 7) == "bearer ")) {
+    r.problem = Response::problem(401, "Unauthorized",
+                                  h ? "the Authorization header must be 'Bearer <token>'"
+                                    : "this resource needs a bearer token (Authorization: Bearer <token>)");
+    r.problem.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
+  }
+  const std::string digest = hash_token(h->substr(7));
+  const TokenEntry* found = nullptr;
+  for (const auto& t : config_.tokens) {
+    // Constant-time comparison of the digests.
+    unsigned char diff = t.sha256.size() != digest.size();
+    for (size_t i = 0; i < digest.size() && i < t.sha256.size(); ++i)
+      diff |= static_cast<unsigned char>(t.sha256[i] ^ digest[i]);
+    if (!diff) found = &t;
+  }
+  if (!found) {
+    r.problem = Response::problem(401, "Unauthorized", "the bearer token is not valid for this node");
+    r.problem.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
+    return r;
+  }
+  // admin > publisher > reader: a higher role may do what a lower one may.
+  if (static_cast<int>(found->role) < static_cast<int>(needed)) {
+    r.problem = Response::problem(403, "Forbidden",
+                                  "token '" + found->name + "' has role " + std::string(role_name(found->role)) +
+                                      "; this needs role " + std::string(role_name(needed)));
+    return r;
+  }
+  r.ok = true;
+  r.role = found->role;
+  r.name = found->name;
+  return r;
+}
+
+void NodeImpl::handle(Request&& req, Respond respond) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string param;
+  std::string route = match_route(req.path, param);
+  const std::string method = req.method;
+  // Wraps the answer with the request metrics.
+  Respond answer = [this, respond = std::move(respond), route, method, t0](Response r) {
+    const std::string label = route.empty() ? "unmatched" : route;
+    metrics_
+        .counter("entente_api_requests_total", "API requests by route, method and status",
+                 {{"route", label}, {"method", method}, {"status", std::to_string(r.status)}})
+        .inc();
+    metrics_
+        .histogram("entente_api_request_duration_seconds", "API request latency by route", {{"route", label}},
+                   latency_buckets())
+        .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    respond(std::move(r));
+  };
+  if (route.empty()) {
+    answer(Response::problem(404, "Not Found", "no resource at " + req.path.substr(0, 200)));
+    return;
+  }
+  // Method check, with Allow listing what the route takes.
+  std::string allow;
+  bool allowed = false;
+  for (const auto& ri : api_routes()) {
+    if (route != ri.path) continue;
+    if (!allow.empty()) allow += ", ";
+    allow += ri.method;
+    if (method == ri.method) allowed = !ri.websocket;
+  }
+  if (!allowed) {
+    bool ws_route = false;
+    for (const auto& ri : api_routes()) ws_route |= route == ri.path && ri.websocket;
+    Response r = ws_route ? Response::problem(426, "Upgrade Required", route + " is a WebSocket endpoint")
+                          : Response::problem(405, "Method Not Allowed",
+                                              method.substr(0, 20) + " is not allowed on " + route + " (allowed: " +
+                                                  allow + ")");
+    if (ws_route) r.headers.emplace_back("Upgrade", "websocket");
+    else r.headers.emplace_back("Allow", allow);
+    answer(std::move(r));
+    return;
+  }
+
+  auto need = [&](Role role) {
+    auto a = authenticate(req, role);
+    if (!a.ok) answer(std::move(a.problem));
+    return a.ok;
+  };
+  auto want_json_body = [&]() {
+    if (req.content_type != "application/json") {
+      answer(Response::problem(415, "Unsupported Media Type",
+                               "the body must be application/json, not '" + req.content_type.substr(0, 100) + "'"));
+      return false;
+    }
+    return true;
+  };
+
+  if (route == "/v1/health") {
+    JsonOut j;
+    j.begin_object().key("status").str("ok").key("domain").str(config_.domain).key("node").str(config_.node);
+    j.key("version").str(kVersion).key("uptime_s").dbl((wall_clock_ms() - started_ms_) / 1000.0).end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+  if (route == "/v1/openapi.json") {
+    answer(Response::json(200, std::string(openapi_json())));
+    return;
+  }
+  if (route == "/metrics") {
+    if (!need(Role::reader)) return;
+    Response r;
+    r.status = 200;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = metrics_.render();
+    answer(std::move(r));
+    return;
+  }
+
+  if (route == "/v1/streams" && method == "GET") {
+    if (!need(Role::reader)) return;
+    JsonOut j;
+    j.begin_object().key("streams").begin_array();
+    for (auto& s : list_streams()) j.raw(stream_json(*this, s));
+    j.end_array().end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+  if (route == "/v1/streams" && method == "POST") {
+    if (!need(Role::admin) || !want_json_body()) return;
+    auto spec = parse_stream_spec(req.body, config_);
+    if (!spec.ok()) {
+      answer(Response::problem(400, "Bad Request", spec.error().message));
+      return;
+    }
+    auto s = create_stream(std::move(spec).value());
+    if (!s.ok()) {
+      answer(problem_for(s.error()));
+      return;
+    }
+    Response r = Response::json(201, stream_json(*this, *s));
+    r.headers.emplace_back("Location", "/v1/streams/" + (*s)->meta().name);
+    answer(std::move(r));
+    return;
+  }
+  if (route == "/v1/streams/{name}") {
+    if (!need(method == "GET" ? Role::reader : Role::admin)) return;
+    if (method == "GET") {
+      auto s = find_stream(param);
+      if (!s) answer(Response::problem(404, "Not Found", "no stream '" + param.substr(0, 100) + "'"));
+      else answer(Response::json(200, stream_json(*this, s)));
+      return;
+    }
+    Status st = delete_stream(param);
+    if (!st.ok()) answer(problem_for(st.error()));
+    else answer(Response{204, "application/json", "", {}});
+    return;
+  }
+  if (route == "/v1/streams/{name}/tuples") {
+    if (!need(Role::publisher)) return;
+    auto s = find_stream(param);
+    if (!s) {
+      answer(Response::problem(404, "Not Found", "no stream '" + param.substr(0, 100) + "'"));
+      return;
+    }
+    IngestFormat format;
+    if (req.content_type == "application/x-ndjson" || req.content_type == "application/ndjson") {
+      format = IngestFormat::ndjson;
+    } else if (req.content_type == "application/json") {
+      format = IngestFormat::json_array;
+    } else {
+      answer(Response::problem(415, "Unsupported Media Type",
+                               "tuples are application/x-ndjson or application/json (an array), not '" +
+                                   req.content_type.substr(0, 100) + "'"));
+      return;
+    }
+    ingest(*this, s, format, req.body, [answer](IngestResult r) {
+      if (r.problem) {
+        answer(std::move(*r.problem));
+        return;
+      }
+      JsonOut j;
+      j.begin_object().key("count").u64(r.count).key("first_seq").u64(r.first).key("last_seq").u64(r.last);
+      j.end_object();
+      answer(Response::json(200, j.take()));
+    });
+    return;
+  }
+  if (route == "/v1/queries" && method == "GET") {
+    if (!need(Role::reader)) return;
+    const std::string placement = config_.domain + "/" + config_.node;
+    JsonOut j;
+    j.begin_object().key("queries").begin_array();
+    for (auto& q : list_queries()) j.raw(query_json(q, placement));
+    j.end_array().end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+  if (route == "/v1/queries" && method == "POST") {
+    if (!need(Role::admin) || !want_json_body()) return;
+    Diagnostics diag;
+    auto q = deploy_query(req.body, diag);
+    if (!q.ok()) {
+      if (!diag.ok())
+        answer(Response::problem(400, "Bad Request",
+                                 q.error().message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
+                                     diag.items().front().path + ": " + diag.items().front().message,
+                                 diagnostics_members(diag)));
+      else
+        answer(problem_for(q.error()));
+      return;
+    }
+    Response r = Response::json(201, query_json(*q, config_.domain + "/" + config_.node));
+    r.headers.emplace_back("Location", "/v1/queries/" + (*q)->meta().name);
+    answer(std::move(r));
+    return;
+  }
+  if (route == "/v1/queries/{name}") {
+    if (!need(method == "GET" ? Role::reader : Role::admin)) return;
+    if (method == "GET") {
+      auto q = find_query(param);
+      if (!q) answer(Response::problem(404, "Not Found", "no query '" + param.substr(0, 100) + "'"));
+      else answer(Response::json(200, query_json(q, config_.domain + "/" + config_.node)));
+      return;
+    }
+    Status st = delete_query(param);
+    if (!st.ok()) answer(problem_for(st.error()));
+    else answer(Response{204, "application/json", "", {}});
+    return;
+  }
+  if (route == "/v1/checkpoints" && method == "GET") {
+    if (!need(Role::reader)) return;
+    auto list = store::Checkpoints::list(*store_);
+    if (!list.ok()) {
+      answer(problem_for(list.error()));
+      return;
+    }
+    JsonOut j;
+    j.begin_object().key("checkpoints").begin_array();
+    for (auto& c : *list) {
+      std::string q = c.owner.rfind("query/", 0) == 0 ? c.owner.substr(6) : c.owner;
+      j.begin_object().key("query").str(q).key("id").u64(c.id).key("bytes").u64(c.bytes).end_object();
+    }
+    j.end_array().end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+  if (route == "/v1/checkpoints" && method == "POST") {
+    if (!need(Role::admin)) return;
+    checkpoint_all([answer](std::vector<Result<CheckpointInfo>> results) {
+      JsonOut j;
+      j.begin_object().key("checkpoints").begin_array();
+      std::string failures;
+      for (auto& r : results) {
+        if (r.ok()) write_checkpoint(j, *r);
+        else failures += (failures.empty() ? "" : "; ") + r.error().message;
+      }
+      j.end_array().end_object();
+      if (!failures.empty()) answer(Response::problem(500, "Checkpoint Failed", failures));
+      else answer(Response::json(200, j.take()));
+    });
+    return;
+  }
+  answer(Response::problem(404, "Not Found", "no resource at " + req.path.substr(0, 200)));
+}
+
+}  // namespace entente::broker::detail

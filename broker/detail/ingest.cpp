@@ -1,0 +1,250 @@
+#include "broker/detail/ingest.h"
+
+#include <cctype>
+
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "engine/codec.h"
+#include "engine/detail/options.h"
+#include "rapidjson/document.h"
+#include "rapidjson/error/en.h"
+
+namespace entente::broker::detail {
+
+namespace {
+
+constexpr auto kParseFlags = rapidjson::kParseValidateEncodingFlag | rapidjson::kParseFullPrecisionFlag;
+
+http::Response row_problem(const std::string& message) {
+  // Engine messages read "row N, field 'f': why" or "row N: why".
+  JsonOut j;
+  j.begin_array().begin_object();
+  std::string_view m = message;
+  if (m.rfind("row ", 0) == 0) {
+    size_t i = 4;
+    uint64_t row = 0;
+    while (i < m.size() && std::isdigit(static_cast<unsigned char>(m[i]))) row = row * 10 + (m[i++] - '0');
+    j.key("row").u64(row);
+    const std::string_view fkey = ", field '";
+    if (m.substr(i, fkey.size()) == fkey) {
+      size_t end = m.find('\'', i + fkey.size());
+      if (end != std::string_view::npos) j.key("field").str(m.substr(i + fkey.size(), end - i - fkey.size()));
+    }
+  }
+  j.key("message").str(message).end_object().end_array();
+  return http::Response::problem(400, "Bad Request", "the batch was rejected, nothing was stored: " + message,
+                                 "\"errors\":" + j.take());
+}
+
+Result<int64_t> duration_or_ms(const rapidjson::Value& v, const std::string& key) {
+  Diagnostics diag;
+  auto d = engine::detail::parse_duration_ms(v, key, diag);
+  if (!d || *d < 0)
+    return make_error(Errc::invalid_argument,
+                      diag.ok() ? key + ": expected a non-negative duration" : diag.items().front().path + ": " +
+                                                                                  diag.items().front().message);
+  return *d;
+}
+
+}  // namespace
+
+Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config) {
+  rapidjson::Document d;
+  d.Parse<kParseFlags>(body.data(), body.size());
+  if (d.HasParseError())
+    return make_error(Errc::parse_error, "invalid JSON at offset " + std::to_string(d.GetErrorOffset()) + ": " +
+                                             rapidjson::GetParseError_En(d.GetParseError()));
+  if (!d.IsObject()) return make_error(Errc::invalid_argument, "$: expected an object with name and schema");
+  StreamMeta m;
+  m.producer = "api";
+  m.retention = {config.retention.max_tuples, config.retention.max_bytes, config.retention.max_age_ms};
+  bool have_schema = false;
+  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
+    std::string key(it->name.GetString(), it->name.GetStringLength());
+    const auto& v = it->value;
+    if (key == "name") {
+      if (!v.IsString()) return make_error(Errc::invalid_argument, "$.name: expected a string");
+      m.name.assign(v.GetString(), v.GetStringLength());
+      if (Status s = check_stream_name(m.name); !s.ok())
+        return make_error(Errc::invalid_argument, "$.name: " + s.error().message);
+    } else if (key == "schema") {
+      auto s = engine::schema_from_json(v, "$.schema");
+      if (!s.ok()) return s.error();
+      if (s->size() == 0) return make_error(Errc::invalid_argument, "$.schema: a stream needs at least one field");
+      m.schema = std::make_shared<const engine::Schema>(std::move(s).value());
+      have_schema = true;
+    } else if (key == "event_time") {
+      if (v.IsNull()) continue;
+      if (!v.IsString()) return make_error(Errc::invalid_argument, "$.event_time: expected a field name or null");
+      m.event_time.assign(v.GetString(), v.GetStringLength());
+    } else if (key == "retention") {
+      if (!v.IsObject()) return make_error(Errc::invalid_argument, "$.retention: expected an object");
+      for (auto r = v.MemberBegin(); r != v.MemberEnd(); ++r) {
+        std::string rk(r->name.GetString(), r->name.GetStringLength());
+        if (rk == "max_tuples" || rk == "max_bytes") {
+          if (!r->value.IsUint64())
+            return make_error(Errc::invalid_argument, "$.retention." + rk + ": expected a non-negative integer");
+          (rk == "max_tuples" ? m.retention.max_tuples : m.retention.max_bytes) = r->value.GetUint64();
+        } else if (rk == "max_age") {
+          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_age_ms, duration_or_ms(r->value, "$.retention.max_age"));
+        } else {
+          return make_error(Errc::invalid_argument,
+                            "$.retention." + rk.substr(0, 64) + ": unknown key (max_tuples, max_bytes, max_age)");
+        }
+      }
+    } else {
+      return make_error(Errc::invalid_argument,
+                        "$." + key.substr(0, 64) + ": unknown key (name, schema, event_time, retention)");
+    }
+  }
+  if (m.name.empty()) return make_error(Errc::invalid_argument, "$.name: required");
+  if (!have_schema) return make_error(Errc::invalid_argument, "$.schema: required");
+  if (!m.event_time.empty()) {
+    auto idx = m.schema->index_of(m.event_time);
+    if (!idx) return make_error(Errc::invalid_argument, "$.event_time: '" + m.event_time + "' is not a field of the schema");
+    if (!engine::is_int_repr(m.schema->field(*idx).type))
+      return make_error(Errc::invalid_argument, "$.event_time: '" + m.event_time + "' must be a timestamp or int64 field");
+  }
+  return m;
+}
+
+void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::string body,
+            std::function<void(IngestResult)> done) {
+  const auto& meta = stream->meta();
+  auto refuse = [&](http::Response r) {
+    IngestResult res;
+    res.problem = std::move(r);
+    done(std::move(res));
+  };
+  if (meta.producer != "api") {
+    refuse(http::Response::problem(409, "Conflict", "stream '" + meta.name + "' is written by " + meta.producer +
+                                                        "; it takes no tuples from publishers"));
+    return;
+  }
+  const int64_t now = wall_clock_ms();
+  engine::Batch batch;
+  if (format == IngestFormat::binary) {
+    std::string_view in = body;
+    auto b = engine::decode_batch(in, 1u << 22);
+    if (!b.ok()) {
+      refuse(http::Response::problem(400, "Bad Request", "binary batch: " + b.error().message));
+      return;
+    }
+    if (!in.empty()) {
+      refuse(http::Response::problem(400, "Bad Request", "binary batch: " + std::to_string(in.size()) +
+                                                             " bytes after the batch"));
+      return;
+    }
+    if (!(*b->schema == *meta.schema)) {
+      refuse(http::Response::problem(400, "Bad Request", "binary batch: schema " + b->schema->to_string() +
+                                                             " is not the stream's " + meta.schema->to_string()));
+      return;
+    }
+    batch = std::move(b).value();
+    batch.schema = meta.schema;
+    if (!meta.event_time.empty()) {
+      const auto& col = *batch.columns[*meta.schema->index_of(meta.event_time)];
+      for (size_t r = 0; r < batch.rows(); ++r) batch.event_time[r] = col.ints[r];
+    } else {
+      std::fill(batch.event_time.begin(), batch.event_time.end(), now);
+    }
+  } else {
+    rapidjson::Document doc;
+    if (format == IngestFormat::json_array) {
+      body.push_back('\0');
+      doc.ParseInsitu<kParseFlags>(body.data());
+      if (doc.HasParseError()) {
+        refuse(http::Response::problem(400, "Bad Request",
+                                       "invalid JSON at offset " + std::to_string(doc.GetErrorOffset()) + ": " +
+                                           rapidjson::GetParseError_En(doc.GetParseError())));
+        return;
+      }
+      if (!doc.IsArray()) {
+        refuse(http::Response::problem(400, "Bad Request", "an application/json body must be an array of objects"));
+        return;
+      }
+    } else {
+      doc.SetArray();
+      auto& alloc = doc.GetAllocator();
+      size_t row = 0;
+      size_t start = 0;
+      body.push_back('\n');
+      while (start < body.size()) {
+        size_t end = body.find('\n', start);
+        body[end] = '\0';
+        char* line = body.data() + start;
+        size_t len = end - start;
+        start = end + 1;
+        bool blank = true;
+        for (size_t i = 0; i < len && blank; ++i) blank = std::isspace(static_cast<unsigned char>(line[i])) != 0;
+        if (blank) continue;
+        rapidjson::Document one(&alloc);
+        one.ParseInsitu<kParseFlags>(line);
+        if (one.HasParseError()) {
+          refuse(row_problem("row " + std::to_string(row) + ": invalid JSON at offset " +
+                             std::to_string(one.GetErrorOffset()) + ": " +
+                             rapidjson::GetParseError_En(one.GetParseError())));
+          return;
+        }
+        doc.PushBack(static_cast<rapidjson::Value&>(one).Move(), alloc);
+        ++row;
+      }
+    }
+    if (doc.Empty()) {
+      refuse(http::Response::problem(400, "Bad Request", "the body holds no tuples"));
+      return;
+    }
+    auto b = engine::rows_from_json(meta.schema, doc, meta.event_time, now);
+    if (!b.ok()) {
+      refuse(row_problem(b.error().message));
+      return;
+    }
+    batch = std::move(b).value();
+  }
+  if (batch.rows() == 0) {
+    refuse(http::Response::problem(400, "Bad Request", "the body holds no tuples"));
+    return;
+  }
+  // Backpressure: a query that has fallen this far behind would otherwise
+  // let the log (and its replay on restart) grow without bound.
+  const size_t max_lag = node.config().query_max_lag_tuples;
+  for (auto& q : node.readers_of(meta.name)) {
+    const uint64_t lag = q->lag_tuples();
+    if (lag > max_lag) {
+      auto r = http::Response::problem(429, "Too Many Requests",
+                                       "query '" + q->meta().name + "' is " + std::to_string(lag) +
+                                           " tuples behind on its inputs (limit " + std::to_string(max_lag) +
+                                           "); retry later");
+      r.headers.emplace_back("Retry-After", "1");
+      refuse(std::move(r));
+      return;
+    }
+  }
+  const uint64_t n = batch.rows();
+  Status s = stream->append(std::move(batch), node.gc(), store::Admission::reject, store::WriteBatch(),
+                            [done, n](const Status& st, const RecordPtr& rec) {
+                              IngestResult res;
+                              if (!st.ok()) {
+                                res.problem = http::Response::problem(500, "Internal Server Error",
+                                                                      "the tuples were not stored: " + st.error().message);
+                              } else {
+                                res.count = n;
+                                res.first = rec->first;
+                                res.last = rec->last;
+                              }
+                              done(std::move(res));
+                            });
+  if (!s.ok()) {
+    if (s.error().code == Errc::unavailable) {
+      auto r = http::Response::problem(503, "Service Unavailable", s.error().message + "; retry later");
+      r.headers.emplace_back("Retry-After", "1");
+      refuse(std::move(r));
+    } else if (s.error().code == Errc::not_found) {
+      refuse(http::Response::problem(404, "Not Found", s.error().message));
+    } else {
+      refuse(http::Response::problem(400, "Bad Request", s.error().message));
+    }
+  }
+}
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,119 @@
+#pragma once
+// The node's internals, shared by node.cpp (lifecycle, catalog, recovery,
+// maintenance), api.cpp (REST routes) and websocket.cpp (subscribe and
+// publish sessions).
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "broker/config.h"
+#include "broker/detail/query.h"
+#include "broker/detail/streams.h"
+#include "broker/http/server.h"
+#include "broker/metrics.h"
+#include "store/group_commit.h"
+#include "store/store.h"
+
+namespace entente::broker::detail {
+
+// A route of the API, for the OpenAPI consistency test: method and path
+// template ("/v1/streams/{name}"). WebSocket routes have method "GET".
+struct RouteInfo {
+  const char* method;
+  const char* path;
+  bool websocket;
+};
+const std::vector<RouteInfo>& api_routes();
+
+class NodeImpl final : public http::Handler {
+ public:
+  explicit NodeImpl(NodeConfig config);
+  ~NodeImpl() override;
+
+  Status open();
+  Status start();
+  void stop();
+  uint16_t port() const { return server_ ? server_->port() : 0; }
+
+  // http::Handler (api.cpp, websocket.cpp)
+  void handle(http::Request&& req, http::Respond respond) override;
+  std::shared_ptr<http::WebSocketSession> upgrade(const http::Request& req,
+                                                  http::Response& reject) override;
+
+  // --- used by the API
+  struct AuthResult {
+    bool ok = false;
+    Role role = Role::reader;
+    std::string name;
+    http::Response problem;  // when !ok
+  };
+  AuthResult authenticate(const http::Request& req, Role needed) const;
+
+  Result<StreamPtr> create_stream(StreamMeta meta);
+  Status delete_stream(const std::string& name);
+  StreamPtr find_stream(const std::string& name) const;
+  std::vector<StreamPtr> list_streams() const;
+
+  // Deploys a query network; all validation problems in `diag`.
+  Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json,
+                                                    Diagnostics& diag);
+  Status delete_query(const std::string& name);
+  std::shared_ptr<QueryRunner> find_query(const std::string& name) const;
+  std::vector<std::shared_ptr<QueryRunner>> list_queries() const;
+  // Queries reading `stream` (for backpressure and delete checks).
+  std::vector<std::shared_ptr<QueryRunner>> readers_of(const std::string& stream) const;
+
+  // Checkpoints every query now; `done` gets them all (on some thread).
+  void checkpoint_all(std::function<void(std::vector<Result<CheckpointInfo>>)> done);
+
+  // Ingest: parses, appends, and answers through `respond`. Also used by
+  // the WebSocket publisher with `on_done` instead of an HTTP response.
+  struct IngestOk {
+    uint64_t count = 0, first = 0, last = 0;
+  };
+  using IngestDone = std::function<void(Result<IngestOk>, unsigned status, std::string problem_json_members)>;
+
+  const NodeConfig& config() const { return config_; }
+  Registry& metrics() { return metrics_; }
+  store::Store& store() { return *store_; }
+  store::GroupCommit& gc() { return *gc_; }
+  int64_t started_ms() const { return started_ms_; }
+
+ private:
+  Status load_catalog();
+  uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
+  void maintenance_loop();
+  void enforce_retention();
+  void register_collectors();
+
+  NodeConfig config_;
+  Registry metrics_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::GroupCommit> gc_;
+  std::unique_ptr<EnginePool> pool_;
+  std::unique_ptr<http::Server> server_;
+
+  mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
+  std::map<std::string, StreamPtr> streams_;
+  std::map<std::string, std::shared_ptr<QueryRunner>> queries_;
+  uint64_t next_id_ = 1;
+
+  std::mutex maint_mu_;
+  std::condition_variable maint_cv_;
+  bool stopping_ = false;  // REQUIRES: maint_mu_
+  std::thread maint_thread_;
+  std::atomic<bool> stopped_{false};
+  int64_t started_ms_ = 0;
+};
+
+int64_t wall_clock_ms();
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,604 @@
+#include "broker/detail/query.h"
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <numeric>
+
+#include "engine/codec.h"
+#include "engine/serde.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+#include "store/stream_log.h"
+
+namespace entente::broker::detail {
+
+namespace {
+
+constexpr size_t kTapRecords = 64;        // live records kept per input
+constexpr int kStepsPerRun = 64;          // bounded work per scheduling
+constexpr size_t kMaxPendingJournal = 4096;
+constexpr uint8_t kCheckpointVersion = 1;
+
+int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string journal_prefix(uint64_t query_id) {
+  std::string k = "J";
+  store::put_key_u64(k, query_id);
+  return k;
+}
+
+std::string journal_key(uint64_t query_id, uint64_t seq) {
+  std::string k = journal_prefix(query_id);
+  store::put_key_u64(k, seq);
+  return k;
+}
+
+std::string checkpoint_owner(const QueryMeta& m) { return "query/" + m.name; }
+
+// Rows [offset, offset + count) of `b`; shares columns when it is all of b.
+engine::Batch slice(const engine::Batch& b, size_t offset, size_t count) {
+  if (offset == 0 && count == b.rows()) return b;
+  std::vector<uint32_t> rows(count);
+  std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(offset));
+  return b.take(rows);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- EnginePool
+
+EnginePool::EnginePool(int threads) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+}
+
+EnginePool::~EnginePool() { stop(); }
+
+void EnginePool::schedule(std::shared_ptr<QueryRunner> runner) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    ready_.push_back(std::move(runner));
+  }
+  cv_.notify_one();
+}
+
+void EnginePool::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && threads_.empty()) return;
+    stopping_ = true;
+    ready_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void EnginePool::work() {
+  for (;;) {
+    std::shared_ptr<QueryRunner> r;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+      if (stopping_) return;
+      r = std::move(ready_.front());
+      ready_.pop_front();
+    }
+    // Cleared before running, so input that arrives meanwhile schedules
+    // the runner again instead of being missed.
+    r->scheduled_.store(false, std::memory_order_release);
+    r->run_some();
+  }
+}
+
+// ------------------------------------------------------------------ InputTap
+
+class QueryRunner::InputTap final : public Tap {
+ public:
+  explicit InputTap(std::weak_ptr<QueryRunner> runner) : runner_(std::move(runner)) {}
+
+  void on_record(const RecordPtr& record) override {
+    {
+      std::lock_guard lock(mu_);
+      // Bounded: a runner that has fallen behind reads from the log instead.
+      if (records_.size() == kTapRecords) records_.pop_front();
+      records_.push_back(record);
+    }
+    if (auto r = runner_.lock()) r->schedule();
+  }
+  void on_stream_closed() override {}
+
+  // The record holding `pos`, dropping older ones; nullptr when not here.
+  RecordPtr find(uint64_t pos) {
+    std::lock_guard lock(mu_);
+    while (!records_.empty() && records_.front()->last < pos) records_.pop_front();
+    if (!records_.empty() && records_.front()->first <= pos) return records_.front();
+    return nullptr;
+  }
+
+ private:
+  std::weak_ptr<QueryRunner> runner_;
+  std::mutex mu_;
+  std::deque<RecordPtr> records_;
+};
+
+// --------------------------------------------------------------- QueryMeta
+
+std::string query_meta_to_json(const QueryMeta& m) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  w.Key("name");
+  w.String(m.name.c_str(), static_cast<rapidjson::SizeType>(m.name.size()));
+  w.Key("id");
+  w.Uint64(m.id);
+  w.Key("network");
+  w.String(m.network_json.c_str(), static_cast<rapidjson::SizeType>(m.network_json.size()));
+  w.Key("inputs");
+  w.StartArray();
+  for (auto& s : m.inputs) w.String(s.c_str(), static_cast<rapidjson::SizeType>(s.size()));
+  w.EndArray();
+  w.Key("outputs");
+  w.StartArray();
+  for (auto& s : m.outputs) w.String(s.c_str(), static_cast<rapidjson::SizeType>(s.size()));
+  w.EndArray();
+  w.Key("start");
+  w.StartArray();
+  for (auto v : m.start) w.Uint64(v);
+  w.EndArray();
+  w.Key("created_ms");
+  w.Int64(m.created_ms);
+  w.EndObject();
+  return {sb.GetString(), sb.GetSize()};
+}
+
+Result<QueryMeta> query_meta_from_json(std::string_view json) {
+  rapidjson::Document d;
+  d.Parse(json.data(), json.size());
+  auto bad = [] { return make_error(Errc::corrupt, "catalog: a query record is malformed"); };
+  if (d.HasParseError() || !d.IsObject()) return bad();
+  QueryMeta m;
+  auto get = [&](const char* k) -> const rapidjson::Value* {
+    auto it = d.FindMember(k);
+    return it == d.MemberEnd() ? nullptr : &it->value;
+  };
+  const auto *name = get("name"), *id = get("id"), *net = get("network"), *in = get("inputs"),
+             *out = get("outputs"), *start = get("start"), *created = get("created_ms");
+  if (!name || !name->IsString() || !id || !id->IsUint64() || !net || !net->IsString() || !in ||
+      !in->IsArray() || !out || !out->IsArray() || !start || !start->IsArray() || !created ||
+      !created->IsInt64())
+    return bad();
+  m.name = name->GetString();
+  m.id = id->GetUint64();
+  m.network_json.assign(net->GetString(), net->GetStringLength());
+  for (auto& v : in->GetArray()) {
+    if (!v.IsString()) return bad();
+    m.inputs.emplace_back(v.GetString());
+  }
+  for (auto& v : out->GetArray()) {
+    if (!v.IsString()) return bad();
+    m.outputs.emplace_back(v.GetString());
+  }
+  for (auto& v : start->GetArray()) {
+    if (!v.IsUint64()) return bad();
+    m.start.push_back(v.GetUint64());
+  }
+  if (m.start.size() != m.inputs.size()) return bad();
+  m.created_ms = created->GetInt64();
+  return m;
+}
+
+// --------------------------------------------------------------- QueryRunner
+
+QueryRunner::QueryRunner(QueryMeta meta, std::vector<StreamPtr> inputs,
+                         std::vector<StreamPtr> outputs, Env env)
+    : meta_(std::move(meta)),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)),
+      env_(env),
+      positions_(new std::atomic<uint64_t>[inputs_.size()]),
+      pins_(new std::atomic<uint64_t>[inputs_.size()]) {}
+
+QueryRunner::~QueryRunner() = default;
+
+Result<std::shared_ptr<QueryRunner>> QueryRunner::create(QueryMeta meta,
+                                                         std::vector<StreamPtr> inputs,
+                                                         std::vector<StreamPtr> outputs, Env env) {
+  Diagnostics diag;
+  auto net = engine::QueryNetwork::parse(meta.network_json, diag);
+  if (!net.ok()) return make_error(Errc::invalid_argument, diag.to_string());
+  std::shared_ptr<QueryRunner> r(
+      new QueryRunner(std::move(meta), std::move(inputs), std::move(outputs), env));
+  r->network_ = std::move(net).value();
+  if (r->network_.inputs().size() != r->inputs_.size() ||
+      r->network_.outputs().size() != r->outputs_.size())
+    return make_error(Errc::corrupt, "query '" + r->meta_.name + "': inputs or outputs do not match its network");
+  QueryRunner* self = r.get();
+  auto exec = engine::Executor::create(r->network_, [self](size_t out, const engine::Batch& b) {
+    if (b.rows() > 0) self->pending_out_[out].push_back(b);
+  });
+  if (!exec.ok()) return exec.error();
+  r->executor_ = std::move(exec).value();
+  r->pending_out_.resize(r->outputs_.size());
+  r->pos_ = r->meta_.start;
+  r->out_next_.assign(r->outputs_.size(), 1);
+  for (size_t i = 0; i < r->inputs_.size(); ++i) {
+    r->positions_[i].store(r->pos_[i]);
+    r->pins_[i].store(r->pos_[i]);
+    r->taps_.push_back(std::make_shared<InputTap>(r));
+  }
+  return r;
+}
+
+void QueryRunner::fail(const std::string& why) {
+  state_ = "failed: " + why;
+  std::fprintf(stderr, "entente: query '%s' failed: %s\n", meta_.name.c_str(), why.c_str());
+}
+
+Status QueryRunner::read_range(size_t input, uint64_t first, uint64_t last,
+                               std::vector<engine::Batch>& out) {
+  uint64_t pos = first;
+  while (pos <= last) {
+    std::vector<store::LogRecord> recs;
+    ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, inputs_[input]->meta().id, pos, 16,
+                                                   8u << 20, recs));
+    if (recs.empty() || recs.front().first > pos)
+      return make_error(Errc::not_found, "stream '" + inputs_[input]->meta().name + "': tuple " +
+                                             std::to_string(pos) + " is no longer in the log");
+    for (auto& rec : recs) {
+      if (rec.first > pos) break;
+      std::string_view bytes = rec.payload;
+      auto b = engine::decode_batch(bytes);
+      if (!b.ok()) return make_error(Errc::corrupt, "stream '" + inputs_[input]->meta().name + "' log: " + b.error().message);
+      const uint64_t end = std::min(rec.last, last);
+      out.push_back(slice(*b, pos - rec.first, end - pos + 1));
+      pos = end + 1;
+      if (pos > last) break;
+    }
+  }
+  return Status::Ok();
+}
+
+Status QueryRunner::recover() {
+  std::lock_guard lock(mu_);
+  const std::string owner = checkpoint_owner(meta_);
+  ENTENTE_ASSIGN_OR_RETURN(auto cp, store::Checkpoints::latest(*env_.store, owner));
+  if (cp) {
+    engine::ByteReader r(cp->bytes);
+    uint8_t version = 0;
+    uint64_t n_in = 0, n_out = 0, journal = 0;
+    auto corrupt = [&] {
+      return make_error(Errc::corrupt, "query '" + meta_.name + "': checkpoint " + std::to_string(cp->id) + " is corrupt");
+    };
+    if (!r.u8(version) || version != kCheckpointVersion || !r.varint(n_in) || n_in != inputs_.size())
+      return corrupt();
+    for (auto& p : pos_)
+      if (!r.varint(p)) return corrupt();
+    if (!r.varint(n_out) || n_out != outputs_.size()) return corrupt();
+    for (auto& o : out_next_)
+      if (!r.varint(o)) return corrupt();
+    std::string_view snap;
+    if (!r.varint(journal) || !r.bytes(snap)) return corrupt();
+    ENTENTE_RETURN_IF_ERROR(executor_->restore(snap));
+    journal_next_ = journal;
+    next_checkpoint_id_ = cp->id + 1;
+    CheckpointInfo info{meta_.name, cp->id, cp->bytes.size(), 0, 0};
+    std::lock_guard cl(cp_mu_);
+    last_checkpoint_ = info;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) pins_[i].store(pos_[i]);
+
+  // Replay the journal in its original order: the same pushes give the
+  // same outputs; the ones already in the output logs are dropped by seq.
+  const std::string prefix = journal_prefix(meta_.id);
+  std::vector<std::pair<uint64_t, JournalEntry>> entries;
+  Status bad_entry = Status::Ok();
+  ENTENTE_RETURN_IF_ERROR(env_.store->scan(
+      store::Cf::log, prefix,
+      [&](std::string_view key, std::string_view value) {
+        engine::ByteReader r(value);
+        uint64_t input = 0;
+        JournalEntry e{};
+        if (key.size() != prefix.size() + 8 || !r.varint(input) || !r.varint(e.first) ||
+            !r.varint(e.last) || input >= inputs_.size() || e.last < e.first) {
+          bad_entry = make_error(Errc::corrupt, "query '" + meta_.name + "': a journal entry is corrupt");
+          return false;
+        }
+        e.input = static_cast<uint32_t>(input);
+        entries.emplace_back(store::get_key_u64(key.substr(prefix.size())), e);
+        return true;
+      },
+      journal_key(meta_.id, journal_next_)));
+  ENTENTE_RETURN_IF_ERROR(bad_entry);
+  for (auto& [seq, e] : entries) {
+    if (e.first != pos_[e.input])
+      return make_error(Errc::corrupt, "query '" + meta_.name + "': journal entry " + std::to_string(seq) +
+                                           " starts at " + std::to_string(e.first) + ", expected " +
+                                           std::to_string(pos_[e.input]));
+    std::vector<engine::Batch> batches;
+    ENTENTE_RETURN_IF_ERROR(read_range(e.input, e.first, e.last, batches));
+    for (auto& b : batches) executor_->push(e.input, std::move(b));
+    pos_[e.input] = e.last + 1;
+    journal_next_ = seq + 1;
+    if (!flush_outputs(/*replaying=*/true)) return make_error(Errc::io_error, state_);
+  }
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    if (out_next_[o] != outputs_[o]->committed_next())
+      return make_error(Errc::corrupt, "query '" + meta_.name + "': output '" + meta_.outputs[o] +
+                                           "' has tuples up to " + std::to_string(outputs_[o]->committed_next() - 1) +
+                                           " but recovery reproduced up to " + std::to_string(out_next_[o] - 1));
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) positions_[i].store(pos_[i]);
+  box_stats_ = executor_->box_stats();
+  return Status::Ok();
+}
+
+void QueryRunner::start() {
+  for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i]->add_tap(taps_[i]);
+  schedule();
+}
+
+void QueryRunner::stop() {
+  stopped_.store(true, std::memory_order_release);
+  for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i]->remove_tap(taps_[i].get());
+  std::lock_guard lock(mu_);  // waits for a run_some in progress
+}
+
+void QueryRunner::schedule() {
+  if (stopped_.load(std::memory_order_acquire)) return;
+  if (scheduled_.exchange(true, std::memory_order_acq_rel)) return;
+  env_.pool->schedule(shared_from_this());
+}
+
+bool QueryRunner::step(size_t i) {
+  std::vector<engine::Batch> batches;
+  uint64_t last;
+  if (RecordPtr rec = taps_[i]->find(pos_[i])) {
+    last = rec->last;
+    batches.push_back(slice(*rec->batch, pos_[i] - rec->first, rec->last - pos_[i] + 1));
+  } else {
+    // Behind the live records: read one log record's worth.
+    std::vector<store::LogRecord> recs;
+    Status s = store::StreamLog::read(*env_.store, inputs_[i]->meta().id, pos_[i], 1, 8u << 20, recs);
+    if (!s.ok()) {
+      fail(s.error().message);
+      return false;
+    }
+    if (recs.empty() || recs.front().first > pos_[i] || recs.front().last < pos_[i]) {
+      fail("stream '" + inputs_[i]->meta().name + "': tuple " + std::to_string(pos_[i]) +
+           " is no longer in the log");
+      return false;
+    }
+    last = std::min(recs.front().last, inputs_[i]->committed_next() - 1);
+    s = read_range(i, pos_[i], last, batches);
+    if (!s.ok()) {
+      fail(s.error().message);
+      return false;
+    }
+  }
+  journal_pending_.push_back({static_cast<uint32_t>(i), pos_[i], last});
+  for (auto& b : batches) executor_->push(i, std::move(b));
+  pos_[i] = last + 1;
+  positions_[i].store(pos_[i], std::memory_order_release);
+  return true;
+}
+
+bool QueryRunner::flush_outputs(bool replaying) {
+  // The journal entries that led here go with the first output record, in
+  // one atomic write: an output in the log always has its inputs journaled.
+  store::WriteBatch extra;
+  for (auto& e : journal_pending_) {
+    std::string v;
+    engine::ByteWriter w(v);
+    w.varint(e.input);
+    w.varint(e.first);
+    w.varint(e.last);
+    extra.put(store::Cf::log, journal_key(meta_.id, journal_next_++), v);
+  }
+  journal_pending_.clear();
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    auto& parts = pending_out_[o];
+    if (parts.empty()) continue;
+    engine::Batch b = parts.size() == 1 ? std::move(parts[0])
+                                        : engine::concat(outputs_[o]->meta().schema, parts);
+    parts.clear();
+    const uint64_t n = b.rows();
+    if (replaying) {
+      const uint64_t durable = outputs_[o]->committed_next();
+      if (out_next_[o] + n <= durable) {
+        out_next_[o] += n;
+        continue;
+      }
+      if (out_next_[o] < durable) b = slice(b, durable - out_next_[o], out_next_[o] + n - durable);
+    }
+    Status s = outputs_[o]->append(std::move(b), *env_.gc, store::Admission::wait, std::move(extra), nullptr);
+    extra = store::WriteBatch();
+    if (!s.ok()) {
+      fail("output '" + meta_.outputs[o] + "': " + s.error().message);
+      return false;
+    }
+    out_next_[o] += n;
+  }
+  if (!extra.empty()) {
+    Status s = env_.gc->submit(std::move(extra), nullptr, store::Admission::wait);
+    if (!s.ok()) {
+      fail("journal: " + s.error().message);
+      return false;
+    }
+  }
+  return true;
+}
+
+void QueryRunner::run_some() {
+  if (stopped_.load(std::memory_order_acquire)) return;
+  std::unique_lock lock(mu_);
+  if (state_ != "running") return;
+  bool more = false;
+  for (int k = 0; k < kStepsPerRun; ++k) {
+    size_t chosen = inputs_.size();
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      size_t i = (rr_ + j) % inputs_.size();
+      if (pos_[i] < inputs_[i]->committed_next()) {
+        chosen = i;
+        break;
+      }
+    }
+    if (chosen == inputs_.size()) break;
+    rr_ = chosen + 1;
+    if (!step(chosen)) return;
+    bool any = false;
+    for (auto& p : pending_out_) any |= !p.empty();
+    if ((any || journal_pending_.size() >= kMaxPendingJournal) && !flush_outputs(false)) return;
+    more = k + 1 == kStepsPerRun;
+  }
+  box_stats_ = executor_->box_stats();
+  if (checkpoint_wanted_.exchange(false)) {
+    auto waiters = std::move(checkpoint_waiters_);
+    checkpoint_waiters_.clear();
+    take_checkpoint(std::move(waiters));
+  }
+  lock.unlock();
+  if (more) schedule();
+}
+
+void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string bytes;
+  engine::ByteWriter w(bytes);
+  w.u8(kCheckpointVersion);
+  w.varint(pos_.size());
+  for (auto p : pos_) w.varint(p);
+  w.varint(out_next_.size());
+  for (auto o : out_next_) w.varint(o);
+  // The checkpoint reflects every input consumed so far, so unwritten
+  // journal entries are not needed any more.
+  journal_pending_.clear();
+  w.varint(journal_next_);
+  w.bytes(executor_->snapshot());
+
+  const uint64_t id = next_checkpoint_id_++;
+  const std::string owner = checkpoint_owner(meta_);
+  store::WriteBatch wb;
+  store::Checkpoints::add_put(wb, owner, id, bytes);
+  store::Checkpoints::add_erase_before(wb, owner, id);
+  wb.erase_range(store::Cf::log, journal_key(meta_.id, 0), journal_key(meta_.id, journal_next_));
+  auto positions = pos_;
+  CheckpointInfo info{meta_.name, id, bytes.size(), wall_ms(), 0};
+  auto self = shared_from_this();
+  Status s = env_.gc->submit(
+      std::move(wb),
+      [self, info, positions, t0, dones](const Status& st) mutable {
+        if (!st.ok()) {
+          for (auto& d : dones) d(st.error());
+          return;
+        }
+        info.duration_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        for (size_t i = 0; i < positions.size(); ++i) self->pins_[i].store(positions[i]);
+        {
+          std::lock_guard cl(self->cp_mu_);
+          self->last_checkpoint_ = info;
+        }
+        if (self->env_.metrics) {
+          self->env_.metrics
+              ->histogram("entente_checkpoint_duration_seconds", "Time to snapshot a query and make it durable",
+                          {{"query", info.query}}, latency_buckets())
+              .observe(info.duration_ms / 1000.0);
+          self->env_.metrics
+              ->gauge("entente_checkpoint_bytes", "Size of the last checkpoint", {{"query", info.query}})
+              .set(static_cast<double>(info.bytes));
+        }
+        for (auto& d : dones) d(info);
+      },
+      store::Admission::wait);
+  if (!s.ok())
+    for (auto& d : dones) d(s.error());
+}
+
+void QueryRunner::request_checkpoint(CheckpointDone done) {
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != "running") {
+      done(make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_));
+      return;
+    }
+    checkpoint_waiters_.push_back(std::move(done));
+    checkpoint_wanted_.store(true);
+  }
+  if (stopped_.load()) {
+    // No worker will run it: take it here.
+    std::lock_guard lock(mu_);
+    if (checkpoint_wanted_.exchange(false)) {
+      auto waiters = std::move(checkpoint_waiters_);
+      checkpoint_waiters_.clear();
+      take_checkpoint(std::move(waiters));
+    }
+    return;
+  }
+  // Force a run even when scheduled_ is set by a run in progress: the
+  // request is picked up by whichever run comes next.
+  scheduled_.store(false);
+  schedule();
+}
+
+Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
+  std::promise<Result<CheckpointInfo>> promise;
+  auto fut = promise.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != "running") return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
+    for (;;) {
+      size_t chosen = inputs_.size();
+      for (size_t i = 0; i < inputs_.size(); ++i)
+        if (pos_[i] < inputs_[i]->committed_next()) chosen = i;
+      if (chosen == inputs_.size()) break;
+      if (!step(chosen)) return make_error(Errc::io_error, state_);
+      bool any = false;
+      for (auto& p : pending_out_) any |= !p.empty();
+      if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
+    }
+    box_stats_ = executor_->box_stats();
+    auto waiters = std::move(checkpoint_waiters_);
+    checkpoint_waiters_.clear();
+    checkpoint_wanted_.store(false);
+    waiters.push_back([&promise](const Result<CheckpointInfo>& r) { promise.set_value(r); });
+    take_checkpoint(std::move(waiters));
+  }
+  return fut.get();
+}
+
+QueryInfo QueryRunner::info() const {
+  QueryInfo qi;
+  {
+    std::lock_guard lock(mu_);
+    qi.state = state_;
+    qi.boxes = box_stats_;
+    qi.positions = pos_;
+  }
+  qi.lag_tuples = lag_tuples();
+  std::lock_guard cl(cp_mu_);
+  qi.checkpoint = last_checkpoint_;
+  return qi;
+}
+
+uint64_t QueryRunner::lag_tuples() const {
+  uint64_t lag = 0;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const uint64_t head = inputs_[i]->committed_next();
+    const uint64_t p = positions_[i].load(std::memory_order_acquire);
+    if (head > p) lag += head - p;
+  }
+  return lag;
+}
+
+void QueryRunner::add_erase_state(store::WriteBatch& wb, const QueryMeta& meta) {
+  store::Checkpoints::add_erase_all(wb, checkpoint_owner(meta));
+  wb.erase_range(store::Cf::log, journal_key(meta.id, 0), journal_key(meta.id, UINT64_MAX));
+}
+
+}  // namespace entente::broker::detail

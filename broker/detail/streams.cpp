@@ -1,0 +1,202 @@
+#include "broker/detail/streams.h"
+
+#include <chrono>
+
+#include "engine/codec.h"
+#include "rapidjson/document.h"
+#include "rapidjson/error/en.h"
+
+namespace entente::broker::detail {
+
+namespace {
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+}  // namespace
+
+const std::string& Record::ndjson() const {
+  std::call_once(ndjson_once_, [this] { engine::batch_to_ndjson(*batch, ndjson_); });
+  return ndjson_;
+}
+
+Stream::Stream(StreamMeta meta, uint64_t next_seq)
+    : meta_(std::move(meta)), next_seq_(next_seq), committed_next_(next_seq) {}
+
+Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
+                      store::WriteBatch extra, Done done) {
+  const size_t n = batch.rows();
+  if (n == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
+  std::lock_guard lock(append_mu_);
+  if (closed()) return make_error(Errc::not_found, "stream '" + meta_.name + "' was deleted");
+  const uint64_t first = next_seq_;
+  const uint64_t last = first + n - 1;
+  batch.seq.resize(n);
+  for (size_t i = 0; i < n; ++i) batch.seq[i] = first + i;
+  auto encoded = std::make_shared<std::string>();
+  engine::encode_batch(batch, *encoded);
+  auto record = std::make_shared<Record>();
+  record->first = first;
+  record->last = last;
+  record->batch = std::make_shared<const engine::Batch>(std::move(batch));
+  record->encoded = encoded;
+  store::StreamLog::add_append(extra, meta_.id, first, last, now_ms(), *encoded);
+  const size_t bytes = encoded->size();
+  Status s = gc.submit(
+      std::move(extra),
+      [this, record, done = std::move(done), bytes](const Status& st) {
+        // Runs on the committer thread, in submission order: this is what
+        // keeps the records a tap sees in sequence order.
+        if (st.ok()) {
+          committed_next_.store(record->last + 1, std::memory_order_release);
+          if (tuples_in) tuples_in->inc(record->rows());
+          if (bytes_in) bytes_in->inc(bytes);
+          publish(record);
+        }
+        if (done) done(st, record);
+      },
+      admission);
+  if (!s.ok()) return s;
+  next_seq_ = last + 1;
+  return Status::Ok();
+}
+
+uint64_t Stream::add_tap(const std::shared_ptr<Tap>& tap) {
+  std::lock_guard lock(taps_mu_);
+  taps_.push_back(tap);
+  // Read under taps_mu_: publish() moves committed_next_ before taking the
+  // same lock, so records at or after this position reach the tap.
+  return committed_next();
+}
+
+void Stream::remove_tap(const Tap* tap) {
+  std::lock_guard lock(taps_mu_);
+  std::erase_if(taps_, [tap](const std::weak_ptr<Tap>& w) {
+    auto p = w.lock();
+    return !p || p.get() == tap;
+  });
+}
+
+void Stream::publish(const RecordPtr& record) {
+  std::vector<std::shared_ptr<Tap>> live;
+  {
+    std::lock_guard lock(taps_mu_);
+    live.reserve(taps_.size());
+    for (auto it = taps_.begin(); it != taps_.end();) {
+      if (auto p = it->lock()) {
+        live.push_back(std::move(p));
+        ++it;
+      } else {
+        it = taps_.erase(it);
+      }
+    }
+  }
+  for (auto& t : live) t->on_record(record);
+}
+
+void Stream::close() {
+  {
+    std::lock_guard lock(append_mu_);
+    closed_.store(true, std::memory_order_release);
+  }
+  std::vector<std::shared_ptr<Tap>> live;
+  {
+    std::lock_guard lock(taps_mu_);
+    for (auto& w : taps_)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+    taps_.clear();
+  }
+  for (auto& t : live) t->on_stream_closed();
+}
+
+std::string stream_meta_to_json(const StreamMeta& m) {
+  std::string out = "{\"name\":";
+  append_json_string(out, m.name);
+  out += ",\"id\":" + std::to_string(m.id.value);
+  out += ",\"schema\":" + engine::schema_to_json(*m.schema);
+  out += ",\"event_time\":";
+  append_json_string(out, m.event_time);
+  out += ",\"producer\":";
+  append_json_string(out, m.producer);
+  out += ",\"retention\":{\"max_tuples\":" + std::to_string(m.retention.max_tuples) +
+         ",\"max_bytes\":" + std::to_string(m.retention.max_bytes) +
+         ",\"max_age_ms\":" + std::to_string(m.retention.max_age_ms) + "}";
+  out += ",\"created_ms\":" + std::to_string(m.created_ms) + "}";
+  return out;
+}
+
+Result<StreamMeta> stream_meta_from_json(std::string_view json) {
+  rapidjson::Document d;
+  d.Parse(json.data(), json.size());
+  if (d.HasParseError() || !d.IsObject())
+    return make_error(Errc::corrupt, "catalog: a stream record is not a JSON object");
+  auto str = [&](const char* k) -> const rapidjson::Value* {
+    auto it = d.FindMember(k);
+    return it != d.MemberEnd() && it->value.IsString() ? &it->value : nullptr;
+  };
+  auto num = [&](const rapidjson::Value& o, const char* k) -> const rapidjson::Value* {
+    auto it = o.FindMember(k);
+    return it != o.MemberEnd() && it->value.IsNumber() ? &it->value : nullptr;
+  };
+  StreamMeta m;
+  const auto *name = str("name"), *et = str("event_time"), *prod = str("producer");
+  const auto* id = num(d, "id");
+  const auto* created = num(d, "created_ms");
+  auto sit = d.FindMember("schema");
+  auto rit = d.FindMember("retention");
+  if (!name || !et || !prod || !id || !created || sit == d.MemberEnd() || rit == d.MemberEnd() ||
+      !rit->value.IsObject())
+    return make_error(Errc::corrupt, "catalog: a stream record lacks a member");
+  m.name = name->GetString();
+  m.event_time = et->GetString();
+  m.producer = prod->GetString();
+  m.id.value = id->GetUint64();
+  m.created_ms = created->GetInt64();
+  auto schema = engine::schema_from_json(sit->value, "$.schema");
+  if (!schema.ok()) return make_error(Errc::corrupt, "catalog: " + schema.error().message);
+  m.schema = std::make_shared<const engine::Schema>(std::move(schema).value());
+  const auto *mt = num(rit->value, "max_tuples"), *mb = num(rit->value, "max_bytes"),
+             *ma = num(rit->value, "max_age_ms");
+  if (!mt || !mb || !ma) return make_error(Errc::corrupt, "catalog: a stream's retention is incomplete");
+  m.retention = {mt->GetUint64(), mb->GetUint64(), ma->GetInt64()};
+  return m;
+}
+
+Status check_stream_name(std::string_view name) {
+  auto bad = [&](std::string why) {
+    return make_error(Errc::invalid_argument, "stream name '" + std::string(name.substr(0, 80)) + "' " + why);
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.size() > 63) return bad("is longer than 63 characters");
+  if (name[0] < 'a' || name[0] > 'z') return bad("must start with a lowercase letter");
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+      return bad("may contain only a-z, 0-9, '-' and '_'");
+  return Status::Ok();
+}
+
+}  // namespace entente::broker::detail

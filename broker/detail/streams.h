@@ -1,0 +1,115 @@
+#pragma once
+// Streams of one node: their catalog entries, their sequence numbers, their
+// committed records and the taps (subscribers, query inputs) that follow
+// them live. Ingest assigns sequence numbers and submits the record to the
+// group commit under the stream's lock, so the log holds every stream's
+// tuples in sequence order; the record becomes visible (committed head moves,
+// taps see it) only after it is durable.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "broker/config.h"
+#include "broker/metrics.h"
+#include "engine/batch.h"
+#include "engine/types.h"
+#include "store/group_commit.h"
+#include "store/store.h"
+#include "store/stream_log.h"
+
+namespace entente::broker::detail {
+
+// One durable record of a stream: tuples first..last.
+struct Record {
+  uint64_t first = 0;
+  uint64_t last = 0;
+  std::shared_ptr<const engine::Batch> batch;    // seqs first..last
+  std::shared_ptr<const std::string> encoded;    // engine binary encoding of batch
+  size_t rows() const { return static_cast<size_t>(last - first + 1); }
+  // The tuples as NDJSON lines ({"_seq":..,"_time":..,fields}), rendered
+  // once and shared by every JSON subscriber.
+  const std::string& ndjson() const;
+
+ private:
+  mutable std::once_flag ndjson_once_;
+  mutable std::string ndjson_;
+};
+using RecordPtr = std::shared_ptr<const Record>;
+
+// Follows a stream's committed records. on_record runs on the group-commit
+// thread, in sequence order, with no gaps: it must be short (queue, signal).
+class Tap {
+ public:
+  virtual ~Tap() = default;
+  virtual void on_record(const RecordPtr& record) = 0;
+  // The stream is being deleted.
+  virtual void on_stream_closed() = 0;
+};
+
+struct StreamMeta {
+  std::string name;
+  store::StreamId id;
+  engine::SchemaPtr schema;
+  std::string event_time;     // empty: ingest time
+  std::string producer;       // "api" or "query:NAME"
+  store::Retention retention;
+  int64_t created_ms = 0;
+};
+
+class Stream final {
+ public:
+  Stream(StreamMeta meta, uint64_t next_seq);
+  const StreamMeta& meta() const { return meta_; }
+  // Next sequence number to be made visible (= 1 + last committed).
+  uint64_t committed_next() const { return committed_next_.load(std::memory_order_acquire); }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  // Assigns sequence numbers to `batch` (rows must be > 0), appends it to the
+  // log through `gc`, and, once durable, makes it visible and calls `done`
+  // with the record. Sequence numbers are released when the submission is
+  // refused (Errc::unavailable). `extra` operations (a query's journal) are
+  // written in the same atomic write.
+  using Done = std::function<void(const Status&, const RecordPtr&)>;
+  Status append(engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
+                store::WriteBatch extra, Done done);
+
+  // Adds a tap; records committed from now on reach it. Returns the
+  // committed head at the moment it was added (so the caller knows where
+  // live records start).
+  uint64_t add_tap(const std::shared_ptr<Tap>& tap);
+  void remove_tap(const Tap* tap);
+  void close();  // calls on_stream_closed on every tap, refuses appends
+
+  Counter* tuples_in = nullptr;   // set by the registry
+  Counter* bytes_in = nullptr;
+
+ private:
+  void publish(const RecordPtr& record);
+
+  StreamMeta meta_;
+  std::mutex append_mu_;                // orders seq assignment with submission
+  uint64_t next_seq_;                   // REQUIRES: append_mu_
+  std::atomic<uint64_t> committed_next_;
+  std::atomic<bool> closed_{false};
+  std::mutex taps_mu_;
+  std::vector<std::weak_ptr<Tap>> taps_;
+};
+using StreamPtr = std::shared_ptr<Stream>;
+
+// Catalog record of a stream, as JSON in the `catalog` family under
+// "stream/<name>".
+std::string stream_meta_to_json(const StreamMeta& m);
+Result<StreamMeta> stream_meta_from_json(std::string_view json);
+
+// Validates a stream name: [a-z][a-z0-9_-]*, at most 63 characters.
+Status check_stream_name(std::string_view name);
+
+}  // namespace entente::broker::detail

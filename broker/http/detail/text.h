@@ -1,0 +1,36 @@
+#pragma once
+// Text helpers for the HTTP transport: percent-decoding, request-target
+// splitting, media types and JSON string escaping. Pure functions, no I/O.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace entente::broker::http::detail {
+
+// Decodes %XX escapes (and '+' as a space when `plus_as_space`, for query
+// strings). nullopt for a malformed escape or a decoded NUL byte, which no
+// route accepts and which would truncate C strings further down.
+std::optional<std::string> percent_decode(std::string_view in, bool plus_as_space);
+
+// Splits a request target ("/v1/streams/a%20b?from=3&x") into its decoded
+// path and decoded query parameters. False when an escape is malformed or the
+// target is not in origin form (does not start with '/').
+bool split_target(std::string_view target, std::string& path,
+                  std::vector<std::pair<std::string, std::string>>& query);
+
+std::string to_lower(std::string_view s);
+
+// "Application/JSON; charset=utf-8" → "application/json".
+std::string media_type(std::string_view content_type);
+
+// Appends `s` as a JSON string literal (with quotes). Control characters are
+// escaped; invalid UTF-8 is replaced by U+FFFD so the output always parses.
+void append_json_string(std::string& out, std::string_view s);
+
+// True when `s` may be sent as a header value (no CR, LF or NUL).
+bool is_header_safe(std::string_view s);
+
+}  // namespace entente::broker::http::detail

@@ -1,0 +1,508 @@
+#include "broker/node.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <future>
+
+#include "broker/detail/node_impl.h"
+#include "engine/network.h"
+#include "store/stream_log.h"
+
+namespace entente::broker {
+
+namespace detail {
+
+int64_t wall_clock_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+constexpr int64_t kRetentionEveryMs = 5000;
+const char* kNextIdKey = "next_id";
+
+std::string stream_key(const std::string& name) { return "stream/" + name; }
+std::string query_key(const std::string& name) { return "query/" + name; }
+
+void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
+
+}  // namespace
+
+NodeImpl::NodeImpl(NodeConfig config) : config_(std::move(config)) {}
+
+NodeImpl::~NodeImpl() { stop(); }
+
+uint64_t NodeImpl::allocate_id() { return next_id_++; }
+
+Status NodeImpl::open() {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.data_dir, ec);
+  if (ec) return make_error(Errc::io_error, "data_dir " + config_.data_dir + ": " + ec.message());
+  store::StoreOptions so;
+  so.path = (std::filesystem::path(config_.data_dir) / "store").string();
+  ENTENTE_ASSIGN_OR_RETURN(store_, store::Store::open(so));
+  store::GroupCommitOptions go;
+  go.max_pending_bytes = config_.ingest_queue_bytes;
+  gc_ = std::make_unique<store::GroupCommit>(*store_, go);
+  gc_->start();
+  pool_ = std::make_unique<EnginePool>(config_.engine_threads);
+  return load_catalog();
+}
+
+Status NodeImpl::load_catalog() {
+  std::unique_lock lock(catalog_mu_);
+  ENTENTE_ASSIGN_OR_RETURN(auto id, store_->get(store::Cf::meta, kNextIdKey));
+  if (id) {
+    if (id->size() != 8) return make_error(Errc::corrupt, "meta: next_id is corrupt");
+    next_id_ = store::get_key_u64(*id);
+  }
+  std::vector<StreamMeta> metas;
+  Status bad = Status::Ok();
+  ENTENTE_RETURN_IF_ERROR(store_->scan(store::Cf::catalog, "stream/", [&](std::string_view, std::string_view v) {
+    auto m = stream_meta_from_json(v);
+    if (!m.ok()) {
+      bad = m.error();
+      return false;
+    }
+    metas.push_back(std::move(m).value());
+    return true;
+  }));
+  ENTENTE_RETURN_IF_ERROR(bad);
+  for (auto& m : metas) {
+    ENTENTE_ASSIGN_OR_RETURN(auto last, store::StreamLog::last(*store_, m.id));
+    const uint64_t next = last ? last->last + 1 : 1;
+    auto s = std::make_shared<Stream>(std::move(m), next);
+    s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
+                                     {{"stream", s->meta().name}});
+    s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
+                                    {{"stream", s->meta().name}});
+    streams_[s->meta().name] = std::move(s);
+  }
+  std::vector<QueryMeta> queries;
+  ENTENTE_RETURN_IF_ERROR(store_->scan(store::Cf::catalog, "query/", [&](std::string_view, std::string_view v) {
+    auto m = query_meta_from_json(v);
+    if (!m.ok()) {
+      bad = m.error();
+      return false;
+    }
+    queries.push_back(std::move(m).value());
+    return true;
+  }));
+  ENTENTE_RETURN_IF_ERROR(bad);
+  for (auto& q : queries) {
+    std::vector<StreamPtr> ins, outs;
+    for (auto& n : q.inputs) {
+      auto it = streams_.find(n);
+      if (it == streams_.end())
+        return make_error(Errc::corrupt, "catalog: query '" + q.name + "' reads missing stream '" + n + "'");
+      ins.push_back(it->second);
+    }
+    for (auto& n : q.outputs) {
+      auto it = streams_.find(n);
+      if (it == streams_.end())
+        return make_error(Errc::corrupt, "catalog: query '" + q.name + "' writes missing stream '" + n + "'");
+      outs.push_back(it->second);
+    }
+    const std::string name = q.name;
+    ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(std::move(q), std::move(ins), std::move(outs),
+                                                              {store_.get(), gc_.get(), pool_.get(), &metrics_}));
+    Status s = runner->recover();
+    if (!s.ok()) return make_error(s.error().code, "recovering query '" + name + "': " + s.error().message);
+    queries_[name] = std::move(runner);
+  }
+  return Status::Ok();
+}
+
+Status NodeImpl::start() {
+  started_ms_ = wall_clock_ms();
+  register_collectors();
+  {
+    std::shared_lock lock(catalog_mu_);
+    for (auto& [_, q] : queries_) q->start();
+  }
+  maint_thread_ = std::thread([this] { maintenance_loop(); });
+  http::ServerOptions so;
+  so.address = config_.listen_address;
+  so.port = config_.listen_port;
+  so.tls = config_.tls;
+  so.cert_file = config_.tls_cert_file;
+  so.key_file = config_.tls_key_file;
+  so.threads = config_.network_threads;
+  so.max_body_bytes = config_.limits.max_body_bytes;
+  so.max_header_bytes = config_.limits.max_header_bytes;
+  so.read_timeout_ms = config_.limits.read_timeout_ms;
+  so.idle_timeout_ms = config_.limits.idle_timeout_ms;
+  so.max_connections = config_.limits.max_connections;
+  so.ws_max_message_bytes = config_.limits.ws_max_message_bytes;
+  so.ws_send_buffer_bytes = config_.limits.ws_send_buffer_bytes;
+  so.ws_ping_interval_ms = config_.limits.ws_ping_interval_ms;
+  ENTENTE_ASSIGN_OR_RETURN(server_, http::Server::create(so, *this));
+  return server_->start();
+}
+
+void NodeImpl::stop() {
+  if (stopped_.exchange(true)) return;
+  auto flush = [this] {
+    if (!gc_) return;
+    std::promise<void> p;
+    auto f = p.get_future();
+    if (gc_->submit(store::WriteBatch(), [&p](const Status&) { p.set_value(); }, store::Admission::wait).ok())
+      f.wait();
+  };
+  // 1. No new connections; what was accepted is answered.
+  if (server_) server_->stop_accepting();
+  flush();
+  if (server_) server_->stop();
+  flush();
+  // 2. Every query consumes what was committed and checkpoints.
+  std::vector<std::shared_ptr<QueryRunner>> queries;
+  {
+    std::shared_lock lock(catalog_mu_);
+    for (auto& [_, q] : queries_) queries.push_back(q);
+  }
+  for (auto& q : queries) {
+    if (q->info().state != "running") continue;
+    auto r = q->drain_and_checkpoint();
+    if (!r.ok()) log_line("final checkpoint of query '" + q->meta().name + "' failed: " + r.error().message);
+  }
+  for (auto& q : queries) q->stop();
+  // 3. Background work, then the store.
+  {
+    std::lock_guard lock(maint_mu_);
+    stopping_ = true;
+  }
+  maint_cv_.notify_all();
+  if (maint_thread_.joinable()) maint_thread_.join();
+  if (pool_) pool_->stop();
+  if (gc_) gc_->stop();
+  {
+    std::unique_lock lock(catalog_mu_);
+    queries_.clear();
+    streams_.clear();
+  }
+  server_.reset();
+  gc_.reset();
+  store_.reset();
+}
+
+void NodeImpl::maintenance_loop() {
+  int64_t next_cp = wall_clock_ms() + config_.checkpoint_interval_ms;
+  int64_t next_ret = wall_clock_ms() + kRetentionEveryMs;
+  std::unique_lock lock(maint_mu_);
+  while (!stopping_) {
+    const int64_t wake = std::min(next_cp, next_ret);
+    maint_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - wall_clock_ms())));
+    if (stopping_) break;
+    const int64_t now = wall_clock_ms();
+    lock.unlock();
+    if (now >= next_cp) {
+      for (auto& q : list_queries()) {
+        if (q->info().state == "running")
+          q->request_checkpoint([name = q->meta().name](const Result<CheckpointInfo>& r) {
+            if (!r.ok()) log_line("checkpoint of query '" + name + "' failed: " + r.error().message);
+          });
+      }
+      next_cp = now + config_.checkpoint_interval_ms;
+    }
+    if (now >= next_ret) {
+      enforce_retention();
+      next_ret = now + kRetentionEveryMs;
+    }
+    lock.lock();
+  }
+}
+
+void NodeImpl::enforce_retention() {
+  for (auto& s : list_streams()) {
+    if (s->closed()) continue;
+    // The newest record stays (it carries the stream's next sequence number
+    // across restarts), and so does everything a query may replay.
+    auto last = store::StreamLog::last(*store_, s->meta().id);
+    if (!last.ok() || !*last) continue;
+    uint64_t pin = (*last)->first;
+    for (auto& q : readers_of(s->meta().name)) {
+      const auto& ins = q->meta().inputs;
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (ins[i] == s->meta().name) pin = std::min(pin, q->pin(i));
+    }
+    auto r = store::StreamLog::trim(*store_, s->meta().id, s->meta().retention, pin, wall_clock_ms());
+    if (!r.ok()) log_line("retention of stream '" + s->meta().name + "': " + r.error().message);
+  }
+}
+
+Result<StreamPtr> NodeImpl::create_stream(StreamMeta meta) {
+  std::unique_lock lock(catalog_mu_);
+  if (streams_.count(meta.name))
+    return make_error(Errc::already_exists, "stream '" + meta.name + "' exists");
+  if (streams_.size() >= config_.max_streams)
+    return make_error(Errc::limit_exceeded, "this node has " + std::to_string(streams_.size()) +
+                                                " streams, its limit (limits.max_streams)");
+  meta.id.value = allocate_id();
+  meta.created_ms = wall_clock_ms();
+  store::WriteBatch wb;
+  wb.put(store::Cf::catalog, stream_key(meta.name), stream_meta_to_json(meta));
+  std::string id;
+  store::put_key_u64(id, next_id_);
+  wb.put(store::Cf::meta, kNextIdKey, id);
+  ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
+  auto s = std::make_shared<Stream>(std::move(meta), 1);
+  s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
+                                   {{"stream", s->meta().name}});
+  s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
+                                  {{"stream", s->meta().name}});
+  streams_[s->meta().name] = s;
+  return s;
+}
+
+Status NodeImpl::delete_stream(const std::string& name) {
+  StreamPtr s;
+  {
+    std::unique_lock lock(catalog_mu_);
+    auto it = streams_.find(name);
+    if (it == streams_.end()) return make_error(Errc::not_found, "no stream '" + name + "'");
+    if (it->second->meta().producer != "api")
+      return make_error(Errc::conflict, "stream '" + name + "' is the output of " + it->second->meta().producer +
+                                            "; delete the query instead");
+    for (auto& [qn, q] : queries_)
+      for (auto& in : q->meta().inputs)
+        if (in == name)
+          return make_error(Errc::conflict, "stream '" + name + "' is read by query '" + qn + "'; delete it first");
+    ENTENTE_RETURN_IF_ERROR(store_->erase(store::Cf::catalog, stream_key(name), store::Durability::synced));
+    s = it->second;
+    streams_.erase(it);
+  }
+  s->close();
+  return store::StreamLog::drop(*store_, s->meta().id);
+}
+
+StreamPtr NodeImpl::find_stream(const std::string& name) const {
+  std::shared_lock lock(catalog_mu_);
+  auto it = streams_.find(name);
+  return it == streams_.end() ? nullptr : it->second;
+}
+
+std::vector<StreamPtr> NodeImpl::list_streams() const {
+  std::shared_lock lock(catalog_mu_);
+  std::vector<StreamPtr> out;
+  for (auto& [_, s] : streams_) out.push_back(s);
+  return out;
+}
+
+Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view network_json, Diagnostics& diag) {
+  auto net = engine::QueryNetwork::parse(network_json, diag);
+  if (!net.ok()) return make_error(Errc::invalid_argument, "the query network is invalid");
+  std::unique_lock lock(catalog_mu_);
+  const std::string name = net->name();
+  if (queries_.count(name)) return make_error(Errc::already_exists, "query '" + name + "' exists");
+  if (queries_.size() >= config_.max_queries)
+    return make_error(Errc::limit_exceeded, "this node runs " + std::to_string(queries_.size()) +
+                                                " queries, its limit (limits.max_queries)");
+  QueryMeta meta;
+  meta.name = name;
+  meta.network_json = std::string(network_json);
+  std::vector<StreamPtr> ins, outs;
+  for (size_t i = 0; i < net->inputs().size(); ++i) {
+    const auto& in = net->inputs()[i];
+    const std::string path = "$.inputs[" + std::to_string(i) + "]";
+    auto it = streams_.find(in.name);
+    if (it == streams_.end()) {
+      diag.error(path + ".name", "no stream '" + in.name + "' on this node");
+      continue;
+    }
+    if (!(*it->second->meta().schema == *in.schema))
+      diag.error(path + ".schema", "does not match stream '" + in.name + "', whose schema is " +
+                                       it->second->meta().schema->to_string());
+    ins.push_back(it->second);
+    meta.inputs.push_back(in.name);
+    meta.start.push_back(it->second->committed_next());
+  }
+  for (size_t o = 0; o < net->outputs().size(); ++o) {
+    const auto& out = net->outputs()[o];
+    const std::string path = "$.outputs[" + std::to_string(o) + "].name";
+    if (Status s = check_stream_name(out.name); !s.ok()) diag.error(path, s.error().message);
+    else if (streams_.count(out.name)) diag.error(path, "stream '" + out.name + "' exists already");
+    meta.outputs.push_back(out.name);
+  }
+  if (streams_.size() + net->outputs().size() > config_.max_streams)
+    diag.error("$.outputs", "would exceed this node's stream limit (limits.max_streams)");
+  if (!diag.ok()) return make_error(Errc::invalid_argument, "the query network does not fit this node");
+
+  meta.id = allocate_id();
+  meta.created_ms = wall_clock_ms();
+  store::WriteBatch wb;
+  for (size_t o = 0; o < net->outputs().size(); ++o) {
+    StreamMeta sm;
+    sm.name = net->outputs()[o].name;
+    sm.id.value = allocate_id();
+    sm.schema = net->outputs()[o].schema;
+    sm.producer = "query:" + name;
+    sm.retention = {config_.retention.max_tuples, config_.retention.max_bytes, config_.retention.max_age_ms};
+    sm.created_ms = meta.created_ms;
+    wb.put(store::Cf::catalog, stream_key(sm.name), stream_meta_to_json(sm));
+    auto s = std::make_shared<Stream>(std::move(sm), 1);
+    s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
+                                     {{"stream", s->meta().name}});
+    s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
+                                    {{"stream", s->meta().name}});
+    outs.push_back(std::move(s));
+  }
+  wb.put(store::Cf::catalog, query_key(name), query_meta_to_json(meta));
+  std::string id;
+  store::put_key_u64(id, next_id_);
+  wb.put(store::Cf::meta, kNextIdKey, id);
+  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs,
+                                                            {store_.get(), gc_.get(), pool_.get(), &metrics_}));
+  ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
+  for (auto& s : outs) streams_[s->meta().name] = s;
+  queries_[name] = runner;
+  runner->start();
+  return runner;
+}
+
+Status NodeImpl::delete_query(const std::string& name) {
+  std::shared_ptr<QueryRunner> q;
+  std::vector<StreamPtr> outs;
+  {
+    std::unique_lock lock(catalog_mu_);
+    auto it = queries_.find(name);
+    if (it == queries_.end()) return make_error(Errc::not_found, "no query '" + name + "'");
+    q = it->second;
+    for (auto& [other_name, other] : queries_) {
+      if (other_name == name) continue;
+      for (auto& in : other->meta().inputs)
+        for (auto& o : q->meta().outputs)
+          if (in == o)
+            return make_error(Errc::conflict, "query '" + other_name + "' reads '" + o + "', an output of '" + name +
+                                                  "'; delete it first");
+    }
+    store::WriteBatch wb;
+    wb.erase(store::Cf::catalog, query_key(name));
+    for (auto& o : q->meta().outputs) {
+      wb.erase(store::Cf::catalog, stream_key(o));
+      if (auto s = streams_.find(o); s != streams_.end()) outs.push_back(s->second);
+    }
+    QueryRunner::add_erase_state(wb, q->meta());
+    ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
+    queries_.erase(it);
+    for (auto& o : q->meta().outputs) streams_.erase(o);
+  }
+  q->stop();
+  for (auto& s : outs) {
+    s->close();
+    ENTENTE_RETURN_IF_ERROR(store::StreamLog::drop(*store_, s->meta().id));
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<QueryRunner> NodeImpl::find_query(const std::string& name) const {
+  std::shared_lock lock(catalog_mu_);
+  auto it = queries_.find(name);
+  return it == queries_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<QueryRunner>> NodeImpl::list_queries() const {
+  std::shared_lock lock(catalog_mu_);
+  std::vector<std::shared_ptr<QueryRunner>> out;
+  for (auto& [_, q] : queries_) out.push_back(q);
+  return out;
+}
+
+std::vector<std::shared_ptr<QueryRunner>> NodeImpl::readers_of(const std::string& stream) const {
+  std::shared_lock lock(catalog_mu_);
+  std::vector<std::shared_ptr<QueryRunner>> out;
+  for (auto& [_, q] : queries_)
+    for (auto& in : q->meta().inputs)
+      if (in == stream) {
+        out.push_back(q);
+        break;
+      }
+  return out;
+}
+
+void NodeImpl::checkpoint_all(std::function<void(std::vector<Result<CheckpointInfo>>)> done) {
+  auto queries = list_queries();
+  struct State {
+    std::mutex mu;
+    std::vector<Result<CheckpointInfo>> results;
+    size_t remaining;
+    std::function<void(std::vector<Result<CheckpointInfo>>)> done;
+  };
+  auto st = std::make_shared<State>();
+  st->remaining = queries.size();
+  st->done = std::move(done);
+  if (queries.empty()) {
+    st->done({});
+    return;
+  }
+  for (auto& q : queries) {
+    q->request_checkpoint([st](const Result<CheckpointInfo>& r) {
+      std::unique_lock lock(st->mu);
+      st->results.push_back(r);
+      if (--st->remaining == 0) {
+        auto results = std::move(st->results);
+        lock.unlock();
+        st->done(std::move(results));
+      }
+    });
+  }
+}
+
+void NodeImpl::register_collectors() {
+  metrics_.add_collector([this](MetricsWriter& w) {
+    for (auto& s : list_streams()) {
+      w.gauge("entente_stream_next_seq", "Next sequence number of a stream", {{"stream", s->meta().name}},
+              static_cast<double>(s->committed_next()));
+    }
+    for (auto& q : list_queries()) {
+      auto info = q->info();
+      const std::string& qn = q->meta().name;
+      w.gauge("entente_query_lag_tuples", "Committed input tuples a query has not processed yet", {{"query", qn}},
+              static_cast<double>(info.lag_tuples));
+      w.gauge("entente_query_running", "1 when the query runs, 0 when it failed", {{"query", qn}},
+              info.state == "running" ? 1 : 0);
+      for (auto& b : info.boxes) {
+        Labels l{{"query", qn}, {"box", b.id}, {"type", b.type}};
+        w.counter("entente_box_tuples_in_total", "Tuples into a box", l, static_cast<double>(b.stats.tuples_in));
+        w.counter("entente_box_tuples_out_total", "Tuples out of a box", l, static_cast<double>(b.stats.tuples_out));
+        w.counter("entente_box_bytes_out_total", "Bytes out of a box", l, static_cast<double>(b.stats.bytes_out));
+        w.counter("entente_box_cpu_seconds_total", "CPU time spent in a box", l,
+                  static_cast<double>(b.stats.cpu_ns) / 1e9);
+      }
+    }
+    auto g = gc_->stats();
+    w.gauge("entente_ingest_queue_bytes", "Bytes waiting for the group commit", {},
+            static_cast<double>(g.pending_bytes));
+    w.counter("entente_group_commits_total", "Durable writes (one fsync each)", {}, static_cast<double>(g.groups));
+    w.counter("entente_ingest_rejected_total", "Submissions refused because the queue was full", {},
+              static_cast<double>(g.rejected));
+    if (server_) {
+      auto ss = server_->stats();
+      w.gauge("entente_api_connections", "Open API connections", {}, static_cast<double>(ss.connections_open));
+      w.gauge("entente_api_websockets", "Open WebSockets", {}, static_cast<double>(ss.websockets_open));
+      w.counter("entente_api_connections_refused_total", "Connections refused over limits.max_connections", {},
+                static_cast<double>(ss.connections_refused));
+      w.counter("entente_api_bad_requests_total", "Unparsable or over-limit requests", {},
+                static_cast<double>(ss.bad_requests));
+      w.counter("entente_api_tls_handshake_failures_total", "Failed TLS handshakes", {},
+                static_cast<double>(ss.tls_handshake_failures));
+    }
+  });
+}
+
+}  // namespace detail
+
+Node::Node(std::unique_ptr<detail::NodeImpl> impl) : impl_(std::move(impl)) {}
+Node::~Node() = default;
+
+Result<std::unique_ptr<Node>> Node::open(NodeConfig config) {
+  auto impl = std::make_unique<detail::NodeImpl>(std::move(config));
+  ENTENTE_RETURN_IF_ERROR(impl->open());
+  return std::unique_ptr<Node>(new Node(std::move(impl)));
+}
+
+Status Node::start() { return impl_->start(); }
+uint16_t Node::api_port() const { return impl_->port(); }
+void Node::stop() { impl_->stop(); }
+
+}  // namespace entente::broker

@@ -1,0 +1,111 @@
+#pragma once
+// Stream logs in the `log` column family: each stream's tuples, appended in
+// records (one record = one ingested batch, tuples first..last), kept until
+// retention removes them. Subscribers resume from any retained sequence
+// number; query runners replay from their checkpoint's positions.
+//
+// Key:   'L' | stream id (u64 BE) | first seq (u64 BE)
+// Value: last seq (u64 BE) | append time ms (u64 BE) | payload (opaque bytes)
+//
+// The payload is opaque to the store (the broker puts an encoded engine batch
+// there). All functions are stateless and thread-safe; ordering of appends
+// is the caller's (see GroupCommit).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/result.h"
+#include "store/store.h"
+
+namespace entente::store {
+
+struct StreamId {
+  uint64_t value = 0;
+  friend bool operator==(StreamId, StreamId) = default;
+};
+
+struct LogRecord {
+  uint64_t first = 0;  // first sequence number in the record
+  uint64_t last = 0;   // last sequence number (inclusive); last >= first
+  int64_t append_ms = 0;
+  std::string payload;
+};
+
+struct Retention {
+  uint64_t max_tuples = 0;  // 0: unlimited
+  uint64_t max_bytes = 0;   // 0: unlimited (approximate: payload bytes)
+  int64_t max_age_ms = 0;   // 0: unlimited
+};
+
+struct TrimResult {
+  uint64_t records_removed = 0;
+  uint64_t tuples_removed = 0;
+  uint64_t bytes_removed = 0;
+  uint64_t first_retained = 0;  // first seq still in the log (0 when empty)
+};
+
+class StreamLog {
+ public:
+  // Adds the append of one record to `batch`. REQUIRES: last >= first.
+  static void add_append(WriteBatch& batch, StreamId stream, uint64_t first, uint64_t last,
+                         int64_t append_ms, std::string_view payload);
+
+  // Reads records in order, starting with the record that contains `from`
+  // (or the first retained record after it), until `max_records` records or
+  // `max_bytes` payload bytes (at least one record is returned when any
+  // exists). Appends to `out`.
+  static Status read(const Store& store, StreamId stream, uint64_t from, size_t max_records,
+                     size_t max_bytes, std::vector<LogRecord>& out);
+
+  // The first / last record's header (payload left empty); nullopt when the
+  // stream's log is empty.
+  static Result<std::optional<LogRecord>> first(const Store& store, StreamId stream);
+  static Result<std::optional<LogRecord>> last(const Store& store, StreamId stream);
+
+  // Removes the oldest records while any retention bound is exceeded, never
+  // removing a record whose last seq >= `pin` (the smallest position a
+  // consumer still needs; pass UINT64_MAX when nothing pins). Synced.
+  static Result<TrimResult> trim(Store& store, StreamId stream, const Retention& retention,
+                                 uint64_t pin, int64_t now_ms);
+
+  // Removes the whole log of a stream (stream deleted). Synced.
+  static Status drop(Store& store, StreamId stream);
+
+  // Payload bytes of the stream's retained records (approximate, from
+  // RocksDB's size estimates).
+  static uint64_t approximate_bytes(const Store& store, StreamId stream);
+};
+
+// Box/query checkpoints in the `checkpoints` column family, chunked so that a
+// large snapshot is not one huge RocksDB value.
+// Key: owner | '\0' | id (u64 BE) | chunk (u32 BE)
+class Checkpoints {
+ public:
+  static constexpr size_t kChunkBytes = 1u << 20;
+  // REQUIRES: owner contains no '\0'.
+  static void add_put(WriteBatch& batch, std::string_view owner, uint64_t id,
+                      std::string_view bytes);
+  // Removes every checkpoint of `owner` with an id < `id`.
+  static void add_erase_before(WriteBatch& batch, std::string_view owner, uint64_t id);
+  // Removes every checkpoint of `owner`.
+  static void add_erase_all(WriteBatch& batch, std::string_view owner);
+
+  struct Entry {
+    uint64_t id = 0;
+    std::string bytes;
+  };
+  // The newest complete checkpoint of `owner`; nullopt when there is none.
+  static Result<std::optional<Entry>> latest(const Store& store, std::string_view owner);
+
+  struct Info {
+    std::string owner;
+    uint64_t id = 0;
+    uint64_t bytes = 0;
+  };
+  static Result<std::vector<Info>> list(const Store& store);
+};
+
+}  // namespace entente::store

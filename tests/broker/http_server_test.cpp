@@ -1,0 +1,360 @@
+// The HTTP side of the Beast server: routing of requests to a Handler,
+// keep-alive, delayed answers, limits, timeouts, connection refusal, stop().
+// Real sockets on 127.0.0.1, ephemeral ports.
+
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "tests/broker/http_test_support.h"
+
+namespace entente::broker::http {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::client_options;
+using testing::plain_options;
+using testing::start_server;
+using testing::TestHandler;
+using testing::wait_until;
+
+std::unique_ptr<Client> connect(const Server& server) {
+  auto c = Client::connect(client_options(server));
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+TEST(HttpServer, KeepAliveServesSeveralRequestsOnOneConnection) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    auto r = client->request("GET", "/hello");
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->status, 200u);
+    EXPECT_EQ(r->body, R"({"hello":"world"})");
+    EXPECT_EQ(r->header("content-type").value_or(""), "application/json");
+  }
+  EXPECT_EQ(server->stats().connections_accepted, 1u);
+  EXPECT_EQ(handler.requests.load(), 5);
+}
+
+TEST(HttpServer, RequestIsDecodedForTheHandler) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("POST", "/insp%65ct?name=a%20b&x=1+2&flag", "payload",
+                           "Application/JSON; charset=utf-8", {{"X-Test", "hdr"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "POST|/inspect|name=a b;x=1 2;flag=;|application/json|hdr|payload|local");
+  EXPECT_EQ(r->header("content-type").value_or(""), "text/plain");
+  EXPECT_EQ(r->header("x-reply").value_or(""), "yes");
+}
+
+TEST(HttpServer, MalformedPercentEncodingIs400) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("GET", "/a%zz");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 400u);
+  EXPECT_EQ(r->header("content-type").value_or(""), "application/problem+json");
+  EXPECT_NE(r->body.find("malformed request target"), std::string::npos) << r->body;
+  EXPECT_EQ(handler.requests.load(), 0);
+}
+
+TEST(HttpServer, RespondFromAnotherThreadLater) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    auto r = client->request("GET", "/delayed");
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->status, 200u);
+    EXPECT_EQ(r->body, R"({"delayed":true})");
+  }
+  handler.join();
+}
+
+TEST(HttpServer, HandlerThatDropsOrThrowsGets500AndTheConnectionSurvives) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto dropped = client->request("GET", "/drop");
+  ASSERT_TRUE(dropped.ok()) << dropped.error().message;
+  EXPECT_EQ(dropped->status, 500u);
+  EXPECT_NE(dropped->body.find("did not answer"), std::string::npos) << dropped->body;
+  auto thrown = client->request("GET", "/throw");
+  ASSERT_TRUE(thrown.ok()) << thrown.error().message;
+  EXPECT_EQ(thrown->status, 500u);
+  EXPECT_NE(thrown->body.find("boom"), std::string::npos) << thrown->body;
+  auto ok = client->request("GET", "/hello");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->status, 200u);
+}
+
+TEST(HttpServer, ProblemResponseIsEscapedJson) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("GET", "/problem");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 409u);
+  EXPECT_EQ(r->header("content-type").value_or(""), "application/problem+json");
+  EXPECT_EQ(r->body,
+            R"({"type":"about:blank","title":"Conflict","status":409,"detail":"stream \"a\"\nexists","errors":[1,2]})");
+}
+
+TEST(HttpServer, ConnectionCloseIsRespected) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("GET", "/hello", {}, "application/json", {{"Connection", "close"}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->header("connection").value_or(""), "close");
+  auto again = client->request("GET", "/hello");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, Errc::io_error);
+  EXPECT_TRUE(wait_until([&] { return server->stats().connections_open == 0; }));
+}
+
+TEST(HttpServer, OversizedBodyIs413AndCloses) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.max_body_bytes = 1024;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("POST", "/inspect", std::string(64 * 1024, 'b'));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 413u);
+  EXPECT_EQ(r->header("content-type").value_or(""), "application/problem+json");
+  EXPECT_NE(r->body.find("exceeds 1024 bytes"), std::string::npos) << r->body;
+  EXPECT_EQ(handler.requests.load(), 0);
+  EXPECT_FALSE(client->request("GET", "/hello").ok());
+  EXPECT_EQ(server->stats().bad_requests, 1u);
+  // The limit is on the body only: a body within it is served.
+  auto fresh = connect(*server);
+  ASSERT_NE(fresh, nullptr);
+  auto small = fresh->request("POST", "/inspect", std::string(1024, 'b'));
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_EQ(small->status, 200u);
+}
+
+TEST(HttpServer, OversizedHeaderIs431) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.max_header_bytes = 1024;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("GET", "/hello", {}, "", {{"X-Big", std::string(4000, 'h')}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 431u);
+  EXPECT_EQ(r->header("content-type").value_or(""), "application/problem+json");
+  EXPECT_EQ(handler.requests.load(), 0);
+}
+
+TEST(HttpServer, GarbageIs400AndTheServerKeepsServing) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->raw(std::string("\x01\x02\x03 nonsense\r\n\r\n"));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 400u);
+  EXPECT_EQ(r->header("content-type").value_or(""), "application/problem+json");
+  EXPECT_NE(r->body.find("malformed HTTP request"), std::string::npos) << r->body;
+  auto bad_length = connect(*server);
+  ASSERT_NE(bad_length, nullptr);
+  auto r2 = bad_length->raw("POST /inspect HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n");
+  ASSERT_TRUE(r2.ok()) << r2.error().message;
+  EXPECT_EQ(r2->status, 400u);
+  EXPECT_EQ(server->stats().bad_requests, 2u);
+  auto fresh = connect(*server);
+  ASSERT_NE(fresh, nullptr);
+  auto ok = fresh->request("GET", "/hello");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->status, 200u);
+}
+
+TEST(HttpServer, HalfARequestIsDisconnectedAfterTheReadTimeout) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.read_timeout_ms = 200;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->raw("GET /hello HTTP/1.1\r\nHost: x\r\n");
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::io_error);
+  EXPECT_GE(elapsed, 150ms);
+  EXPECT_LT(elapsed, 3s);
+  EXPECT_EQ(handler.requests.load(), 0);
+  EXPECT_TRUE(wait_until([&] { return server->stats().connections_open == 0; }));
+}
+
+TEST(HttpServer, IdleKeepAliveConnectionIsClosed) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.idle_timeout_ms = 150;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->request("GET", "/hello").ok());
+  EXPECT_TRUE(wait_until([&] { return server->stats().connections_open == 0; }, 3s));
+  EXPECT_FALSE(client->request("GET", "/hello").ok());
+}
+
+TEST(HttpServer, ConnectionsOverTheLimitAreRefused) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.max_connections = 1;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  auto first = connect(*server);
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->request("GET", "/hello").ok());
+  auto second = Client::connect(client_options(*server));
+  if (second.ok()) {
+    auto r = (*second)->request("GET", "/hello");
+    EXPECT_FALSE(r.ok());
+  }
+  EXPECT_TRUE(wait_until([&] { return server->stats().connections_refused == 1; }));
+  EXPECT_EQ(handler.requests.load(), 1);
+  first.reset();
+  ASSERT_TRUE(wait_until([&] { return server->stats().connections_open == 0; }));
+  auto third = connect(*server);
+  ASSERT_NE(third, nullptr);
+  auto r = third->request("GET", "/hello");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+}
+
+TEST(HttpServer, StopWithOpenConnectionsFinishesPromptly) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto idle = connect(*server);
+  ASSERT_NE(idle, nullptr);
+  ASSERT_TRUE(idle->request("GET", "/hello").ok());
+  auto fresh = connect(*server);  // connected, nothing sent
+  ASSERT_NE(fresh, nullptr);
+  auto ws = WsClient::connect(client_options(*server), "/ws/echo");
+  ASSERT_TRUE(ws.ok()) << ws.error().message;
+  ASSERT_TRUE(wait_until([&] { return server->stats().websockets_open == 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  std::thread stopper([&] { server->stop(); });
+  // The WebSocket client answers the server's close frame.
+  auto msg = (*ws)->receive(3000);
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  ASSERT_TRUE(msg.ok()) << msg.error().message;
+  EXPECT_TRUE(msg->closed);
+  EXPECT_EQ(msg->close_code, 1001);
+  EXPECT_EQ(msg->close_reason, "going away");
+  EXPECT_EQ(handler.ws.closed.load(), 1);
+  EXPECT_EQ(server->stats().connections_open, 0u);
+  EXPECT_FALSE(idle->request("GET", "/hello").ok());
+}
+
+TEST(HttpServer, StopWaitsForAnAnswerInFlightThenForcesAfterTheGrace) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  std::thread requester([&] {
+    auto client = Client::connect(client_options(*server));
+    ASSERT_TRUE(client.ok());
+    auto r = (*client)->request("GET", "/hold");
+    EXPECT_FALSE(r.ok());  // never answered: stop() closes it after the grace period
+  });
+  ASSERT_TRUE(wait_until([&] { return handler.held_count() == 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  server->stop();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(elapsed, 4s);
+  requester.join();
+  // A late answer to a stopped server is dropped, not a crash.
+  handler.release_held();
+}
+
+TEST(HttpServer, StopAcceptingRefusesNewConnectionsButServesOpenOnes) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->request("GET", "/hello").ok());
+  const uint16_t port = server->port();
+  server->stop_accepting();
+  auto options = client_options(*server);
+  options.port = port;
+  EXPECT_TRUE(wait_until([&] { return !Client::connect(options).ok(); }));
+  auto r = client->request("GET", "/hello");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+}
+
+TEST(HttpServer, CreateRejectsBadOptions) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.address = "not-an-address";
+  auto bad_address = Server::create(options, handler);
+  ASSERT_FALSE(bad_address.ok());
+  EXPECT_EQ(bad_address.error().code, Errc::invalid_argument);
+  EXPECT_NE(bad_address.error().message.find("not-an-address"), std::string::npos);
+  options = plain_options();
+  options.threads = 0;
+  EXPECT_FALSE(Server::create(options, handler).ok());
+  options = plain_options();
+  options.read_timeout_ms = 0;
+  EXPECT_FALSE(Server::create(options, handler).ok());
+}
+
+TEST(HttpServer, BindFailureIsIoErrorNamingTheAddress) {
+  TestHandler handler;
+  auto first = start_server(plain_options(), handler);
+  ASSERT_NE(first, nullptr);
+  auto options = plain_options();
+  options.port = first->port();
+  auto second = Server::create(options, handler);
+  ASSERT_TRUE(second.ok());
+  auto started = (*second)->start();
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.error().code, Errc::io_error);
+  EXPECT_NE(started.error().message.find("127.0.0.1:" + std::to_string(first->port())),
+            std::string::npos)
+      << started.error().message;
+}
+
+}  // namespace
+}  // namespace entente::broker::http

@@ -1,0 +1,173 @@
+// WebSocket subscribe and publish against a real broker process.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "engine/codec.h"
+#include "rapidjson/document.h"
+#include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/ws_reader.h"
+
+namespace entente::testing {
+namespace {
+
+const char* kStream = R"({"name":"ticks","schema":[{"name":"k","type":"int64"},{"name":"note","type":"string"}]})";
+
+std::string rows(int from, int n, size_t note_bytes = 8) {
+  std::string s;
+  for (int i = from; i < from + n; ++i)
+    s += "{\"k\":" + std::to_string(i) + ",\"note\":\"" + std::string(note_bytes, 'x') + "\"}\n";
+  return s;
+}
+
+void post(const BrokerProcess& b, const std::string& body) {
+  auto r = b.request("POST", "/v1/streams/ticks/tuples", body, kPublisherToken, "application/x-ndjson");
+  ASSERT_EQ(r.status, 200u) << r.body;
+}
+
+std::unique_ptr<broker::http::WsClient> connect(const BrokerProcess& b, const std::string& target,
+                                                const char* token = kReaderToken) {
+  auto ws = broker::http::WsClient::connect(b.client_options(), target,
+                                            {{"authorization", std::string("Bearer ") + token}});
+  EXPECT_TRUE(ws.ok()) << (ws.ok() ? "" : ws.error().message);
+  return ws.ok() ? std::move(ws).value() : nullptr;
+}
+
+class BrokerWebSocket : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(broker_.start()) << broker_.last_error();
+    ASSERT_EQ(broker_.request("POST", "/v1/streams", kStream).status, 201u);
+  }
+  BrokerProcess broker_{with_api("\"limits\":{\"ws_send_buffer_bytes\":65536}")};
+};
+
+TEST_F(BrokerWebSocket, SubscribeFromTheStartThenLive) {
+  post(broker_, rows(0, 10));
+  post(broker_, rows(10, 10));
+  auto ws = connect(broker_, "/v1/streams/ticks/subscribe?from=1");
+  ASSERT_TRUE(ws);
+  std::vector<Tuple> got;
+  auto receive_until = [&](uint64_t seq) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((got.empty() || got.back().seq < seq) && std::chrono::steady_clock::now() < deadline) {
+      auto m = ws->receive(200);
+      if (!m.ok()) continue;
+      ASSERT_FALSE(m->closed) << m->close_reason;
+      for (auto& t : parse_lines(m->data)) got.push_back(t);
+    }
+  };
+  receive_until(20);
+  post(broker_, rows(20, 5));  // live
+  receive_until(25);
+  ASSERT_EQ(got.size(), 25u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].seq, i + 1);
+  EXPECT_NE(got[0].line.find("\"k\":0"), std::string::npos) << got[0].line;
+}
+
+TEST_F(BrokerWebSocket, ResumeAfterDisconnectHasNoGapNoDuplicate) {
+  post(broker_, rows(0, 30));
+  auto first = read_stream(broker_, "ticks", 1, 30);
+  ASSERT_EQ(first.tuples.size(), 30u);
+  post(broker_, rows(30, 30));
+  // Resume in the middle of a record.
+  auto second = read_stream(broker_, "ticks", 17, 60);
+  ASSERT_EQ(second.tuples.size(), 44u) << second.error;
+  for (size_t i = 0; i < second.tuples.size(); ++i) EXPECT_EQ(second.tuples[i].seq, 17 + i);
+}
+
+TEST_F(BrokerWebSocket, BinaryFormatCarriesTheEngineEncoding) {
+  post(broker_, rows(0, 5));
+  auto ws = connect(broker_, "/v1/streams/ticks/subscribe?from=1&format=binary");
+  ASSERT_TRUE(ws);
+  auto m = ws->receive(5000);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->binary);
+  std::string_view in = m->data;
+  auto b = engine::decode_batch(in);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  ASSERT_EQ(b->rows(), 5u);
+  EXPECT_EQ(b->seq[0], 1u);
+  EXPECT_EQ(b->seq[4], 5u);
+}
+
+TEST_F(BrokerWebSocket, SlowConsumerIsClosedWithResumePoint) {
+  auto ws = connect(broker_, "/v1/streams/ticks/subscribe?from=1");
+  ASSERT_TRUE(ws);
+  // Far more than the socket buffers and the 64 KiB send buffer hold,
+  // while the client reads nothing.
+  for (int i = 0; i < 40; ++i) post(broker_, rows(i * 2000, 2000, 200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  bool closed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!closed && std::chrono::steady_clock::now() < deadline) {
+    auto m = ws->receive(500);
+    if (!m.ok()) {
+      if (m.error().code == Errc::unavailable) continue;
+      FAIL() << m.error().message;
+    }
+    if (m->closed) {
+      closed = true;
+      EXPECT_EQ(m->close_code, 4001);
+      EXPECT_NE(m->close_reason.find("resume with from="), std::string::npos) << m->close_reason;
+    }
+  }
+  EXPECT_TRUE(closed);
+  // The node keeps serving.
+  EXPECT_EQ(broker_.request("GET", "/v1/health", "", "").status, 200u);
+}
+
+TEST_F(BrokerWebSocket, PublishAcknowledgesInOrder) {
+  auto ws = connect(broker_, "/v1/streams/ticks/publish", kPublisherToken);
+  ASSERT_TRUE(ws);
+  ASSERT_TRUE(ws->send(rows(0, 3)).ok());
+  ASSERT_TRUE(ws->send("[{\"k\":100,\"note\":\"a\"}]").ok());
+  ASSERT_TRUE(ws->send("{\"k\":\"not a number\",\"note\":\"b\"}\n").ok());
+  ASSERT_TRUE(ws->send(rows(3, 2)).ok());
+  std::vector<std::string> answers;
+  while (answers.size() < 4) {
+    auto m = ws->receive(5000);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    ASSERT_FALSE(m->closed);
+    answers.push_back(m->data);
+  }
+  EXPECT_NE(answers[0].find("\"first_seq\":1,\"last_seq\":3"), std::string::npos) << answers[0];
+  EXPECT_NE(answers[1].find("\"first_seq\":4,\"last_seq\":4"), std::string::npos) << answers[1];
+  EXPECT_NE(answers[2].find("\"error\""), std::string::npos) << answers[2];
+  EXPECT_NE(answers[3].find("\"first_seq\":5,\"last_seq\":6"), std::string::npos) << answers[3];
+  EXPECT_EQ(next_seq(broker_, "ticks"), 7u);
+}
+
+TEST_F(BrokerWebSocket, UpgradeRefusals) {
+  auto ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe", {});
+  ASSERT_FALSE(ws.ok());
+  EXPECT_NE(ws.error().message.find("401"), std::string::npos) << ws.error().message;
+  ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/publish",
+                                       {{"authorization", std::string("Bearer ") + kReaderToken}});
+  ASSERT_FALSE(ws.ok());
+  EXPECT_NE(ws.error().message.find("403"), std::string::npos) << ws.error().message;
+  ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/nope/subscribe",
+                                       {{"authorization", std::string("Bearer ") + kReaderToken}});
+  ASSERT_FALSE(ws.ok());
+  EXPECT_NE(ws.error().message.find("404"), std::string::npos) << ws.error().message;
+  ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe?format=xml",
+                                       {{"authorization", std::string("Bearer ") + kReaderToken}});
+  ASSERT_FALSE(ws.ok());
+  EXPECT_NE(ws.error().message.find("400"), std::string::npos) << ws.error().message;
+}
+
+TEST_F(BrokerWebSocket, DeletedStreamClosesSubscribers) {
+  auto ws = connect(broker_, "/v1/streams/ticks/subscribe");
+  ASSERT_TRUE(ws);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(broker_.request("DELETE", "/v1/streams/ticks").status, 204u);
+  auto m = ws->receive(5000);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_TRUE(m->closed);
+  EXPECT_EQ(m->close_code, 4004);
+}
+
+}  // namespace
+}  // namespace entente::testing

@@ -1,0 +1,161 @@
+#include "tests/integration/support/broker_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "broker/config.h"
+
+namespace entente::testing {
+
+BrokerProcess::BrokerProcess(BrokerOptions options) : options_(std::move(options)) {
+  char tmpl[] = "/tmp/entente-itest-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  if (!d) throw std::runtime_error("mkdtemp failed");
+  dir_ = d;
+  config_path_ = dir_ + "/node.json";
+  stderr_path_ = dir_ + "/stderr.log";
+  std::string tls = options_.tls ? "{\"cert\":\"" + options_.cert_file + "\",\"key\":\"" + options_.key_file + "\"}"
+                                 : "false";
+  std::ostringstream cfg;
+  cfg << "{\"domain\":\"acme\",\"node\":\"n1\",";
+  cfg << "\"api\":{\"listen\":\"127.0.0.1:0\",\"tls\":" << tls;
+  if (!options_.extra_api.empty()) cfg << "," << options_.extra_api;
+  cfg << "},";
+  cfg << "\"data_dir\":\"" << dir_ << "/data\",";
+  cfg << "\"tokens\":[";
+  cfg << "{\"name\":\"ops\",\"role\":\"admin\",\"sha256\":\"" << broker::hash_token(kAdminToken) << "\"},";
+  cfg << "{\"name\":\"feed\",\"role\":\"publisher\",\"sha256\":\"" << broker::hash_token(kPublisherToken) << "\"},";
+  cfg << "{\"name\":\"dash\",\"role\":\"reader\",\"sha256\":\"" << broker::hash_token(kReaderToken) << "\"}]";
+  if (!options_.extra_config.empty()) cfg << "," << options_.extra_config;
+  cfg << "}";
+  std::ofstream(config_path_) << cfg.str();
+}
+
+BrokerProcess::~BrokerProcess() {
+  if (pid_ > 0) kill();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+bool BrokerProcess::start() {
+  int out[2];
+  if (pipe(out) != 0) {
+    error_ = "pipe failed";
+    return false;
+  }
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(out[1], 1);
+    int err = ::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (err >= 0) dup2(err, 2);
+    close(out[0]);
+    execl(ENTENTE_BIN, ENTENTE_BIN, "broker", "--config", config_path_.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  // Read the start-up line: "entente: node acme/n1 listening on http://127.0.0.1:PORT".
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out[0], POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[256];
+    ssize_t n = read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    line.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  auto colon = line.rfind(':');
+  if (line.find("listening on") == std::string::npos || colon == std::string::npos) {
+    error_ = "no start-up line; stdout: '" + line + "'; stderr: " + stderr_text();
+    kill();
+    return false;
+  }
+  port_ = static_cast<uint16_t>(std::atoi(line.c_str() + colon + 1));
+  return port_ != 0;
+}
+
+void BrokerProcess::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int st;
+  waitpid(pid_, &st, 0);
+  pid_ = -1;
+}
+
+int BrokerProcess::terminate(int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int st;
+    pid_t r = waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill();
+  return -1;
+}
+
+std::string BrokerProcess::stderr_text() const {
+  std::ifstream f(stderr_path_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+broker::http::ClientOptions BrokerProcess::client_options() const {
+  broker::http::ClientOptions o;
+  o.host = "127.0.0.1";
+  o.port = port_;
+  o.tls = options_.tls;
+  o.ca_file = options_.cert_file;
+  return o;
+}
+
+std::unique_ptr<broker::http::Client> BrokerProcess::client() const {
+  auto c = broker::http::Client::connect(client_options());
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+broker::http::ClientResponse BrokerProcess::request(const std::string& method, const std::string& target,
+                                                    const std::string& body, const std::string& token,
+                                                    const std::string& content_type) const {
+  auto c = client();
+  if (!c) return {};
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!token.empty()) headers.emplace_back("authorization", "Bearer " + token);
+  auto r = c->request(method, target, body, content_type, headers);
+  EXPECT_TRUE(r.ok()) << method << " " << target << ": " << (r.ok() ? "" : r.error().message);
+  return r.ok() ? std::move(r).value() : broker::http::ClientResponse{};
+}
+
+int run_command(const std::string& command, std::string& output) {
+  output.clear();
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace entente::testing
