@@ -18,8 +18,10 @@ void BoxBase::emit(Emitter& out, size_t port, Batch b) {
   const size_t n = b.rows();
   if (n == 0) return;
   Seq s = next_seq_[port];
-  b.seq.resize(n);
-  for (size_t i = 0; i < n; ++i) b.seq[i] = s + i;
+  // Fresh numbers: the batch's old ones may be shared with its input.
+  std::vector<Seq> seq(n);
+  for (size_t i = 0; i < n; ++i) seq[i] = s + i;
+  b.seq = std::move(seq);
   next_seq_[port] = s + n;
   stats_.tuples_out += n;
   size_t bytes = 16 * n;  // event time and sequence number
