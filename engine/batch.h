@@ -124,6 +124,18 @@ class RowVector {
     // a const object.
     return const_cast<std::vector<T>&>(*v_);
   }
+  // Empties this and returns its values for writing: the same storage,
+  // capacity kept, if this object alone holds values it made; else fresh
+  // storage (nothing is copied either way).
+  std::vector<T>& reset() {
+    if (!writable_ || v_.use_count() != 1) {
+      v_ = std::make_shared<std::vector<T>>();
+      writable_ = true;
+    }
+    auto& v = const_cast<std::vector<T>&>(*v_);  // made by make_shared<std::vector<T>>: not const
+    v.clear();
+    return v;
+  }
   // The values as a vector of the caller's: moved out when this object
   // alone holds values it made, else copied. Leaves this empty.
   std::vector<T> release() {

@@ -56,10 +56,10 @@ class RunBuffer {
   void begin(const Batch& src) {
     batch_.columns.clear();  // drop our own extra reference before counting
     batch_.schema = src.schema;
-    // Reused like the columns: mut() copies (here: starts afresh) only if
-    // the callback kept the previous run's values.
-    batch_.event_time.mut().clear();
-    batch_.seq.mut().clear();
+    // Reused like the columns, unless the callback kept the previous run's
+    // values (then reset() starts fresh ones).
+    batch_.event_time.reset();
+    batch_.seq.reset();
     cols_.resize(src.columns.size());
     for (size_t c = 0; c < cols_.size(); ++c) {
       const Type t = src.column(c).type;

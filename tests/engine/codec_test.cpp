@@ -126,6 +126,16 @@ TEST(Batch, RowVectorSharesAndCopiesOnWrite) {
   EXPECT_EQ(out.data(), dt);
   EXPECT_TRUE(d.empty());
 
+  // reset(): empties, keeping the storage only when it is this object's alone.
+  RowVector<EventTime> h = std::vector<EventTime>{1, 2, 3};
+  const EventTime* ht = h.data();
+  h.reset().push_back(4);
+  EXPECT_EQ(h.data(), ht);
+  RowVector<EventTime> i = h;
+  i.reset().push_back(5);
+  EXPECT_EQ(h, (RowVector<EventTime>{4}));
+  EXPECT_EQ(i, (RowVector<EventTime>{5}));
+
   RowVector<Seq> f = std::vector<Seq>{1};
   RowVector<Seq> g = std::move(f);
   EXPECT_TRUE(f.empty());  // NOLINT(bugprone-use-after-move): documented state
