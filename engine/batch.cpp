@@ -200,12 +200,14 @@ Batch Batch::take(std::span<const uint32_t> rows) const {
     col->gather_from(*c, rows);
     out.columns.push_back(std::move(col));
   }
-  out.event_time.resize(rows.size());
-  out.seq.resize(rows.size());
+  std::vector<EventTime> times(rows.size());
+  std::vector<Seq> seqs(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    out.event_time[i] = event_time[rows[i]];
-    out.seq[i] = seq[rows[i]];
+    times[i] = event_time[rows[i]];
+    seqs[i] = seq[rows[i]];
   }
+  out.event_time = std::move(times);
+  out.seq = std::move(seqs);
   return out;
 }
 
@@ -270,12 +272,16 @@ Batch concat(const SchemaPtr& schema, std::span<const Batch> parts) {
     for (const auto& p : parts) col->append_all(*p.columns[i]);
     out.columns.push_back(std::move(col));
   }
-  out.event_time.reserve(rows);
-  out.seq.reserve(rows);
+  std::vector<EventTime> times;
+  std::vector<Seq> seqs;
+  times.reserve(rows);
+  seqs.reserve(rows);
   for (const auto& p : parts) {
-    out.event_time.insert(out.event_time.end(), p.event_time.begin(), p.event_time.end());
-    out.seq.insert(out.seq.end(), p.seq.begin(), p.seq.end());
+    times.insert(times.end(), p.event_time.begin(), p.event_time.end());
+    seqs.insert(seqs.end(), p.seq.begin(), p.seq.end());
   }
+  out.event_time = std::move(times);
+  out.seq = std::move(seqs);
   return out;
 }
 

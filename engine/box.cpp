@@ -18,8 +18,11 @@ void BoxBase::emit(Emitter& out, size_t port, Batch b) {
   const size_t n = b.rows();
   if (n == 0) return;
   Seq s = next_seq_[port];
-  b.seq.resize(n);
-  for (size_t i = 0; i < n; ++i) b.seq[i] = s + i;
+  // reset(): the batch's old numbers may be shared with its input; they are
+  // overwritten in place only if they are the batch's alone.
+  std::vector<Seq>& seq = b.seq.reset();
+  seq.resize(n);
+  for (size_t i = 0; i < n; ++i) seq[i] = s + i;
   next_seq_[port] = s + n;
   stats_.tuples_out += n;
   size_t bytes = 16 * n;  // event time and sequence number

@@ -134,22 +134,24 @@ Result<Batch> decode_batch(std::string_view& in, size_t max_rows) {
     b.columns.push_back(std::move(c));
   }
   if (r.remaining() < 2 * n) return corrupt("truncated event times");
-  b.event_time.resize(n);
+  std::vector<EventTime> times(n);
   uint64_t t = 0;
-  for (auto& et : b.event_time) {
+  for (auto& et : times) {
     int64_t d;
     if (!r.svarint(d)) return corrupt("truncated event times");
     t += static_cast<uint64_t>(d);
     et = static_cast<EventTime>(t);
   }
-  b.seq.resize(n);
+  std::vector<Seq> seqs(n);
   uint64_t s = 0;
-  for (auto& q : b.seq) {
+  for (auto& q : seqs) {
     int64_t d;
     if (!r.svarint(d)) return corrupt("truncated sequence numbers");
     s += static_cast<uint64_t>(d);
     q = s;
   }
+  b.event_time = std::move(times);
+  b.seq = std::move(seqs);
   in = r.rest();
   return b;
 }

@@ -163,8 +163,10 @@ void Executor::push(size_t input, const Batch& batch) {
   EventTime max_t = kMinTime;
   const Batch& b = detail::stamp_input(in, batch, scratch, max_t);
   impl_->deliver(input, b, max_t);
-  // Keep the capacity, not the caller's columns.
+  // Keep no reference to the caller's data.
   scratch.columns.clear();
+  scratch.event_time = {};
+  scratch.seq = {};
 }
 
 void Executor::push(size_t input, Batch&& batch) {

@@ -253,11 +253,12 @@ struct Scheduler::Impl {
   bool push(size_t input, const Batch& batch, bool wait) {
     check_input(input);
     const NetworkInput& in = def->inputs[input];
-    // Stamping copies the time column: done before taking the lock.
+    // Stamping scans the time column for its maximum: done before taking
+    // the lock.
     Batch scratch;
-    const Batch& stamped = detail::stamp_input(in, batch, scratch);
+    EventTime max_t = kMinTime;
+    const Batch& stamped = detail::stamp_input(in, batch, scratch, max_t);
     auto b = std::make_shared<const Batch>(&stamped == &scratch ? std::move(scratch) : batch);
-    EventTime max_t = detail::max_event_time(*b);
     std::unique_lock lk(mu);
     if (wait) space_cv.wait(lk, [&] { return state != State::accepting || inputs_have_room(input); });
     if (state != State::accepting || !inputs_have_room(input)) return false;

@@ -41,6 +41,9 @@ constexpr uint32_t kNoSlot = UINT32_MAX;
 constexpr int64_t kMaxEmptyWindows = int64_t{1} << 20;
 constexpr size_t kMaxAggregates = 64;
 constexpr size_t kMaxGroupBy = 16;
+// `top.k` at most this (documented): k beyond the groups of a window keeps
+// them all anyway.
+constexpr int64_t kMaxTopK = int64_t{1} << 20;
 
 enum class Fn : uint8_t { count, sum, min, max, avg, first, last, max_by, min_by };
 
@@ -71,6 +74,15 @@ struct WindowSpec {
   int64_t pane = 0;   // gcd(size, slide)
 };
 
+// `top`: per window, only the groups ranked among the best `k` by
+// aggregate `agg` (SQL RANK() <= k: ties at the k-th value all stay).
+enum class TopOrder : uint8_t { desc, asc };
+struct TopSpec {
+  int agg = -1;  // index into Config::aggs; -1: no ranking, every group
+  int64_t k = 1;
+  TopOrder order = TopOrder::desc;
+};
+
 struct Config {
   std::vector<size_t> key_cols;
   WindowSpec window;
@@ -78,6 +90,7 @@ struct Config {
   int64_t slack = 0;
   int64_t timeout = 0;  // 0: none
   bool emit_empty = false;
+  TopSpec top;
   uint32_t cells = 1;  // per slot; cell 0 counts the slot's rows
   uint32_t strings = 0;
 };
@@ -944,6 +957,7 @@ class AggregateBox final : public BoxBase {
       }
     }
     if (picks_.empty()) return;
+    keep_top();
     sort_picks();
     fill_empty_until(end);
     append_picks(end - w.size, end);
@@ -968,6 +982,47 @@ class AggregateBox final : public BoxBase {
       case Fn::min_by: return x[2];
     }
     return 0;
+  }
+
+  // True if `top` ranks cell bits `x` strictly above `y` (values of the
+  // ranked aggregate as result_bits() gives them). NaN ranks below every
+  // number in both orders, as for max_by/min_by.
+  bool top_better(int64_t x, int64_t y) const {
+    const AggSpec& a = cfg_.aggs[static_cast<size_t>(cfg_.top.agg)];
+    const bool asc = cfg_.top.order == TopOrder::asc;
+    if (a.out_type == Type::Double) {
+      const double dx = bits_dbl(x), dy = bits_dbl(y);
+      if (std::isnan(dx) || std::isnan(dy)) return !std::isnan(dx) && std::isnan(dy);
+      return asc ? dx < dy : dx > dy;
+    }
+    return asc ? x < y : x > y;  // int64, timestamp, bool (0/1)
+  }
+
+  // `top`: drops from picks_ every group with k or more groups ranked
+  // strictly above it, keeping the others in their order. A group stays
+  // iff its value is at least as good as the k-th best value (counting
+  // ties), so this finds that value and filters once.
+  void keep_top() {
+    if (cfg_.top.agg < 0 || picks_.size() <= static_cast<uint64_t>(cfg_.top.k)) return;
+    const AggSpec& a = cfg_.aggs[static_cast<size_t>(cfg_.top.agg)];
+    const size_t K = cfg_.cells;
+    auto value = [&](const Pick& p) { return result_bits(a, &win_cells_[p.row * K]); };
+    int64_t kth;
+    if (cfg_.top.k == 1) {
+      kth = value(picks_[0]);
+      for (const Pick& p : picks_) {
+        const int64_t v = value(p);
+        if (top_better(v, kth)) kth = v;
+      }
+    } else {
+      top_values_.clear();
+      for (const Pick& p : picks_) top_values_.push_back(value(p));
+      const auto nth = top_values_.begin() + static_cast<ptrdiff_t>(cfg_.top.k - 1);
+      std::nth_element(top_values_.begin(), nth, top_values_.end(),
+                       [this](int64_t x, int64_t y) { return top_better(x, y); });
+      kth = *nth;
+    }
+    std::erase_if(picks_, [&](const Pick& p) { return top_better(kth, value(p)); });
   }
 
   // append_row() for every pick of emit_window(), column by column.
@@ -1212,6 +1267,7 @@ class AggregateBox final : public BoxBase {
   std::vector<int64_t> res_cells_;
   std::vector<std::string> res_strs_;
   std::vector<Pick> picks_;
+  std::vector<int64_t> top_values_;  // keep_top() scratch
   std::vector<Pick> sorted_picks_;
   std::vector<uint32_t> pick_gids_;
   std::vector<int64_t> win_cells_;     // emit_window(): combined results, a row per pick
@@ -1561,6 +1617,34 @@ std::unique_ptr<Box> make_aggregate(const rapidjson::Value& options, const BoxBu
     } else if (auto d = engine::detail::parse_duration_ms(*t, r.path_of("timeout"), diag)) {
       if (*d <= 0) diag.error(r.path_of("timeout"), "timeout must be positive");
       cfg.timeout = *d;
+    }
+  }
+  if (const rapidjson::Value* t = r.value("top", Need::optional)) {
+    const std::string tpath = r.path_of("top");
+    engine::detail::OptionReader tr(t, tpath, diag);
+    const size_t tbefore = diag.size();
+    auto by = tr.string("by", Need::required);
+    auto k = tr.int64("k", Need::optional, 1, kMaxTopK);
+    auto order = tr.choice("order", Need::optional, {"desc", "asc"});
+    tr.finish();
+    if (by_count)
+      diag.error(tpath, "top ranks the groups of one time window; count windows close per group");
+    if (cfg.timeout > 0)
+      diag.error(tpath, "top needs every group of a window at once; a timeout emits groups one by one");
+    if (diag.size() == tbefore && by) {
+      auto it = std::find_if(cfg.aggs.begin(), cfg.aggs.end(), [&](const AggSpec& a) { return a.name == *by; });
+      if (it == cfg.aggs.end()) {
+        std::string names;
+        for (const AggSpec& a : cfg.aggs) names += (names.empty() ? "" : ", ") + a.name;
+        diag.error(tpath + ".by", "'" + *by + "' is not an aggregate of this box (aggregates: " + names + ")");
+      } else if (it->out_type == Type::String) {
+        diag.error(tpath + ".by", "top ranks by an int64, double, bool or timestamp aggregate; '" + *by +
+                                      "' is a string");
+      } else {
+        cfg.top.agg = static_cast<int>(it - cfg.aggs.begin());
+        cfg.top.k = k.value_or(1);
+        cfg.top.order = order.value_or("desc") == "asc" ? TopOrder::asc : TopOrder::desc;
+      }
     }
   }
   auto emit_empty = r.boolean("emit_empty", Need::optional);

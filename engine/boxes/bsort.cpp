@@ -182,13 +182,15 @@ class BSortBox final : public EnvelopeBoxBase {
     Batch b(input_schemas_[0]);
     const size_t m = entries.size();
     rows_.resize(m);
-    b.event_time.resize(m);
-    b.seq.resize(m);
+    std::vector<EventTime> times(m);
+    std::vector<Seq> seqs(m);
     for (size_t i = 0; i < m; ++i) {
       rows_[i] = entries[i].row;
-      b.event_time[i] = entries[i].time;
-      b.seq[i] = parts_.empty() ? 0 : parts_[entries[i].part].seq[entries[i].row];
+      times[i] = entries[i].time;
+      seqs[i] = parts_.empty() ? 0 : parts_[entries[i].part].seq[entries[i].row];
     }
+    b.event_time = std::move(times);
+    b.seq = std::move(seqs);
     for (size_t c = 0; c < input_schemas_[0]->size(); ++c) {
       auto col = std::make_shared<Column>(input_schemas_[0]->field(c).type);
       col->reserve(m);

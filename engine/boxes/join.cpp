@@ -301,7 +301,7 @@ class JoinBox final : public BoxBase {
         b.columns.push_back(std::move(col));
       }
       b.event_time = std::move(times);
-      b.seq.assign(b.rows(), 0);
+      b.seq = std::vector<Seq>(b.rows(), 0);
       sel_.clear();
       (narrow ? *cfg_.pred_narrow : *cfg_.predicate).select(b, sel_);
       if (sel_.empty()) {
@@ -312,17 +312,17 @@ class JoinBox final : public BoxBase {
         emit_pairs_done(out, sel_.size() == b.rows() ? std::move(b) : b.take(sel_));
         return;
       }
-      if (sel_.size() != b.rows()) {
+      times = b.event_time.release();
+      if (sel_.size() != times.size()) {
         for (size_t k = 0; k < sel_.size(); ++k) {
           pairs_[0][k] = pairs_[0][sel_[k]];
           pairs_[1][k] = pairs_[1][sel_[k]];
-          b.event_time[k] = b.event_time[sel_[k]];
+          times[k] = times[sel_[k]];
         }
         pairs_[0].resize(sel_.size());
         pairs_[1].resize(sel_.size());
-        b.event_time.resize(sel_.size());
+        times.resize(sel_.size());
       }
-      times = std::move(b.event_time);
       left = std::span<const uint32_t>(pairs_[0]);
       right = std::span<const uint32_t>(pairs_[1]);
     }
@@ -336,7 +336,7 @@ class JoinBox final : public BoxBase {
       b.columns.push_back(std::move(col));
     }
     b.event_time = std::move(times);
-    b.seq.assign(b.rows(), 0);
+    b.seq = std::vector<Seq>(b.rows(), 0);
     emit_pairs_done(out, std::move(b));
   }
 
@@ -459,7 +459,7 @@ Status JoinBox::restore(std::string_view bytes, const KeyGroupRange* keep) {
     Batch tmp(input_schemas_[s]);
     for (Column& c : src.cols) tmp.columns.push_back(std::make_shared<Column>(std::move(c)));
     tmp.event_time = std::move(src.times);
-    tmp.seq.assign(n, 0);
+    tmp.seq = std::vector<Seq>(n, 0);
     std::vector<uint64_t> h;
     hash_rows(tmp, cfg_.keys[s], h);
     std::vector<uint32_t> kept;

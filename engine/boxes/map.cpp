@@ -39,7 +39,7 @@ class MapBox final : public StatelessBoxBase {
     // Re-stamped rows may fall below the watermark already sent downstream;
     // those would break its promise, so they count as late.
     ColumnPtr t = time_->eval(batch);
-    o.event_time = t->ints;
+    o.event_time = RowVector<EventTime>::alias(t, t->ints);  // shared, not copied
     const Batch& kept = drop_late(o, output_watermark(), stats_.late_dropped, scratch_, idx_);
     if (&kept == &o)
       emit(out, 0, std::move(o));

@@ -40,9 +40,8 @@ Batch slice(const Batch& b, size_t begin, size_t end) {
     append_range(*col, *c, begin, end);
     out.columns.push_back(std::move(col));
   }
-  out.event_time.assign(b.event_time.begin() + static_cast<ptrdiff_t>(begin),
-                        b.event_time.begin() + static_cast<ptrdiff_t>(end));
-  out.seq.assign(b.seq.begin() + static_cast<ptrdiff_t>(begin), b.seq.begin() + static_cast<ptrdiff_t>(end));
+  out.event_time = std::vector<EventTime>(b.event_time.begin() + begin, b.event_time.begin() + end);
+  out.seq = std::vector<Seq>(b.seq.begin() + begin, b.seq.begin() + end);
   return out;
 }
 
@@ -57,8 +56,10 @@ class RunBuffer {
   void begin(const Batch& src) {
     batch_.columns.clear();  // drop our own extra reference before counting
     batch_.schema = src.schema;
-    batch_.event_time.clear();
-    batch_.seq.clear();
+    // Reused like the columns, unless the callback kept the previous run's
+    // values (then reset() starts fresh ones).
+    batch_.event_time.reset();
+    batch_.seq.reset();
     cols_.resize(src.columns.size());
     for (size_t c = 0; c < cols_.size(); ++c) {
       const Type t = src.column(c).type;
@@ -69,16 +70,19 @@ class RunBuffer {
   // Appends rows [begin, end) of `src`.
   void add(const Batch& src, size_t begin, size_t end) {
     for (size_t c = 0; c < cols_.size(); ++c) append_range(*cols_[c], src.column(c), begin, end);
-    const auto b = static_cast<ptrdiff_t>(begin), e = static_cast<ptrdiff_t>(end);
-    batch_.event_time.insert(batch_.event_time.end(), src.event_time.begin() + b, src.event_time.begin() + e);
-    batch_.seq.insert(batch_.seq.end(), src.seq.begin() + b, src.seq.begin() + e);
+    auto& times = batch_.event_time.mut();
+    auto& seqs = batch_.seq.mut();
+    times.insert(times.end(), src.event_time.begin() + begin, src.event_time.begin() + end);
+    seqs.insert(seqs.end(), src.seq.begin() + begin, src.seq.begin() + end);
   }
   // Appends rows `rows` of `src`, in that order.
   void add(const Batch& src, std::span<const uint32_t> rows) {
     for (size_t c = 0; c < cols_.size(); ++c) cols_[c]->gather_from(src.column(c), rows);
+    auto& times = batch_.event_time.mut();
+    auto& seqs = batch_.seq.mut();
     for (uint32_t r : rows) {
-      batch_.event_time.push_back(src.event_time[r]);
-      batch_.seq.push_back(src.seq[r]);
+      times.push_back(src.event_time[r]);
+      seqs.push_back(src.seq[r]);
     }
   }
   const Batch& finish() {

@@ -1165,7 +1165,7 @@ ColumnPtr eval_node(const ExprNode& n, const Batch& b) {
       return b.columns[static_cast<size_t>(n.field)];
     case Op::Time: {
       auto c = std::make_shared<Column>(Type::Timestamp);
-      c->ints = b.event_time;
+      c->ints = b.event_time.vec();
       return c;
     }
     case Op::Cast: {
@@ -1287,8 +1287,8 @@ void select_node(const ExprNode& n, const Batch& b, const std::vector<uint32_t>*
 
 Value fold_constant(const ExprNode& n) {
   Batch one;
-  one.event_time.assign(1, 0);
-  one.seq.assign(1, 0);
+  one.event_time = std::vector<EventTime>(1, 0);
+  one.seq = std::vector<Seq>(1, 0);
   return eval_node(n, one)->value(0);
 }
 

@@ -520,6 +520,140 @@ TEST(Aggregate, MaxBySurvivesSnapshotAndSplit) {
   EXPECT_EQ(rows, want.rows());
 }
 
+// `top` against the unranked box: per window (window_end, column 2 of a
+// box grouped by auction), the rows of groups with fewer than k groups
+// ranked strictly above them, in the unranked box's order.
+std::vector<std::vector<Value>> ranked_rows(const Recorder& all, size_t col, int64_t k, bool asc) {
+  auto better = [&](const Value& x, const Value& y) {
+    if (const double* dx = std::get_if<double>(&x)) {
+      const double dy = std::get<double>(y);
+      if (std::isnan(*dx) || std::isnan(dy)) return !std::isnan(*dx) && std::isnan(dy);
+      return asc ? *dx < dy : *dx > dy;
+    }
+    return asc ? std::get<int64_t>(x) < std::get<int64_t>(y) : std::get<int64_t>(x) > std::get<int64_t>(y);
+  };
+  std::vector<std::vector<Value>> rows;
+  for (size_t r = 0; r < all.rows(); ++r) rows.push_back(all.row(r));
+  std::vector<std::vector<Value>> kept;
+  for (const auto& row : rows) {
+    int64_t above = 0;
+    for (const auto& other : rows)
+      if (other[2] == row[2] && better(other[col], row[col])) ++above;
+    if (above < k) kept.push_back(row);
+  }
+  return kept;
+}
+
+TEST(Aggregate, TopKeepsTheGroupsTiedAtTheMaximum) {
+  auto box = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":10},
+                       "aggregates":[{"fn":"count","as":"num"},{"fn":"sum","field":"price"}],
+                       "top":{"by":"num"}})");
+  // The output schema is the unranked one.
+  EXPECT_EQ(box->output_schema(0)->to_string(),
+            "auction:int64, window_start:timestamp, window_end:timestamp, num:int64, sum_price:int64");
+  Recorder rec;
+  // [0,10): auctions 1 and 3 have 3 bids each, 2 has 1, 4 has 2; [10,20): only 5.
+  box->on_batch(0, batch_of({{1, "", 1, 0, 0}, {2, "", 2, 0, 1}, {3, "", 3, 0, 2}, {1, "", 4, 0, 3},
+                             {4, "", 5, 0, 4}, {3, "", 6, 0, 5}, {4, "", 7, 0, 6}, {3, "", 8, 0, 7},
+                             {1, "", 9, 0, 8}, {5, "", 10, 0, 12}}),
+                rec);
+  box->on_watermark(0, kMaxWatermark, rec);
+  ASSERT_EQ(rec.rows(), 3u);
+  std::vector<std::vector<Value>> got{rec.row(0), rec.row(1), rec.row(2)};
+  const std::vector<Value> one{int64_t{1}, int64_t{0}, int64_t{10}, int64_t{3}, int64_t{14}};
+  const std::vector<Value> three{int64_t{3}, int64_t{0}, int64_t{10}, int64_t{3}, int64_t{17}};
+  // Ordered by key group, then first arrival, as without top.
+  const bool one_first = key_group_int(1) != key_group_int(3) ? key_group_int(1) < key_group_int(3) : true;
+  EXPECT_EQ(got[0], one_first ? one : three);
+  EXPECT_EQ(got[1], one_first ? three : one);
+  EXPECT_EQ(got[2], (std::vector<Value>{int64_t{5}, int64_t{10}, int64_t{20}, int64_t{1}, int64_t{10}}));
+  EXPECT_EQ(rec.batches.back().seq.back(), 2u);
+}
+
+// Random inputs: top k by count, a sum, or a double sum with NaN, in both
+// orders, equals the unranked box's rows filtered by rank.
+TEST(Aggregate, TopMatchesTheUnrankedRowsFilteredByRank) {
+  struct Case {
+    const char* by;
+    size_t col;
+    int64_t k;
+    bool asc;
+  };
+  const Case cases[] = {{"num", 3, 1, false}, {"num", 3, 2, false}, {"num", 3, 1, true},
+                        {"sum_price", 4, 3, false}, {"sum_price", 4, 1, true}, {"sum_ratio", 5, 1, false},
+                        {"sum_ratio", 5, 2, true}, {"num", 3, 1000, false}};
+  for (int seed = 0; seed < 24; ++seed) {
+    const Case& c = cases[static_cast<size_t>(seed) % std::size(cases)];
+    SCOPED_TRACE("seed " + std::to_string(seed) + " by " + c.by);
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 99);
+    const std::string def = std::string(R"({"group_by":["auction"],"window":{"type":"sliding","size":20,"slide":5},
+        "aggregates":[{"fn":"count","as":"num"},{"fn":"sum","field":"price"},{"fn":"sum","field":"ratio"}])");
+    const std::string top = R"(,"top":{"by":")" + std::string(c.by) + R"(","k":)" + std::to_string(c.k) +
+                            R"(,"order":")" + (c.asc ? "asc" : "desc") + R"("}})";
+    auto ranked = build(def + top);
+    auto plain = build(def + "}");
+    Recorder a, b;
+    int64_t clock = 0;
+    for (int batch = 0; batch < 20; ++batch) {
+      std::vector<In> rows;
+      const int n = 1 + static_cast<int>(rng() % 25);
+      for (int i = 0; i < n; ++i) {
+        clock += static_cast<int64_t>(rng() % 2);
+        const double ratio = rng() % 17 == 0 ? std::nan("") : static_cast<double>(rng() % 4);
+        rows.push_back(In{static_cast<int64_t>(rng() % 9), "", static_cast<int64_t>(rng() % 5) - 1, ratio, clock});
+      }
+      ranked->on_batch(0, batch_of(rows), a);
+      plain->on_batch(0, batch_of(rows), b);
+      if (rng() % 3 == 0) {
+        ranked->on_watermark(0, clock - 3, a);
+        plain->on_watermark(0, clock - 3, b);
+      }
+    }
+    ranked->on_watermark(0, kMaxWatermark, a);
+    plain->on_watermark(0, kMaxWatermark, b);
+    const auto want = ranked_rows(b, c.col, c.k, c.asc);
+    ASSERT_EQ(a.rows(), want.size());
+    ASSERT_GT(want.size(), 0u);
+    if (c.k < 1000) EXPECT_LT(want.size(), b.rows());  // the ranking dropped something
+    else EXPECT_EQ(want.size(), b.rows());
+    for (size_t r = 0; r < want.size(); ++r) {
+      auto row = a.row(r);
+      // NaN != NaN: compare the double column by bits.
+      ASSERT_EQ(row.size(), want[r].size());
+      for (size_t col = 0; col < row.size(); ++col) {
+        if (const double* d = std::get_if<double>(&row[col]))
+          EXPECT_TRUE(std::isnan(*d) ? std::isnan(std::get<double>(want[r][col])) : row[col] == want[r][col])
+              << "row " << r;
+        else
+          EXPECT_EQ(row[col], want[r][col]) << "row " << r << " column " << col;
+      }
+    }
+    EXPECT_EQ(a.wms, b.wms);
+  }
+}
+
+// `top` keeps no state of its own: a box restored from a mid-window
+// snapshot ranks the same windows as the original.
+TEST(Aggregate, TopSurvivesSnapshotAndRestore) {
+  const char* def = R"({"group_by":["auction"],"window":{"type":"sliding","size":30,"slide":10},
+      "aggregates":[{"fn":"count","as":"num"}],"top":{"by":"num","k":2}})";
+  auto box = build(def);
+  const std::string bytes = some_state_for_by(*box);
+  std::vector<In> more;
+  for (int i = 0; i < 30; ++i) more.push_back({i % 5, "", i, 0, 45 + i});
+  Recorder want;
+  box->on_batch(0, batch_of(more), want);
+  box->on_watermark(0, kMaxWatermark, want);
+  ASSERT_GT(want.rows(), 0u);
+  auto copy = build(def);
+  ASSERT_TRUE(copy->restore(bytes).ok());
+  Recorder got;
+  copy->on_batch(0, batch_of(more), got);
+  copy->on_watermark(0, kMaxWatermark, got);
+  ASSERT_EQ(got.rows(), want.rows());
+  for (size_t r = 0; r < want.rows(); ++r) EXPECT_EQ(got.row(r), want.row(r)) << r;
+}
+
 void expect_error(const std::string& json, const std::string& path, const std::string& part) {
   Diagnostics diag;
   auto b = build(json, diag);
@@ -580,6 +714,26 @@ TEST(Aggregate, BadOptionsAreReportedWithTheirPaths) {
   expect_error(R"({"window":{"type":"tumbling","size":10},"emit_empty":true,
                    "aggregates":[{"fn":"max_by","field":"price","by":"ratio"}]})",
                p + ".emit_empty", "only count, sum and avg");
+}
+
+TEST(Aggregate, BadTopOptionsAreReportedWithTheirPaths) {
+  const std::string p = "$.boxes[1].options.top";
+  const std::string w = R"("group_by":["auction"],"window":{"type":"tumbling","size":10},)";
+  const std::string a = R"("aggregates":[{"fn":"count","as":"num"},{"fn":"max","field":"bidder"}])";
+  expect_error("{" + w + a + R"(,"top":{}})", p + ".by", "missing");
+  expect_error("{" + w + a + R"(,"top":"num"})", p, "must be an object");
+  expect_error("{" + w + a + R"(,"top":{"by":"nun"}})", p + ".by", "'nun' is not an aggregate of this box");
+  expect_error("{" + w + a + R"(,"top":{"by":"auction"}})", p + ".by", "aggregates: num, max_bidder");
+  expect_error("{" + w + a + R"(,"top":{"by":"max_bidder"}})", p + ".by", "is a string");
+  expect_error("{" + w + a + R"(,"top":{"by":"num","k":0}})", p + ".k", "out of range");
+  expect_error("{" + w + a + R"(,"top":{"by":"num","k":2000000}})", p + ".k", "out of range");
+  expect_error("{" + w + a + R"(,"top":{"by":"num","k":"1"}})", p + ".k", "expected an integer");
+  expect_error("{" + w + a + R"(,"top":{"by":"num","order":"down"}})", p + ".order", "unknown value");
+  expect_error("{" + w + a + R"(,"top":{"by":"num","limit":3}})", p + ".limit", "unknown option");
+  expect_error(R"({"group_by":["auction"],"window":{"type":"tumbling","by":"count","size":10},)" + a +
+                   R"(,"top":{"by":"num"}})",
+               p, "count windows");
+  expect_error("{" + w + a + R"(,"timeout":"1s","top":{"by":"num"}})", p, "timeout");
 }
 
 std::string some_state(Box& box) {

@@ -79,11 +79,75 @@ TEST(Batch, BuilderTakeConcatValidate) {
   EXPECT_EQ(joined, b.take(std::vector<uint32_t>{0, 1, 2, 3, 4}));
 }
 
+// RowVector: copies share values, writing copies them first unless they are
+// this object's alone, aliased values are never written, moved-from is empty.
+TEST(Batch, RowVectorSharesAndCopiesOnWrite) {
+  RowVector<EventTime> a = std::vector<EventTime>{1, 2, 3};
+  const EventTime* at = a.data();
+  a.mut().push_back(4);  // alone: written in place (the pointer may move on growth)
+  EXPECT_EQ(a, (RowVector<EventTime>{1, 2, 3, 4}));
+  (void)at;
+
+  RowVector<EventTime> b = a;  // shared
+  EXPECT_TRUE(b.shares_with(a));
+  b.mut()[0] = 9;  // copies first: a is unchanged
+  EXPECT_FALSE(b.shares_with(a));
+  EXPECT_EQ(a, (RowVector<EventTime>{1, 2, 3, 4}));
+  EXPECT_EQ(b, (RowVector<EventTime>{9, 2, 3, 4}));
+  const EventTime* bt = b.data();
+  b.mut()[1] = 8;  // now b's alone: no further copy
+  EXPECT_EQ(b.data(), bt);
+
+  // Aliased values (a column's) are shared, never written in place, and
+  // kept alive by their owner.
+  auto col = std::make_shared<Column>(Type::Timestamp);
+  col->ints = {5, 6};
+  RowVector<EventTime> c = RowVector<EventTime>::alias(col, col->ints);
+  EXPECT_EQ(c.data(), col->ints.data());
+  std::weak_ptr<Column> watch = col;
+  col.reset();
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(c, (RowVector<EventTime>{5, 6}));
+  std::shared_ptr<Column> again = watch.lock();
+  c.mut()[0] = 7;
+  EXPECT_NE(c.data(), again->ints.data());
+  EXPECT_EQ(again->ints[0], 5);  // the column is untouched
+  again.reset();
+  EXPECT_TRUE(watch.expired());  // c now holds its own copy
+
+  // release(): moved out when alone, copied when shared; empty afterwards.
+  RowVector<EventTime> d = std::vector<EventTime>{1, 2};
+  RowVector<EventTime> e = d;
+  EXPECT_EQ(e.release(), (std::vector<EventTime>{1, 2}));
+  EXPECT_TRUE(e.empty());
+  EXPECT_EQ(d.size(), 2u);
+  const EventTime* dt = d.data();
+  std::vector<EventTime> out = d.release();
+  EXPECT_EQ(out.data(), dt);
+  EXPECT_TRUE(d.empty());
+
+  // reset(): empties, keeping the storage only when it is this object's alone.
+  RowVector<EventTime> h = std::vector<EventTime>{1, 2, 3};
+  const EventTime* ht = h.data();
+  h.reset().push_back(4);
+  EXPECT_EQ(h.data(), ht);
+  RowVector<EventTime> i = h;
+  i.reset().push_back(5);
+  EXPECT_EQ(h, (RowVector<EventTime>{4}));
+  EXPECT_EQ(i, (RowVector<EventTime>{5}));
+
+  RowVector<Seq> f = std::vector<Seq>{1};
+  RowVector<Seq> g = std::move(f);
+  EXPECT_TRUE(f.empty());  // NOLINT(bugprone-use-after-move): documented state
+  EXPECT_EQ(g.size(), 1u);
+  EXPECT_EQ(RowVector<Seq>(), RowVector<Seq>(std::vector<Seq>{}));
+}
+
 TEST(Batch, ValidateCatchesInconsistency) {
   std::mt19937_64 rng(2);
   Batch b = random_batch(rng, 4);
   Batch bad = b;
-  bad.seq.pop_back();
+  bad.seq.mut().pop_back();
   EXPECT_FALSE(bad.validate().ok());
   bad = b;
   auto col = std::make_shared<Column>(Type::Double);

@@ -611,6 +611,33 @@ TEST(Executor, RunsAPipelineAndTakesEventTimeFromTheTimeField) {
   EXPECT_EQ(stats[1].stats.tuples_out, 2u);
 }
 
+// An input's event times are its time column's values, shared, not
+// copied: a map forwarding them hands the very same values to the sink,
+// however the batch was pushed; the pushed batch is not changed.
+TEST(Executor, EventTimesShareTheTimeColumn) {
+  Net n;
+  n.boxes = R"([{"id": "m1", "type": "map", "options": {"fields": [{"name": "auction", "expr": "auction"},
+                                                                   {"name": "date_time", "expr": "date_time"}]}}])";
+  n.arcs = R"([{"from": "bids", "to": "m1"}])";
+  auto net = parse_ok(n.json());
+  std::vector<Batch> got;
+  auto ex = Executor::create(net, [&got](size_t, const Batch& b) { got.push_back(b); });
+  ASSERT_TRUE(ex.ok());
+  const Batch batch = bids({{1, 50, 1000}, {2, 250, 1002}});
+  (*ex)->push(0, batch);
+  Batch moved = bids({{3, 70, 1003}});
+  const EventTime* moved_times = moved.column(2).ints.data();
+  (*ex)->push(0, std::move(moved));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].event_time, (RowVector<EventTime>{1000, 1002}));
+  EXPECT_EQ(got[0].event_time.data(), batch.column(2).ints.data());
+  EXPECT_EQ(got[0].column(1).ints.data(), batch.column(2).ints.data());
+  EXPECT_EQ(got[1].event_time.data(), moved_times);
+  EXPECT_EQ(batch.event_time, (RowVector<EventTime>{0, 0}));
+  EXPECT_EQ(got[0].seq, (RowVector<Seq>{0, 1}));
+  EXPECT_EQ(got[1].seq, (RowVector<Seq>{2}));
+}
+
 // Pushing a batch by reference (stamped into a reused copy) or handing it
 // over (stamped in place) delivers the same rows, event times and
 // watermarks, and leaves a pushed-by-reference batch untouched.
