@@ -33,4 +33,4 @@ for _ in $(seq 100); do
 done
 port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir/out")
 [[ -n $port ]] || { echo "the node did not start:" >&2; cat "$dir/err" >&2; exit 1; }
-"$build/bench/broker_bench" --port "$port" --token "$token" "$@"
+"$build/bench/broker_bench" --port "$port" --token "$token" --fsync-dir "$dir" "$@"

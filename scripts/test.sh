@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test:
-#   1. the unit tests (optimised build, warnings as errors);
+#   1. the unit tests and the integration tests (real broker processes,
+#      real HTTP/WebSocket clients, curl) in an optimised build, warnings as
+#      errors;
 #   2. NEXMark: every query's engine output checked row for row against its
 #      hand-written reference on a small event set;
-#   3. the concurrent parts' tests (the scheduler) under ThreadSanitizer;
+#   3. the concurrent parts' tests (scheduler, group commit, HTTP transport)
+#      under ThreadSanitizer;
 #   4. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,16 +17,19 @@ echo "== build (Release, -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DENTENTE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 
-echo "== unit tests"
+echo "== unit and integration tests"
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== NEXMark results check"
 build/bench/nexmark --events 300000 --json
 
-echo "== scheduler tests under ThreadSanitizer"
+echo "== concurrent parts under ThreadSanitizer"
+tsan_tests=(scheduler_test group_commit_test http_websocket_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_TSAN=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target scheduler_test
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/scheduler_test
+cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}"
+for t in "${tsan_tests[@]}"; do
+  TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t"
+done
 
 echo "== unit tests under ASan + UBSan"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_SANITIZE=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null

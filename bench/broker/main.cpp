@@ -11,6 +11,9 @@
 // into batches (the CPU floor of the broker's work); for publish→subscribe,
 // the rate at which it encodes and decodes the same binary batches. scripts/
 // bench-broker.sh starts a node with a temporary data directory and runs this.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -40,6 +43,7 @@ struct Args {
   double seconds = 5;
   int batch = 5000;          // tuples per request / message
   double latency_rate = 100000;
+  std::string fsync_dir = "/tmp";  // where the fsync baseline writes: the node's disk
 };
 
 broker::http::ClientOptions client_options(const Args& a) {
@@ -281,6 +285,33 @@ void bench_ws(const Args& a) {
 
 // ---------------------------------------------------------------- latency
 
+// Baseline for latency: what one durable append costs on this machine's
+// disk, measured the way the node's log is written (append, fdatasync).
+struct FsyncBaseline {
+  double p50_ms = 0, p99_ms = 0;
+};
+FsyncBaseline measure_fsync(const std::string& dir) {
+  FsyncBaseline b;
+  const std::string path = dir + "/entente-bench-fsync-probe";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0600);
+  if (fd < 0) return b;
+  const std::string block(10000, 'x');
+  std::vector<double> lat;
+  for (int i = 0; i < 200; ++i) {
+    if (::write(fd, block.data(), block.size()) < 0) break;
+    const auto t0 = Clock::now();
+    ::fdatasync(fd);
+    lat.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (lat.empty()) return b;
+  std::sort(lat.begin(), lat.end());
+  b.p50_ms = lat[lat.size() / 2];
+  b.p99_ms = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  return b;
+}
+
 void bench_latency(const Args& a) {
   if (!create_stream(a, "bench_lat")) return;
   Subscription sub;
@@ -316,13 +347,15 @@ void bench_latency(const Args& a) {
   while (sub.received < sent && Clock::now() < wait_end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   sub.stop = true;
   st.join();
+  const FsyncBaseline fs = measure_fsync(a.fsync_dir);
   auto& l = sub.latencies_ms;
   std::sort(l.begin(), l.end());
   auto pct = [&](double p) { return l.empty() ? 0.0 : l[std::min(l.size() - 1, static_cast<size_t>(p * l.size()))]; };
   std::printf(
       "{\"bench\":\"e2e_latency\",\"offered_tuples_per_s\":%.0f,\"tuples\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
-      "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"target_p99_ms\":5}\n",
-      a.latency_rate, l.size(), pct(0.50), pct(0.99), pct(0.999), l.empty() ? 0.0 : l.back());
+      "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"target_p99_ms\":5,\"baseline\":\"fdatasync_10kB_append\","
+      "\"baseline_p50_ms\":%.3f,\"baseline_p99_ms\":%.3f}\n",
+      a.latency_rate, l.size(), pct(0.50), pct(0.99), pct(0.999), l.empty() ? 0.0 : l.back(), fs.p50_ms, fs.p99_ms);
   std::fflush(stdout);
 }
 
@@ -348,10 +381,11 @@ int main(int argc, char** argv) {
     else if (s == "--seconds") a.seconds = std::atof(next().c_str());
     else if (s == "--batch") a.batch = std::atoi(next().c_str());
     else if (s == "--only") only.push_back(next());
+    else if (s == "--fsync-dir") a.fsync_dir = next();
     else {
       std::fprintf(stderr,
                    "usage: broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S] "
-                   "[--batch N] [--only http|ws|latency]\n");
+                   "[--batch N] [--only http|ws|latency] [--fsync-dir DIR]\n");
       return 2;
     }
   }

@@ -142,11 +142,13 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
     }
     batch = std::move(b).value();
     batch.schema = meta.schema;
+    const size_t n = batch.rows();
     if (!meta.event_time.empty()) {
-      const auto& col = *batch.columns[*meta.schema->index_of(meta.event_time)];
-      for (size_t r = 0; r < batch.rows(); ++r) batch.event_time[r] = col.ints[r];
+      // The event-time column's values are the event times (shared, not copied).
+      const auto& col = batch.columns[*meta.schema->index_of(meta.event_time)];
+      batch.event_time = engine::RowVector<engine::EventTime>::alias(col, col->ints);
     } else {
-      std::fill(batch.event_time.begin(), batch.event_time.end(), now);
+      batch.event_time.reset().assign(n, now);
     }
   } else {
     rapidjson::Document doc;

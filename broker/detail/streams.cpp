@@ -55,8 +55,9 @@ Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admiss
   if (closed()) return make_error(Errc::not_found, "stream '" + meta_.name + "' was deleted");
   const uint64_t first = next_seq_;
   const uint64_t last = first + n - 1;
-  batch.seq.resize(n);
-  for (size_t i = 0; i < n; ++i) batch.seq[i] = first + i;
+  auto& seq = batch.seq.reset();
+  seq.resize(n);
+  for (size_t i = 0; i < n; ++i) seq[i] = first + i;
   auto encoded = std::make_shared<std::string>();
   engine::encode_batch(batch, *encoded);
   auto record = std::make_shared<Record>();

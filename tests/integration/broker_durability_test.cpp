@@ -62,13 +62,18 @@ struct Publisher {
   }
 };
 
+// Waits until the query has consumed its input up to `input_next`, then
+// takes a checkpoint: it is written after every output the query produced
+// before it, so once it is durable the output stream's head is final.
 uint64_t wait_caught_up(const BrokerProcess& b, const std::string& query, uint64_t input_next) {
   for (int i = 0; i < 500; ++i) {
     auto r = b.request("GET", "/v1/queries/" + query, "", kReaderToken);
     rapidjson::Document d;
     d.Parse(r.body.c_str());
-    if (!d.HasParseError() && d.IsObject() && d["positions"]["bids"].GetUint64() == input_next)
+    if (!d.HasParseError() && d.IsObject() && d["positions"]["bids"].GetUint64() == input_next) {
+      if (b.request("POST", "/v1/checkpoints").status != 200) return 0;
       return d["positions"]["bids"].GetUint64();
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return 0;
@@ -130,7 +135,7 @@ TEST(BrokerDurability, AcknowledgedTuplesSurviveSigkillAndQueryOutputHasNoGapNoD
   ASSERT_EQ(wait_caught_up(b, "per-auction", in_next), in_next);
   const uint64_t ref_next = next_seq(b, "per_auction");
   auto reference = read_stream(b, "per_auction", 1, ref_next - 1);
-  ASSERT_EQ(output.tuples.size(), reference.tuples.size());
+  ASSERT_EQ(output.tuples.size(), reference.tuples.size()) << "outputs " << out_next - 1 << ", reference " << ref_next - 1;
   for (size_t i = 0; i < output.tuples.size(); ++i) ASSERT_EQ(output.tuples[i].line, reference.tuples[i].line) << i;
 }
 
