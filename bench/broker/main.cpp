@@ -185,7 +185,8 @@ struct Subscription {
   std::atomic<uint64_t> received{0};
   std::atomic<bool> stop{false};
   std::vector<double> latencies_ms;  // filled when measuring latency
-  std::string error;
+  std::string error;              // written by the subscriber thread before `failed`
+  std::atomic<bool> failed{false};
 };
 
 void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub, bool measure) {
@@ -193,6 +194,7 @@ void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub,
                                             auth(a));
   if (!ws.ok()) {
     sub.error = ws.error().message;
+    sub.failed = true;
     return;
   }
   while (!sub.stop) {
@@ -200,16 +202,19 @@ void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub,
     if (!m.ok()) {
       if (m.error().code == Errc::unavailable) continue;
       sub.error = m.error().message;
+      sub.failed = true;
       return;
     }
     if (m->closed) {
       sub.error = "closed " + std::to_string(m->close_code) + " " + m->close_reason;
+      sub.failed = true;
       return;
     }
     std::string_view in = m->data;
     auto b = engine::decode_batch(in);
     if (!b.ok()) {
       sub.error = b.error().message;
+      sub.failed = true;
       return;
     }
     if (measure) {
@@ -259,7 +264,13 @@ void bench_ws(const Args& a) {
     --in_flight;
     return true;
   };
+  // The publisher may run ahead of the subscriber by at most this many
+  // tuples: the figure is the rate both ends sustain, not the rate at which
+  // a subscriber falls behind (the node would close it with 4001).
+  const uint64_t max_lead = 12 * static_cast<uint64_t>(a.batch);
   while (Clock::now() < end) {
+    while (sent > sub.received + max_lead && !sub.failed && Clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     if (in_flight == kWindow && !read_ack()) break;
     if (!(*ws)->send(msg, true).ok()) break;
     ++in_flight;
@@ -268,7 +279,7 @@ void bench_ws(const Args& a) {
   while (in_flight > 0 && read_ack()) {
   }
   const auto wait_end = Clock::now() + std::chrono::seconds(30);
-  while (sub.received < acked && Clock::now() < wait_end && sub.error.empty())
+  while (sub.received < acked && Clock::now() < wait_end && !sub.failed)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   sub.stop = true;
