@@ -197,7 +197,10 @@ struct WsCore {
     std::lock_guard lock(mu);
     if (closed || gone) return WebSocket::SendResult::closed;
     const size_t size = message.size();
-    if (queue_bytes + inflight_bytes + size > limit_bytes) return WebSocket::SendResult::overflow;
+    // A message larger than the whole buffer still goes when nothing else is
+    // queued: otherwise one large record could never reach any subscriber.
+    const size_t held = queue_bytes + inflight_bytes;
+    if (held > 0 && held + size > limit_bytes) return WebSocket::SendResult::overflow;
     queue.push_back(Outgoing{std::move(message), binary});
     queue_bytes += size;
     if (writer_idle) {

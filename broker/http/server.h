@@ -66,8 +66,10 @@ class WebSocket {
   enum class SendResult : uint8_t { ok, overflow, closed };
   virtual ~WebSocket() = default;
   // Queues one message. `overflow`: queuing it would exceed the connection's
-  // send buffer (ApiLimits::ws_send_buffer_bytes); nothing was queued and
-  // the caller decides (a subscriber closes with 4001). `closed`: gone.
+  // send buffer (ApiLimits::ws_send_buffer_bytes) while other messages are
+  // still queued; nothing was queued and the caller decides (a subscriber
+  // closes with 4001). A message larger than the buffer is queued when the
+  // queue is empty. `closed`: gone.
   virtual SendResult send(std::string message, bool binary) = 0;
   // Discards queued messages, sends a close frame with code and reason
   // (reason at most 123 bytes), and ends the connection.

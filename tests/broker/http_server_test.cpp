@@ -140,6 +140,38 @@ TEST(HttpServer, ConnectionCloseIsRespected) {
   EXPECT_TRUE(wait_until([&] { return server->stats().connections_open == 0; }));
 }
 
+TEST(HttpServer, ExpectContinueGetsAnInterimResponse) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto interim = client->raw(
+      "POST /inspect HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+  ASSERT_TRUE(interim.ok()) << interim.error().message;
+  EXPECT_EQ(interim->status, 100u);
+  auto final_response = client->raw("abcd");
+  ASSERT_TRUE(final_response.ok()) << final_response.error().message;
+  EXPECT_EQ(final_response->status, 200u);
+  EXPECT_EQ(final_response->body, "POST|/inspect|||-|abcd|local");
+}
+
+TEST(HttpServer, HeadAnswersWithTheHeaderOnly) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto head = client->request("HEAD", "/hello");
+  ASSERT_TRUE(head.ok()) << head.error().message;
+  EXPECT_EQ(head->status, 200u);
+  EXPECT_EQ(head->header("content-length").value_or(""), "17");
+  EXPECT_TRUE(head->body.empty());
+  auto get = client->request("GET", "/hello");  // the connection is still in step
+  ASSERT_TRUE(get.ok()) << get.error().message;
+  EXPECT_EQ(get->body, R"({"hello":"world"})");
+}
+
 TEST(HttpServer, OversizedBodyIs413AndCloses) {
   TestHandler handler;
   auto options = plain_options();

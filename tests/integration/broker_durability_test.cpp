@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "broker/config.h"
 #include "rapidjson/document.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/ws_reader.h"
@@ -171,6 +172,16 @@ TEST(BrokerDurability, WrongConfigurationStopsStartupNamingTheKey) {
   int rc = run_command(std::string(ENTENTE_BIN) + " broker --config " + cfg + " 2>&1", out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("tokens"), std::string::npos) << out;
+  // Plain HTTP on an address other than loopback is refused, with the reason.
+  f = fopen(cfg.c_str(), "w");
+  fprintf(f,
+          R"({"domain":"acme","node":"n1","api":{"listen":"0.0.0.0:0","tls":false},"data_dir":"d",)"
+          R"("tokens":[{"name":"ops","role":"admin","sha256":"%s"}]})",
+          broker::hash_token("x").c_str());
+  fclose(f);
+  rc = run_command(std::string(ENTENTE_BIN) + " broker --config " + cfg + " 2>&1", out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("loopback"), std::string::npos) << out;
   rc = run_command(std::string(ENTENTE_BIN) + " broker --config /nonexistent/node.json 2>&1", out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("/nonexistent/node.json"), std::string::npos) << out;

@@ -125,7 +125,7 @@ broker::http::ClientOptions BrokerProcess::client_options() const {
   o.host = "127.0.0.1";
   o.port = port_;
   o.tls = options_.tls;
-  o.ca_file = options_.cert_file;
+  o.ca_file = options_.ca_file;
   return o;
 }
 

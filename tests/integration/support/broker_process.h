@@ -22,6 +22,7 @@ inline constexpr const char* kReaderToken = "reader-token-for-tests";
 struct BrokerOptions {
   bool tls = false;
   std::string cert_file, key_file;  // when tls
+  std::string ca_file;              // what clients verify the node's certificate against
   // Extra members merged into the configuration's top level, as JSON text
   // without braces (e.g. "\"checkpoint_interval\":\"200ms\"").
   std::string extra_config;

@@ -1,0 +1,74 @@
+// The API over HTTPS with the node's certificate, against a real broker
+// process: clients that trust the node's CA get through (HTTP, WebSocket,
+// curl); a client that trusts another CA, or speaks plain HTTP, does not,
+// and the failed handshakes are counted.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/broker/http_test_certs.h"
+#include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/ws_reader.h"
+
+namespace entente::testing {
+namespace {
+
+class BrokerTls : public ::testing::Test {
+ protected:
+  static BrokerOptions tls_options(const broker::http::testing::TestPki& pki) {
+    BrokerOptions o;
+    o.tls = true;
+    o.cert_file = pki.cert_file;
+    o.key_file = pki.key_file;
+    o.ca_file = pki.ca_file;
+    return o;
+  }
+  void SetUp() override { ASSERT_TRUE(broker_.start()) << broker_.last_error(); }
+  broker::http::testing::TestPki pki_;
+  BrokerProcess broker_{tls_options(pki_)};
+};
+
+TEST_F(BrokerTls, TrustedClientsGetThrough) {
+  EXPECT_EQ(broker_.request("GET", "/v1/health", "", "").status, 200u);
+  ASSERT_EQ(broker_.request("POST", "/v1/streams", R"({"name":"t","schema":[{"name":"a","type":"int64"}]})").status,
+            201u);
+  ASSERT_EQ(broker_.request("POST", "/v1/streams/t/tuples", "[{\"a\":1},{\"a\":2}]", kPublisherToken).status, 200u);
+  auto r = read_stream(broker_, "t", 1, 2);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.tuples.size(), 2u);
+  std::string out;
+  ASSERT_EQ(run_command("curl -sS -f --cacert " + pki_.ca_file + " https://127.0.0.1:" +
+                            std::to_string(broker_.port()) + "/v1/health",
+                        out),
+            0)
+      << out;
+  EXPECT_NE(out.find("\"status\":\"ok\""), std::string::npos);
+}
+
+TEST_F(BrokerTls, UntrustedOrPlainClientsAreRefused) {
+  auto o = broker_.client_options();
+  o.ca_file = pki_.other_ca_file;
+  auto c = broker::http::Client::connect(o);
+  if (c.ok()) {
+    auto r = (*c)->request("GET", "/v1/health");
+    EXPECT_FALSE(r.ok());
+  }
+  o = broker_.client_options();
+  o.tls = false;
+  auto plain = broker::http::Client::connect(o);
+  if (plain.ok()) {
+    auto r = (*plain)->request("GET", "/v1/health");
+    EXPECT_TRUE(!r.ok() || r->status != 200);
+  }
+  // curl without the CA refuses the node's certificate.
+  std::string out;
+  EXPECT_NE(run_command("curl -sS -f https://127.0.0.1:" + std::to_string(broker_.port()) + "/v1/health 2>&1", out), 0);
+  // The node keeps serving and counted the failed handshakes.
+  auto m = broker_.request("GET", "/metrics", "", kReaderToken);
+  ASSERT_EQ(m.status, 200u);
+  EXPECT_NE(m.body.find("entente_api_tls_handshake_failures_total"), std::string::npos);
+  EXPECT_EQ(m.body.find("entente_api_tls_handshake_failures_total 0\n"), std::string::npos) << m.body;
+}
+
+}  // namespace
+}  // namespace entente::testing
