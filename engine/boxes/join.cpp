@@ -68,6 +68,24 @@ void narrow_predicate(JoinConfig& cfg) {
   cfg.pred_schema = std::move(narrow);
 }
 
+// Removes rows [0, n) of `c`, keeping its buffers' capacity.
+void drop_prefix(Column& c, size_t n) {
+  const auto k = static_cast<ptrdiff_t>(n);
+  switch (c.type) {
+    case Type::Int64:
+    case Type::Timestamp: c.ints.erase(c.ints.begin(), c.ints.begin() + k); break;
+    case Type::Double: c.doubles.erase(c.doubles.begin(), c.doubles.begin() + k); break;
+    case Type::Bool: c.bools.erase(c.bools.begin(), c.bools.begin() + k); break;
+    case Type::String: {
+      const uint32_t first = c.offsets[n];
+      c.chars.erase(0, first);
+      c.offsets.erase(c.offsets.begin(), c.offsets.begin() + k);
+      for (uint32_t& o : c.offsets) o -= first;
+      break;
+    }
+  }
+}
+
 // The buffered rows of one input.
 struct Side {
   std::vector<Column> cols;
@@ -186,13 +204,10 @@ class JoinBox final : public BoxBase {
   void compact(int s) {
     Side& side = sides_[s];
     const size_t base = side.base;
-    std::vector<uint32_t> rows(side.live());
-    std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(base));
-    for (Column& c : side.cols) {
-      Column fresh(c.type);
-      fresh.gather_from(c, rows);
-      c = std::move(fresh);
-    }
+    // In place: the buffers keep their capacity, which the side refills
+    // to before the next compaction (fresh columns would grow back by
+    // reallocating and copying several times).
+    for (Column& c : side.cols) drop_prefix(c, base);
     side.times.erase(side.times.begin(), side.times.begin() + static_cast<ptrdiff_t>(base));
     side.hashes.erase(side.hashes.begin(), side.hashes.begin() + static_cast<ptrdiff_t>(base));
     side.prev.erase(side.prev.begin(), side.prev.begin() + static_cast<ptrdiff_t>(base));
