@@ -91,18 +91,22 @@ void Column::gather_from(const Column& src, std::span<const uint32_t> rows) {
   }
 }
 
-void Column::append_all(const Column& src) {
+void Column::append_all(const Column& src) { append_range(src, 0, src.size()); }
+
+void Column::append_range(const Column& src, size_t begin, size_t end) {
+  const auto b = static_cast<ptrdiff_t>(begin), e = static_cast<ptrdiff_t>(end);
   switch (type) {
     case Type::Int64:
-    case Type::Timestamp: ints.insert(ints.end(), src.ints.begin(), src.ints.end()); break;
-    case Type::Double: doubles.insert(doubles.end(), src.doubles.begin(), src.doubles.end()); break;
-    case Type::Bool: bools.insert(bools.end(), src.bools.begin(), src.bools.end()); break;
+    case Type::Timestamp: ints.insert(ints.end(), src.ints.begin() + b, src.ints.begin() + e); break;
+    case Type::Double: doubles.insert(doubles.end(), src.doubles.begin() + b, src.doubles.begin() + e); break;
+    case Type::Bool: bools.insert(bools.end(), src.bools.begin() + b, src.bools.begin() + e); break;
     case Type::String: {
-      uint32_t base = static_cast<uint32_t>(chars.size());
-      reserve_more(chars, src.chars.size());
-      chars.append(src.chars);
-      reserve_more(offsets, src.offsets.size() - 1);
-      for (size_t i = 1; i < src.offsets.size(); ++i) offsets.push_back(base + src.offsets[i]);
+      const uint32_t first = src.offsets[begin];
+      const uint32_t base = static_cast<uint32_t>(chars.size());
+      reserve_more(chars, src.offsets[end] - first);
+      chars.append(src.chars.data() + first, src.offsets[end] - first);
+      reserve_more(offsets, end - begin);
+      for (size_t r = begin + 1; r <= end; ++r) offsets.push_back(base + (src.offsets[r] - first));
       break;
     }
   }

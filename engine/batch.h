@@ -57,6 +57,8 @@ struct Column {
   void gather_from(const Column& src, std::span<const uint32_t> rows);
   // Appends every row of `src` (same type).
   void append_all(const Column& src);
+  // Appends rows [begin, end) of `src` (same type), in bulk.
+  void append_range(const Column& src, size_t begin, size_t end);
   void append_value(const Value& v);  // REQUIRES: v holds type's representation
   Value value(size_t i) const;
   // Bytes of payload (for stats): 8 per number, 1 per bool, length+4 per string.

@@ -39,6 +39,11 @@ class OrderedInputs {
   // (all rows once watermark() == kMaxWatermark). `fn` is called once per
   // maximal run of consecutive released rows from one input.
   void release(const std::function<void(size_t input, const Batch& rows)>& fn);
+  // Like release(), but hands each run over as rows [begin, end) of a batch
+  // (a buffered one where the input arrived in time order) instead of
+  // copying it into a batch of its own; a run that spans several buffered
+  // batches comes as one call per batch, in order.
+  void release_ranges(const std::function<void(size_t input, const Batch& b, size_t begin, size_t end)>& fn);
   size_t buffered_rows() const noexcept;
 
   void snapshot(std::string& out) const;
@@ -46,6 +51,10 @@ class OrderedInputs {
 
  private:
   struct Pending;
+  // The k-way merge behind release(): run(input, pending, end) for each
+  // maximal run, rows [pending.pos, end) of that input's released rows.
+  template <class Run>
+  void release_runs(Run&& run);
   std::vector<SchemaPtr> schemas_;
   std::vector<EventTime> wm_;
   std::vector<std::vector<Batch>> buffered_;  // per input, arrival order

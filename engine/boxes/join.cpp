@@ -68,6 +68,24 @@ void narrow_predicate(JoinConfig& cfg) {
   cfg.pred_schema = std::move(narrow);
 }
 
+// Removes rows [0, n) of `c`, keeping its buffers' capacity.
+void drop_prefix(Column& c, size_t n) {
+  const auto k = static_cast<ptrdiff_t>(n);
+  switch (c.type) {
+    case Type::Int64:
+    case Type::Timestamp: c.ints.erase(c.ints.begin(), c.ints.begin() + k); break;
+    case Type::Double: c.doubles.erase(c.doubles.begin(), c.doubles.begin() + k); break;
+    case Type::Bool: c.bools.erase(c.bools.begin(), c.bools.begin() + k); break;
+    case Type::String: {
+      const uint32_t first = c.offsets[n];
+      c.chars.erase(0, first);
+      c.offsets.erase(c.offsets.begin(), c.offsets.begin() + k);
+      for (uint32_t& o : c.offsets) o -= first;
+      break;
+    }
+  }
+}
+
 // The buffered rows of one input.
 struct Side {
   std::vector<Column> cols;
@@ -121,7 +139,8 @@ class JoinBox final : public BoxBase {
     update_input_watermark(port, wm);
     ordered_.set_watermark(port, wm);
     const EventTime w = ordered_.watermark();
-    ordered_.release([&](size_t input, const Batch& rows) { process_run(input, rows); });
+    ordered_.release_ranges(
+        [&](size_t input, const Batch& b, size_t begin, size_t end) { process_run(input, b, begin, end); });
     purge(w == kMaxWatermark ? detail::kFar : w);
     flush(out);
     compact_if_worth();
@@ -147,12 +166,22 @@ class JoinBox final : public BoxBase {
     return sides_[s].cols[cfg_.keys[s][0]].ints[id] == b.column(cfg_.keys[bs][0]).ints[row];
   }
 
-  // Could a buffered row of side `s` at time `t` still match a row at a
-  // time >= `now` of the other side?
-  bool may_match_later(int s, EventTime t, int64_t now) const {
-    if (!cfg_.interval) return (floor_div(t, cfg_.size) + 1) * cfg_.size > now;
+  // The start of the tumbling window holding `t`. Rows arrive in time
+  // order, so the previous answer almost always holds: this saves the
+  // integer division (tens of cycles) per row and per purge.
+  int64_t window_start(int64_t t) {
+    if (t < win_lo_ || t >= win_lo_ + cfg_.size) win_lo_ = floor_div(t, cfg_.size) * cfg_.size;
+    return win_lo_;
+  }
+
+  // The earliest time a buffered row of side `s` may have and still match
+  // a row at a time >= `now` of the other side.
+  int64_t oldest_useful(int s, int64_t now) {
+    now = detail::clamp_time(now);  // watermarks may be kMinTime or kMaxWatermark
+    // Tumbling: a row matches only rows of its own window, which must end after now.
+    if (!cfg_.interval) return window_start(now);
     // left l matches r with r.t <= l.t + upper; right r matches l with l.t <= r.t - lower.
-    return s == 0 ? t + cfg_.upper >= now : t - cfg_.lower >= now;
+    return s == 0 ? now - cfg_.upper : now + cfg_.lower;
   }
 
   // Marks the rows that can no longer match as purged (an index bump; the
@@ -160,7 +189,8 @@ class JoinBox final : public BoxBase {
   void purge(int64_t now) {
     for (int s = 0; s < 2; ++s) {
       Side& side = sides_[s];
-      while (side.base < side.rows() && !may_match_later(s, side.times[side.base], now)) ++side.base;
+      const int64_t keep_from = oldest_useful(s, now);
+      while (side.base < side.rows() && side.times[side.base] < keep_from) ++side.base;
     }
   }
 
@@ -174,13 +204,10 @@ class JoinBox final : public BoxBase {
   void compact(int s) {
     Side& side = sides_[s];
     const size_t base = side.base;
-    std::vector<uint32_t> rows(side.live());
-    std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(base));
-    for (Column& c : side.cols) {
-      Column fresh(c.type);
-      fresh.gather_from(c, rows);
-      c = std::move(fresh);
-    }
+    // In place: the buffers keep their capacity, which the side refills
+    // to before the next compaction (fresh columns would grow back by
+    // reallocating and copying several times).
+    for (Column& c : side.cols) drop_prefix(c, base);
     side.times.erase(side.times.begin(), side.times.begin() + static_cast<ptrdiff_t>(base));
     side.hashes.erase(side.hashes.begin(), side.hashes.begin() + static_cast<ptrdiff_t>(base));
     side.prev.erase(side.prev.begin(), side.prev.begin() + static_cast<ptrdiff_t>(base));
@@ -192,7 +219,10 @@ class JoinBox final : public BoxBase {
   // Index of side `s` from its rows: each key maps to its newest row.
   void rebuild_index(int s) {
     Side& side = sides_[s];
-    side.index.clear(side.rows());
+    // Sized for as many keys as the index held before (stale ones
+    // included): the side refills to about that between compactions, and
+    // growing back to it by doubling would rehash every entry several times.
+    side.index.clear(std::max(side.rows(), side.index.size()));
     for (uint32_t id = 0; id < side.rows(); ++id) {
       const uint32_t prev = side.prev[id];
       if (prev == HashIndex::kNone) side.index.insert(side.hashes[id], id);
@@ -200,35 +230,52 @@ class JoinBox final : public BoxBase {
     }
   }
 
-  // One run of released rows of input `x`, in order. Pairs are recorded as
-  // (left id, right id) into the side buffers (the run's own rows are
-  // buffered below, so they have ids too); flush() gathers the output
-  // columns for all pairs of a release step at once.
-  void process_run(size_t x_port, const Batch& rows) {
-    if (int_key_) process_run_impl<true>(static_cast<int>(x_port), rows);
-    else process_run_impl<false>(static_cast<int>(x_port), rows);
+  // One run of released rows of input `x`, rows [begin, end) of `rows`, in
+  // order. Pairs are recorded as (left id, right id) into the side buffers
+  // (the run's own rows are buffered below, so they have ids too); flush()
+  // gathers the output columns for all pairs of a release step at once.
+  void process_run(size_t x_port, const Batch& rows, size_t begin, size_t end) {
+    if (int_key_) process_run_impl<true>(static_cast<int>(x_port), rows, begin, end);
+    else process_run_impl<false>(static_cast<int>(x_port), rows, begin, end);
+  }
+
+  // hashes_[i - begin] = the key hash of row i of `rows` (side `x`'s keys),
+  // as hash_rows() computes it.
+  template <bool kIntKey>
+  void hash_range(int x, const Batch& rows, size_t begin, size_t end) {
+    hashes_.resize(end - begin);
+    const auto& keys = cfg_.keys[x];
+    if constexpr (kIntKey) {
+      const int64_t* v = rows.column(keys[0]).ints.data();
+      for (size_t i = begin; i < end; ++i) hashes_[i - begin] = hash_int(v[i]);
+    } else {
+      for (size_t i = begin; i < end; ++i) {
+        uint64_t h = hash_value(rows.column(keys[0]), i);
+        for (size_t k = 1; k < keys.size(); ++k) h = hash_combine(h, hash_value(rows.column(keys[k]), i));
+        hashes_[i - begin] = h;
+      }
+    }
   }
 
   template <bool kIntKey>
-  void process_run_impl(int x, const Batch& rows) {
+  void process_run_impl(int x, const Batch& rows, size_t begin, size_t end) {
     const int o = 1 - x;
-    const size_t n = rows.rows();
-    purge(rows.event_time[0]);
-    hash_rows(rows, cfg_.keys[x], hashes_);
+    purge(rows.event_time[begin]);
+    hash_range<kIntKey>(x, rows, begin, end);
     Side& other = sides_[o];
     Side& own = sides_[x];
     std::vector<uint32_t>& pair_other = pairs_[o];
     std::vector<uint32_t>& pair_own = pairs_[x];
     const uint32_t own_next = static_cast<uint32_t>(own.rows());
     ins_.clear();
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint64_t h = hashes_[i];
+    for (uint32_t i = static_cast<uint32_t>(begin); i < end; ++i) {
+      const uint64_t h = hashes_[i - begin];
       if (!owned_.contains(key_group_of(h))) continue;  // not this instance's (after a split)
       const uint32_t own_id = own_next + static_cast<uint32_t>(ins_.size());
       ins_.push_back(i);
       const EventTime t = rows.event_time[i];
       // Tumbling: buffered times never exceed t, so u shares t's window iff u >= its start.
-      const int64_t win_start = cfg_.interval ? 0 : floor_div(t, cfg_.size) * cfg_.size;
+      const int64_t win_start = cfg_.interval ? 0 : window_start(t);
       uint32_t id = other.index.find(h, [&](uint32_t c) {
         if constexpr (kIntKey) return int_key_equal(o, c, rows, x, i);
         else return key_equal(o, c, rows, x, i);
@@ -258,22 +305,23 @@ class JoinBox final : public BoxBase {
     }
     // Buffer this run's rows on their side.
     if (ins_.empty()) return;
-    if (ins_.size() == n) {
-      for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].append_all(rows.column(c));
+    if (ins_.size() == end - begin) {
+      for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].append_range(rows.column(c), begin, end);
     } else {
       for (size_t c = 0; c < own.cols.size(); ++c) own.cols[c].gather_from(rows.column(c), ins_);
     }
     for (uint32_t i : ins_) {
       const uint32_t id = static_cast<uint32_t>(own.times.size());
       own.times.push_back(rows.event_time[i]);
-      own.hashes.push_back(hashes_[i]);
-      const uint32_t prev = own.index.find(hashes_[i], [&](uint32_t c) {
+      const uint64_t h = hashes_[i - begin];
+      own.hashes.push_back(h);
+      const uint32_t prev = own.index.find(h, [&](uint32_t c) {
         if constexpr (kIntKey) return int_key_equal(x, c, rows, x, i);
         else return key_equal(x, c, rows, x, i);
       });
       own.prev.push_back(prev);
-      if (prev == HashIndex::kNone) own.index.insert(hashes_[i], id);
-      else own.index.replace(hashes_[i], prev, id);
+      if (prev == HashIndex::kNone) own.index.insert(h, id);
+      else own.index.replace(h, prev, id);
     }
   }
 
@@ -367,6 +415,9 @@ class JoinBox final : public BoxBase {
   std::vector<uint32_t> sel_;
   std::vector<EventTime> out_times_;
   bool int_key_ = false;
+  // window_start()'s last answer: [win_lo_, win_lo_ + size) holds the last
+  // time asked about (empty before the first).
+  int64_t win_lo_ = detail::kFar;
 };
 
 // Snapshot: base state, tag, version, owned range, input watermarks, the

@@ -12,24 +12,6 @@ namespace entente::engine::boxes {
 
 namespace {
 
-// Appends rows [begin, end) of `src` to `dst` (same type) with bulk copies.
-void append_range(Column& dst, const Column& src, size_t begin, size_t end) {
-  const auto b = static_cast<ptrdiff_t>(begin), e = static_cast<ptrdiff_t>(end);
-  switch (dst.type) {
-    case Type::Int64:
-    case Type::Timestamp: dst.ints.insert(dst.ints.end(), src.ints.begin() + b, src.ints.begin() + e); break;
-    case Type::Double: dst.doubles.insert(dst.doubles.end(), src.doubles.begin() + b, src.doubles.begin() + e); break;
-    case Type::Bool: dst.bools.insert(dst.bools.end(), src.bools.begin() + b, src.bools.begin() + e); break;
-    case Type::String: {
-      const uint32_t first = src.offsets[begin];
-      const uint32_t base = static_cast<uint32_t>(dst.chars.size());
-      dst.chars.append(src.chars.data() + first, src.offsets[end] - first);
-      for (size_t r = begin + 1; r <= end; ++r) dst.offsets.push_back(base + (src.offsets[r] - first));
-      break;
-    }
-  }
-}
-
 // Rows [begin, end) of `b` as a new batch (copies data).
 Batch slice(const Batch& b, size_t begin, size_t end) {
   Batch out(b.schema);
@@ -37,7 +19,7 @@ Batch slice(const Batch& b, size_t begin, size_t end) {
   for (const auto& c : b.columns) {
     auto col = std::make_shared<Column>(c->type);
     col->reserve(end - begin);
-    append_range(*col, *c, begin, end);
+    col->append_range(*c, begin, end);
     out.columns.push_back(std::move(col));
   }
   out.event_time = std::vector<EventTime>(b.event_time.begin() + begin, b.event_time.begin() + end);
@@ -69,7 +51,7 @@ class RunBuffer {
   }
   // Appends rows [begin, end) of `src`.
   void add(const Batch& src, size_t begin, size_t end) {
-    for (size_t c = 0; c < cols_.size(); ++c) append_range(*cols_[c], src.column(c), begin, end);
+    for (size_t c = 0; c < cols_.size(); ++c) cols_[c]->append_range(src.column(c), begin, end);
     auto& times = batch_.event_time.mut();
     auto& seqs = batch_.seq.mut();
     times.insert(times.end(), src.event_time.begin() + begin, src.event_time.begin() + end);
@@ -170,7 +152,8 @@ size_t OrderedInputs::buffered_rows() const noexcept {
   return n;
 }
 
-void OrderedInputs::release(const std::function<void(size_t input, const Batch& rows)>& fn) {
+template <class Run>
+void OrderedInputs::release_runs(Run&& run) {
   const EventTime w = watermark();
   if (w == kMinTime) return;
   const bool all = w == kMaxWatermark;
@@ -294,27 +277,51 @@ void OrderedInputs::release(const std::function<void(size_t input, const Batch& 
       }
       end = hi;
     }
+    run(best, p, end);
+    p.pos = end;
+  }
+}
+
+void OrderedInputs::release(const std::function<void(size_t input, const Batch& rows)>& fn) {
+  release_runs([&](size_t input, Pending& p, size_t end) {
     if (!p.order.empty()) {
       p.run.begin(p.parts[0]);
       p.run.add(p.parts[0], std::span<const uint32_t>(p.order).subspan(p.pos, end - p.pos));
-      fn(best, p.run.finish());
-    } else {
-      const size_t first = p.part_of(p.pos);
-      const size_t from = p.pos - p.start_of(first);
-      if (from == 0 && end == p.ends[first] && p.limits[first] == p.parts[first].rows()) {
-        fn(best, p.parts[first]);  // exactly one whole buffered batch
-      } else {
-        p.run.begin(p.parts[first]);
-        for (size_t j = first; j < p.parts.size() && p.start_of(j) < end; ++j) {
-          const size_t b = j == first ? from : 0;
-          const size_t e = std::min(end, p.ends[j]) - p.start_of(j);
-          p.run.add(p.parts[j], b, e);
-        }
-        fn(best, p.run.finish());
-      }
+      fn(input, p.run.finish());
+      return;
     }
-    p.pos = end;
-  }
+    const size_t first = p.part_of(p.pos);
+    const size_t from = p.pos - p.start_of(first);
+    if (from == 0 && end == p.ends[first] && p.limits[first] == p.parts[first].rows()) {
+      fn(input, p.parts[first]);  // exactly one whole buffered batch
+      return;
+    }
+    p.run.begin(p.parts[first]);
+    for (size_t j = first; j < p.parts.size() && p.start_of(j) < end; ++j) {
+      const size_t b = j == first ? from : 0;
+      const size_t e = std::min(end, p.ends[j]) - p.start_of(j);
+      p.run.add(p.parts[j], b, e);
+    }
+    fn(input, p.run.finish());
+  });
+}
+
+void OrderedInputs::release_ranges(
+    const std::function<void(size_t input, const Batch& b, size_t begin, size_t end)>& fn) {
+  release_runs([&](size_t input, Pending& p, size_t end) {
+    if (!p.order.empty()) {
+      // Out-of-order input: the run's rows are scattered, gather them.
+      p.run.begin(p.parts[0]);
+      p.run.add(p.parts[0], std::span<const uint32_t>(p.order).subspan(p.pos, end - p.pos));
+      const Batch& rows = p.run.finish();
+      fn(input, rows, 0, rows.rows());
+      return;
+    }
+    for (size_t j = p.part_of(p.pos); j < p.parts.size() && p.start_of(j) < end; ++j) {
+      const size_t start = p.start_of(j);
+      fn(input, p.parts[j], std::max(p.pos, start) - start, std::min(end, p.ends[j]) - start);
+    }
+  });
 }
 
 // Format: varint inputs | per input: i64 watermark, varint batches, each

@@ -373,6 +373,68 @@ TEST(OrderedInputs, PassesAWholeSortedBatchWithoutCopying) {
   EXPECT_EQ(calls, 1);
 }
 
+TEST(OrderedInputs, ReleaseRangesGivesTheRowsOfReleaseInTheSameOrder) {
+  auto s = bid_schema();
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    boxes::OrderedInputs whole({s, s, s}), ranges({s, s, s});
+    int64_t id = 0;
+    // Three inputs, a few batches each, sorted or not, released in steps.
+    EventTime wm = 0;
+    std::vector<std::pair<size_t, int64_t>> a, b;  // (input, row id) in release order
+    for (int step = 0; step < 6; ++step) {
+      for (size_t in = 0; in < 3; ++in) {
+        std::vector<Bid> rows;
+        const bool sorted = rng() % 3 != 0;
+        EventTime t = wm;
+        for (size_t r = rng() % 5; r > 0; --r) {
+          t = sorted ? t + static_cast<EventTime>(rng() % 3) : wm + static_cast<EventTime>(rng() % 9);
+          rows.push_back({0, id++, "x", t});
+        }
+        if (rows.empty()) continue;
+        whole.add(in, bids(rows));
+        ranges.add(in, bids(rows));
+      }
+      wm += static_cast<EventTime>(rng() % 6);
+      const EventTime w = step == 5 ? kMaxWatermark : wm;
+      for (size_t in = 0; in < 3; ++in) {
+        whole.set_watermark(in, w);
+        ranges.set_watermark(in, w);
+      }
+      whole.release([&](size_t input, const Batch& run) {
+        for (size_t r = 0; r < run.rows(); ++r) a.emplace_back(input, run.column(1).ints[r]);
+      });
+      ranges.release_ranges([&](size_t input, const Batch& batch, size_t begin, size_t end) {
+        ASSERT_LT(begin, end);
+        ASSERT_LE(end, batch.rows());
+        for (size_t r = begin; r < end; ++r) b.emplace_back(input, batch.column(1).ints[r]);
+      });
+      ASSERT_EQ(a, b) << "round " << round << " step " << step;
+      ASSERT_EQ(whole.buffered_rows(), ranges.buffered_rows());
+    }
+    EXPECT_EQ(a.size(), static_cast<size_t>(id));
+  }
+}
+
+TEST(OrderedInputs, ReleaseRangesPointsIntoTheBufferedBatches) {
+  auto s = bid_schema();
+  boxes::OrderedInputs oi({s, s});
+  Batch b0 = bids({{0, 1, "", 1}, {0, 2, "", 4}});
+  Batch b1 = bids({{0, 3, "", 2}, {0, 4, "", 3}});
+  oi.add(0, b0);
+  oi.add(1, b1);
+  oi.set_watermark(0, 9);
+  oi.set_watermark(1, 9);
+  std::vector<std::tuple<size_t, const Column*, size_t, size_t>> calls;
+  oi.release_ranges([&](size_t input, const Batch& b, size_t begin, size_t end) {
+    calls.emplace_back(input, b.columns[0].get(), begin, end);
+  });
+  // Times 1 (in 0), 2 and 3 (in 1), 4 (in 0): three runs, none copied.
+  std::vector<std::tuple<size_t, const Column*, size_t, size_t>> want = {
+      {0, b0.columns[0].get(), 0, 1}, {1, b1.columns[0].get(), 0, 2}, {0, b0.columns[0].get(), 1, 2}};
+  EXPECT_EQ(calls, want);
+}
+
 // --------------------------------------------------------------------------
 // Union and merge (union mode): determinism over interleavings
 
