@@ -334,7 +334,6 @@ Status QueryRunner::recover() {
                                            " but recovery reproduced up to " + std::to_string(out_next_[o] - 1));
   }
   for (size_t i = 0; i < inputs_.size(); ++i) positions_[i].store(pos_[i]);
-  box_stats_ = executor_->box_stats();
   return Status::Ok();
 }
 
@@ -456,7 +455,6 @@ void QueryRunner::run_some() {
     if ((any || journal_pending_.size() >= kMaxPendingJournal) && !flush_outputs(false)) return;
     more = k + 1 == kStepsPerRun;
   }
-  box_stats_ = executor_->box_stats();
   if (checkpoint_wanted_.exchange(false)) {
     auto waiters = std::move(checkpoint_waiters_);
     checkpoint_waiters_.clear();
@@ -562,7 +560,6 @@ Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
       for (auto& p : pending_out_) any |= !p.empty();
       if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
     }
-    box_stats_ = executor_->box_stats();
     auto waiters = std::move(checkpoint_waiters_);
     checkpoint_waiters_.clear();
     checkpoint_wanted_.store(false);
@@ -577,7 +574,8 @@ QueryInfo QueryRunner::info() const {
   {
     std::lock_guard lock(mu_);
     qi.state = state_;
-    qi.boxes = box_stats_;
+    // Read under mu_, between runs: the executor is not thread-safe.
+    qi.boxes = executor_->box_stats();
     qi.positions = pos_;
   }
   qi.lag_tuples = lag_tuples();

@@ -160,7 +160,6 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   size_t rr_ = 0;                              // REQUIRES: mu_ (round robin)
   std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: mu_
   std::string state_ = "running";              // REQUIRES: mu_
-  std::vector<engine::Executor::BoxInfo> box_stats_;  // REQUIRES: mu_
   std::optional<CheckpointInfo> last_checkpoint_;     // REQUIRES: cp_mu_
   mutable std::mutex cp_mu_;
 

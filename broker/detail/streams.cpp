@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "broker/detail/json_out.h"
 #include "engine/codec.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
@@ -13,28 +14,6 @@ namespace {
 int64_t now_ms() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
 }
 
 }  // namespace
@@ -135,19 +114,16 @@ void Stream::close() {
 }
 
 std::string stream_meta_to_json(const StreamMeta& m) {
-  std::string out = "{\"name\":";
-  append_json_string(out, m.name);
-  out += ",\"id\":" + std::to_string(m.id.value);
-  out += ",\"schema\":" + engine::schema_to_json(*m.schema);
-  out += ",\"event_time\":";
-  append_json_string(out, m.event_time);
-  out += ",\"producer\":";
-  append_json_string(out, m.producer);
-  out += ",\"retention\":{\"max_tuples\":" + std::to_string(m.retention.max_tuples) +
-         ",\"max_bytes\":" + std::to_string(m.retention.max_bytes) +
-         ",\"max_age_ms\":" + std::to_string(m.retention.max_age_ms) + "}";
-  out += ",\"created_ms\":" + std::to_string(m.created_ms) + "}";
-  return out;
+  JsonOut j;
+  j.begin_object();
+  j.key("name").str(m.name).key("id").u64(m.id.value);
+  j.key("schema").raw(engine::schema_to_json(*m.schema));
+  j.key("event_time").str(m.event_time).key("producer").str(m.producer);
+  j.key("retention").begin_object();
+  j.key("max_tuples").u64(m.retention.max_tuples).key("max_bytes").u64(m.retention.max_bytes);
+  j.key("max_age_ms").i64(m.retention.max_age_ms).end_object();
+  j.key("created_ms").i64(m.created_ms).end_object();
+  return j.take();
 }
 
 Result<StreamMeta> stream_meta_from_json(std::string_view json) {

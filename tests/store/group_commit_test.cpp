@@ -1,6 +1,7 @@
 // GroupCommit against a real RocksDB: ordering, bounds, draining on stop and
 // failure propagation. Also run under ThreadSanitizer.
 
+#include "tests/store/temp_store.h"
 #include "store/group_commit.h"
 
 #include <gtest/gtest.h>
@@ -21,30 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class GroupCommitTest : public ::testing::Test {
+class GroupCommitTest : public testing::TempStoreTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "entente-gc-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    reopen();
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  void reopen() {
-    store_.reset();
-    StoreOptions o;
-    o.path = dir_ + "/db";
-    o.write_buffer_bytes = 4u << 20;
-    o.block_cache_bytes = 8u << 20;
-    auto s = Store::open(o);
-    ASSERT_TRUE(s.ok()) << s.error().message;
-    store_ = std::move(s.value());
-  }
 
   static WriteBatch batch_of(std::string_view key, size_t value_bytes) {
     WriteBatch b;
@@ -52,8 +31,6 @@ class GroupCommitTest : public ::testing::Test {
     return b;
   }
 
-  std::string dir_;
-  std::unique_ptr<Store> store_;
 };
 
 // Many threads submit concurrently; each thread's callbacks arrive in its

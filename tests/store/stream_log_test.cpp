@@ -1,5 +1,6 @@
 // StreamLog and Checkpoints against a real RocksDB.
 
+#include "tests/store/temp_store.h"
 #include "store/stream_log.h"
 
 #include <gtest/gtest.h>
@@ -16,30 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kNoPin = std::numeric_limits<uint64_t>::max();
 
-class StreamLogTest : public ::testing::Test {
+class StreamLogTest : public testing::TempStoreTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "entente-log-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    reopen();
-  }
-  void TearDown() override {
-    store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  void reopen() {
-    store_.reset();
-    StoreOptions o;
-    o.path = dir_ + "/db";
-    o.write_buffer_bytes = 4u << 20;
-    o.block_cache_bytes = 8u << 20;
-    auto s = Store::open(o);
-    ASSERT_TRUE(s.ok()) << s.error().message;
-    store_ = std::move(s.value());
-  }
 
   void append(StreamId stream, uint64_t first, uint64_t last, int64_t ms, std::string payload) {
     WriteBatch b;
@@ -79,8 +58,6 @@ class StreamLogTest : public ::testing::Test {
     return k;
   }
 
-  std::string dir_;
-  std::unique_ptr<Store> store_;
 };
 
 using Seqs = std::vector<uint64_t>;

@@ -1,0 +1,44 @@
+#pragma once
+// A store in a fresh temporary directory (mkdtemp), removed after the test;
+// reopen() closes and opens it again, as a restart would.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "store/store.h"
+
+namespace entente::store::testing {
+
+class TempStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // mkdtemp replaces the trailing XXXXXX with a unique suffix.
+    std::string tmpl = (std::filesystem::temp_directory_path() / "entente-store-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    reopen();
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void reopen() {
+    store_.reset();
+    StoreOptions o;
+    o.path = dir_ + "/db";
+    o.write_buffer_bytes = 4u << 20;
+    o.block_cache_bytes = 8u << 20;
+    auto s = Store::open(o);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    store_ = std::move(s.value());
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+};
+
+}  // namespace entente::store::testing
