@@ -39,6 +39,9 @@ constexpr int64_t kSecondMs = 1000, kMinuteMs = 60 * kSecondMs, kHourMs = 60 * k
 // The shortest interval anything may be set to: below it a timer fires more
 // often than it can do useful work.
 constexpr int64_t kMinIntervalMs = 10;
+// Each retention pass scans every stream's log headers: more often than this
+// would spend the store's read bandwidth on finding nothing to trim.
+constexpr int64_t kMinRetentionCheckMs = 100;
 
 Error config_error(const std::string& path, const std::string& message) {
   return make_error(Errc::invalid_argument, path + ": " + message);
@@ -592,10 +595,11 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
   }
 
   if (!doc.IsObject()) return config_error("config", "expected a JSON object, got " + describe(doc));
-  ENTENTE_ASSIGN_OR_RETURN(ObjectReader r,
-                           ObjectReader::open(doc, "",
-                                              {"domain", "node", "api", "data_dir", "tokens", "retention",
-                                               "checkpoint_interval", "threads", "limits"}));
+  ENTENTE_ASSIGN_OR_RETURN(
+      ObjectReader r,
+      ObjectReader::open(doc, "",
+                         {"domain", "node", "api", "data_dir", "tokens", "retention", "checkpoint_interval",
+                          "retention_check_interval", "threads", "limits"}));
   NodeConfig cfg;
   ENTENTE_ASSIGN_OR_RETURN(const Value* domain, r.required("domain"));
   ENTENTE_ASSIGN_OR_RETURN(cfg.domain, read_name(*domain, "domain"));
@@ -612,6 +616,10 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
   if (const Value* x = r.get("checkpoint_interval")) {
     ENTENTE_ASSIGN_OR_RETURN(cfg.checkpoint_interval_ms,
                              read_duration(*x, "checkpoint_interval", kMinIntervalMs, kHourMs));
+  }
+  if (const Value* x = r.get("retention_check_interval")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.retention_check_interval_ms,
+                             read_duration(*x, "retention_check_interval", kMinRetentionCheckMs, kHourMs));
   }
   if (const Value* x = r.get("threads")) ENTENTE_RETURN_IF_ERROR(read_threads(*x, "threads", cfg));
   if (const Value* x = r.get("limits")) ENTENTE_RETURN_IF_ERROR(read_node_limits(*x, "limits", cfg));

@@ -53,6 +53,10 @@ struct NodeConfig {
   ApiLimits limits;
   RetentionConfig retention;
   int64_t checkpoint_interval_ms = 1000;
+  // How often stream logs are trimmed to their retention. Trimming reads a
+  // log's record headers (and, with a byte bound, sums its sizes), so it
+  // runs periodically rather than on every append.
+  int64_t retention_check_interval_ms = 5000;
   int network_threads = 1;   // Asio io_context threads
   int engine_threads = 1;    // worker threads for query boxes
   size_t ingest_queue_bytes = 64u << 20;  // queued for the group commit; over it: 503

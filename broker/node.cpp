@@ -19,7 +19,6 @@ int64_t wall_clock_ms() {
 
 namespace {
 
-constexpr int64_t kRetentionEveryMs = 5000;
 const char* kNextIdKey = "next_id";
 
 std::string stream_key(const std::string& name) { return "stream/" + name; }
@@ -188,7 +187,7 @@ void NodeImpl::stop() {
 
 void NodeImpl::maintenance_loop() {
   int64_t next_cp = wall_clock_ms() + config_.checkpoint_interval_ms;
-  int64_t next_ret = wall_clock_ms() + kRetentionEveryMs;
+  int64_t next_ret = wall_clock_ms() + config_.retention_check_interval_ms;
   std::unique_lock lock(maint_mu_);
   while (!stopping_) {
     const int64_t wake = std::min(next_cp, next_ret);
@@ -207,7 +206,7 @@ void NodeImpl::maintenance_loop() {
     }
     if (now >= next_ret) {
       enforce_retention();
-      next_ret = now + kRetentionEveryMs;
+      next_ret = now + config_.retention_check_interval_ms;
     }
     lock.lock();
   }

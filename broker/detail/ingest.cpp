@@ -213,10 +213,16 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
   for (auto& q : node.readers_of(meta.name)) {
     const uint64_t lag = q->lag_tuples();
     if (lag > max_lag) {
-      auto r = http::Response::problem(429, "Too Many Requests",
-                                       "query '" + q->meta().name + "' is " + std::to_string(lag) +
-                                           " tuples behind on its inputs (limit " + std::to_string(max_lag) +
-                                           "); retry later");
+      // A failed query still holds its input's log; say so, since retrying
+      // will not help until it is deleted (or redeployed).
+      const std::string state = q->info().state;
+      const bool failed = state.rfind("failed", 0) == 0;
+      auto r = http::Response::problem(
+          429, "Too Many Requests",
+          "query '" + q->meta().name + "' is " + std::to_string(lag) +
+              " tuples behind on its inputs (limit " + std::to_string(max_lag) + ")" +
+              (failed ? "; it has " + state + ", so delete or redeploy it to accept more"
+                      : "; retry later"));
       r.headers.emplace_back("Retry-After", "1");
       refuse(std::move(r));
       return;

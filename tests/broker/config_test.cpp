@@ -54,6 +54,7 @@ TEST(Config, FullFileWithEveryKey) {
     ],
     "retention": {"max_tuples": 1000000, "max_bytes": "2GiB", "max_age": "7d"},
     "checkpoint_interval": "500ms",
+    "retention_check_interval": "250ms",
     "threads": {"network": 2, "engine": 3},
     "limits": {"ingest_queue_bytes": "32MiB", "query_max_lag_tuples": 5000, "max_streams": 10,
                "max_queries": 5}
@@ -87,6 +88,7 @@ TEST(Config, FullFileWithEveryKey) {
   EXPECT_EQ(c.retention.max_bytes, 2ull << 30);
   EXPECT_EQ(c.retention.max_age_ms, 7 * 24 * 3600 * 1000LL);
   EXPECT_EQ(c.checkpoint_interval_ms, 500);
+  EXPECT_EQ(c.retention_check_interval_ms, 250);
   EXPECT_EQ(c.network_threads, 2);
   EXPECT_EQ(c.engine_threads, 3);
   EXPECT_EQ(c.ingest_queue_bytes, 32u << 20);
@@ -114,6 +116,7 @@ TEST(Config, DefaultsForEverythingOptional) {
   EXPECT_EQ(r->retention.max_bytes, 1ull << 30);
   EXPECT_EQ(r->retention.max_age_ms, 24 * 3600 * 1000LL);
   EXPECT_EQ(r->checkpoint_interval_ms, 1000);
+  EXPECT_EQ(r->retention_check_interval_ms, 5000);
   EXPECT_EQ(r->network_threads, 1);
   EXPECT_EQ(r->engine_threads, 1);
   EXPECT_EQ(r->ingest_queue_bytes, d.ingest_queue_bytes);
@@ -237,7 +240,7 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
       "chekpoint_interval: unknown key (did you mean checkpoint_interval?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "colour": 1)")),
             "colour: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, threads, limits");
+            "checkpoint_interval, retention_check_interval, threads, limits");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"read_timout": "1s"}})")),
             "api.limits.read_timout: unknown key (did you mean read_timeout?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": {"cert": "c", "key": "k", "ca": "x"}})")),
@@ -245,7 +248,7 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
   // A key with odd characters is shown quoted and escaped.
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "a b\n": 1)")),
             R"("a b\x0a": unknown key; known keys: domain, node, api, data_dir, tokens, retention, )"
-            "checkpoint_interval, threads, limits");
+            "checkpoint_interval, retention_check_interval, threads, limits");
 }
 
 TEST(Config, Tokens) {
@@ -356,6 +359,45 @@ TEST(Config, DurationsAndSizes) {
             "api.limits.max_connections: must be 1..1000000, got 0");
 }
 
+// retention_check_interval: how often stream logs are trimmed; 100ms .. 1h,
+// in the duration format of checkpoint_interval.
+TEST(Config, RetentionCheckInterval) {
+  auto with = [](const std::string& fragment) {
+    return minimal(R"({"listen": "127.0.0.1:1", "tls": false})", ", " + fragment);
+  };
+  auto low = parse_config(with(R"("retention_check_interval": "100ms")"), "/");
+  ASSERT_TRUE(low.ok()) << low.error().message;
+  EXPECT_EQ(low->retention_check_interval_ms, 100);
+  auto high = parse_config(with(R"("retention_check_interval": "1h")"), "/");
+  ASSERT_TRUE(high.ok()) << high.error().message;
+  EXPECT_EQ(high->retention_check_interval_ms, 3600 * 1000);
+  auto minutes = parse_config(with(R"("retention_check_interval": "2m")"), "/");
+  ASSERT_TRUE(minutes.ok()) << minutes.error().message;
+  EXPECT_EQ(minutes->retention_check_interval_ms, 120 * 1000);
+
+  EXPECT_EQ(error_of(with(R"("retention_check_interval": "99ms")")),
+            R"(retention_check_interval: must be 100ms to 1h, got "99ms")");
+  EXPECT_EQ(error_of(with(R"("retention_check_interval": "61m")")),
+            R"(retention_check_interval: must be 100ms to 1h, got "61m")");
+  EXPECT_EQ(error_of(with(R"("retention_check_interval": "0s")")),
+            R"(retention_check_interval: must be 100ms to 1h, got "0s")");
+  EXPECT_EQ(error_of(with(R"("retention_check_interval": 5)")),
+            R"(retention_check_interval: expected a duration such as "250ms", "10s", "5m", "24h", got 5)");
+  EXPECT_EQ(
+      error_of(with(R"("retention_check_interval": "5 s")")),
+      R"(retention_check_interval: expected a duration such as "250ms", "10s", "5m", "24h", got "5 s")");
+  EXPECT_EQ(error_of(with(R"("retention_check_interval": null)")),
+            R"(retention_check_interval: expected a duration such as "250ms", "10s", "5m", "24h", got null)");
+  EXPECT_EQ(error_of(with(R"("retention_check_interval": "1s", "retention_check_interval": "2s")")),
+            "retention_check_interval: given twice");
+  // Close misspellings get a suggestion, like every other key.
+  EXPECT_EQ(error_of(with(R"("retention_check_intervall": "1s")")),
+            "retention_check_intervall: unknown key (did you mean retention_check_interval?)");
+  // The per-stream retention bounds and the check interval are separate keys.
+  EXPECT_EQ(error_of(with(R"("retention": {"check_interval": "1s"})")),
+            "retention.check_interval: unknown key; known keys: max_tuples, max_bytes, max_age");
+}
+
 TEST(Config, ThreadsAndNodeLimits) {
   auto with = [](const std::string& fragment) {
     return minimal(R"({"listen": "127.0.0.1:1", "tls": false})", ", " + fragment);
@@ -389,7 +431,7 @@ TEST(Config, MalformedDocuments) {
   // Deep nesting does not exhaust the stack (the parser is iterative).
   EXPECT_EQ(error_of("{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"),
             "x: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, threads, limits");
+            "checkpoint_interval, retention_check_interval, threads, limits");
   const auto big = parse_config(std::string((4u << 20) + 1, ' '), "/");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.error().code, Errc::limit_exceeded);
