@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "broker/config.h"
 #include "broker/http/client.h"
 #include "broker/node.h"
+#include "certs/cli.h"
 
 #ifndef ENTENTE_VERSION
 #define ENTENTE_VERSION "0.1.0"
@@ -27,6 +29,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  broker --config FILE   run one node of a domain (see docs/configuration.md)\n"
+    "  certs <command> ...    domain CAs and node certificates (entente certs --help)\n"
     "  token-hash TOKEN       print the SHA-256 of a token, as the configuration stores it\n"
     "  subscribe [options] STREAM\n"
     "                         follow a stream over WebSocket, one NDJSON line per tuple\n"
@@ -217,6 +220,11 @@ int run_cli(int argc, char** argv) {
   }
   if (cmd == "broker") return run_broker(rest);
   if (cmd == "subscribe") return run_subscribe(rest);
+  if (cmd == "certs") {
+    const std::vector<std::string> certs_args(rest.begin(), rest.end());
+    std::fflush(stdout);
+    return certs::run_certs(certs_args, std::cout, std::cerr);
+  }
   if (cmd == "token-hash") {
     if (rest.size() != 1) {
       std::fputs("usage: entente token-hash TOKEN\n", stderr);

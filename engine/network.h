@@ -16,6 +16,9 @@ namespace entente::engine {
 
 struct NetworkInput {
   std::string name;
+  // The stream the input reads, when it is not `name`: for a broker, a
+  // stream of another domain ("beta/bids"). The engine does not use it.
+  std::string stream;
   SchemaPtr schema;
   std::string time_field;        // empty: the caller sets event times
   int64_t watermark_lag_ms = 0;  // watermark = max event time seen - lag

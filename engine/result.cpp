@@ -20,6 +20,7 @@ class EntenteCategory final : public std::error_category {
       case Errc::unavailable: return "unavailable";
       case Errc::io_error: return "i/o error";
       case Errc::conflict: return "conflict";
+      case Errc::permission_denied: return "permission denied";
     }
     return "unknown error";
   }

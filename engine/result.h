@@ -27,6 +27,7 @@ enum class Errc {
   unavailable = 9,       // temporarily unable: a full queue, shutting down
   io_error = 10,         // the disk or the operating system failed
   conflict = 11,         // the request contradicts the current state
+  permission_denied = 12,  // an identity or grant does not allow this
 };
 
 const std::error_category& entente_category() noexcept;

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev       # unit tests
   curl               # smoke tests against the API
   python3 python3-yaml  # docs/api/openapi.yaml → the JSON the node serves
+  clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
 )
 
 missing=()

@@ -5,9 +5,11 @@
 #      errors;
 #   2. NEXMark: every query's engine output checked row for row against its
 #      hand-written reference on a small event set;
-#   3. the concurrent parts' tests (scheduler, group commit, HTTP transport)
+#   3. the federation frame decoder fuzzed for 60 s (libFuzzer, clang);
+#   4. the concurrent parts' tests (scheduler, group commit, HTTP transport,
+#      peer links, certificate checks)
 #      under ThreadSanitizer;
-#   4. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+#   5. the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -23,8 +25,11 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 echo "== NEXMark results check"
 build/bench/nexmark --events 300000 --json
 
+echo "== the peer-link frame decoder under libFuzzer (60 s)"
+scripts/fuzz.sh 60
+
 echo "== concurrent parts under ThreadSanitizer"
-tsan_tests=(scheduler_test group_commit_test http_websocket_test)
+tsan_tests=(scheduler_test group_commit_test http_websocket_test link_test trust_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_TSAN=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}"
 for t in "${tsan_tests[@]}"; do
@@ -33,6 +38,6 @@ done
 
 echo "== unit tests under ASan + UBSan"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_SANITIZE=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
-cmake --build build-asan -j"$jobs"
+cmake --build build-asan -j"$jobs" --target unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit

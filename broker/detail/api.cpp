@@ -29,6 +29,7 @@ Response problem_for(const Error& e) {
     case Errc::not_found: return Response::problem(404, "Not Found", e.message);
     case Errc::already_exists: return Response::problem(409, "Conflict", e.message);
     case Errc::conflict: return Response::problem(409, "Conflict", e.message);
+    case Errc::permission_denied: return Response::problem(403, "Forbidden", e.message);
     case Errc::limit_exceeded: return Response::problem(409, "Limit Reached", e.message);
     case Errc::unavailable: {
       auto r = Response::problem(503, "Service Unavailable", e.message);

@@ -64,6 +64,23 @@ bool valid_id(std::string_view s) {
 
 constexpr std::string_view kIdRule = "expected [A-Za-z_][A-Za-z0-9_-]*, at most 64 characters";
 
+// A stream an input reads: "name" or "domain/name", with a domain
+// [a-z][a-z0-9-]* and a stream name [a-z][a-z0-9_-]*, each at most 63.
+bool valid_stream_ref(std::string_view s) {
+  auto part = [](std::string_view p, bool underscore) {
+    if (p.empty() || p.size() > 63 || p[0] < 'a' || p[0] > 'z') return false;
+    for (char c : p)
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (underscore && c == '_'))) return false;
+    return true;
+  };
+  const auto slash = s.find('/');
+  if (slash == std::string_view::npos) return part(s, true);
+  return part(s.substr(0, slash), false) && part(s.substr(slash + 1), true);
+}
+
+constexpr std::string_view kStreamRefRule =
+    "expected a stream name [a-z][a-z0-9_-]* or DOMAIN/NAME with a domain [a-z][a-z0-9-]*, each at most 63 characters";
+
 // The deepest nesting of arrays and objects, found before parsing so that a
 // hostile document cannot exhaust the stack of whoever walks it later.
 // Returns the offset where `limit` is first exceeded, if it is.
@@ -368,12 +385,17 @@ Result<std::shared_ptr<const NetworkDef>> build_network_def(std::string_view jso
         continue;
       }
       size_t before = diag.size();
-      check_keys(v, path, {"name", "schema", "event_time", "watermark_lag", "watermarks"}, diag);
+      check_keys(v, path, {"name", "schema", "event_time", "watermark_lag", "watermarks", "stream"}, diag);
       ParsedInput& pi = inputs[i];
       if (auto name = string_member(v, "name", path, Need::required, diag)) {
         if (!valid_id(*name)) diag.error(path + ".name", "bad input name " + quote(*name) + ": " + std::string(kIdRule));
         claim(*name, NameRef{Source::Kind::input, uint32_t(i), path}, path + ".name");
         pi.in.name = *name;
+      }
+      if (auto stream = string_member(v, "stream", path, Need::optional, diag)) {
+        if (!valid_stream_ref(*stream))
+          diag.error(path + ".stream", "bad stream " + quote(*stream) + ": " + std::string(kStreamRefRule));
+        pi.in.stream = *stream;
       }
       if (const Value* s = member(v, "schema"))
         pi.in.schema = parse_schema(*s, path + ".schema", diag);

@@ -285,6 +285,25 @@ TEST(NetworkValidate, InputFieldsAndNames) {
   EXPECT_TRUE(has_error(diag, "$.inputs[2]", "expected an input object, got string"));
 }
 
+TEST(NetworkValidate, InputStreamNamesAnotherDomainsStream) {
+  Net n;
+  n.inputs = R"([{"name": "bids", "stream": "beta/bids", "schema": [{"name": "auction", "type": "int64"},
+                  {"name": "price", "type": "int64"}, {"name": "date_time", "type": "timestamp"}],
+                  "event_time": "date_time"}])";
+  Diagnostics diag;
+  auto net = QueryNetwork::parse(n.json(), diag);
+  ASSERT_TRUE(net.ok()) << diag.to_string();
+  EXPECT_EQ(net->inputs()[0].name, "bids");
+  EXPECT_EQ(net->inputs()[0].stream, "beta/bids");
+
+  for (const char* bad : {"Beta/bids", "beta/", "/bids", "beta/bids/x", "beta bids", ""}) {
+    Net m;
+    m.inputs = std::string(R"([{"name": "bids", "stream": ")") + bad +
+               R"(", "schema": [{"name": "auction", "type": "int64"}, {"name": "price", "type": "int64"}]}])";
+    EXPECT_TRUE(has_error(errors_of(m.json()), "$.inputs[0].stream", "DOMAIN/NAME")) << bad;
+  }
+}
+
 TEST(NetworkValidate, SchemaErrorsAreAllReported) {
   Net n;
   n.inputs = R"([{"name": "bids", "schema": [{"name": "auction", "type": "integer"},

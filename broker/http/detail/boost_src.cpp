@@ -1,6 +1,3 @@
-// Asio, Asio SSL and Beast compiled once for the whole program
-// (BOOST_ASIO_SEPARATE_COMPILATION / BOOST_BEAST_SEPARATE_COMPILATION are set
-// on entente_http), so files that use them compile in seconds, not minutes.
-#include <boost/asio/impl/src.hpp>
-#include <boost/asio/ssl/impl/src.hpp>
+// Beast compiled once for the whole program (BOOST_BEAST_SEPARATE_COMPILATION
+// is set on entente_http). Asio itself is compiled in net/detail/asio_src.cpp.
 #include <boost/beast/src.hpp>

@@ -1,0 +1,950 @@
+#include "federation/link.h"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "federation/messages.h"
+
+namespace entente::federation {
+namespace {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+using tcp = boost::asio::ip::tcp;
+using error_code = boost::system::error_code;
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+inline constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string openssl_reason(std::string_view fallback) {
+  unsigned long last = 0;
+  while (unsigned long e = ERR_get_error()) last = e;
+  if (last == 0) return std::string(fallback);
+  const char* reason = ERR_reason_error_string(last);
+  return reason != nullptr ? std::string(reason) : std::string(fallback);
+}
+
+// What the certificate callback of one connection decided. Lives in the
+// connection's coroutine frame; the SSL object points at it through ex_data.
+struct VerifyState {
+  const certs::TrustStore* trust = nullptr;
+  std::optional<std::string> expected_domain;
+  std::optional<certs::Verdict> verdict;
+};
+
+int verify_state_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+// Replaces OpenSSL's chain building: the peer is checked only against the
+// pinned CA of the domain its certificate claims (TrustStore::verify).
+int verify_peer_certificate(X509_STORE_CTX* store_ctx, void*) {
+  auto* ssl_conn = static_cast<SSL*>(
+      X509_STORE_CTX_get_ex_data(store_ctx, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  auto* state = ssl_conn == nullptr
+                    ? nullptr
+                    : static_cast<VerifyState*>(SSL_get_ex_data(ssl_conn, verify_state_index()));
+  X509* leaf = X509_STORE_CTX_get0_cert(store_ctx);
+  if (state == nullptr || state->trust == nullptr || leaf == nullptr) {
+    X509_STORE_CTX_set_error(store_ctx, X509_V_ERR_APPLICATION_VERIFICATION);
+    return 0;
+  }
+  std::optional<std::string_view> expected;
+  if (state->expected_domain) expected = *state->expected_domain;
+  state->verdict =
+      state->trust->verify(leaf, X509_STORE_CTX_get0_untrusted(store_ctx), expected);
+  if (!state->verdict->ok()) {
+    X509_STORE_CTX_set_error(store_ctx, X509_V_ERR_APPLICATION_VERIFICATION);
+    return 0;
+  }
+  return 1;
+}
+
+// Closes a socket when a deadline passes, unless disarmed first. The timer's
+// handler only touches the socket while armed, and the owner disarms before
+// the socket moves or dies, so a handler already queued when the deadline
+// is disarmed does nothing.
+class Watchdog {
+ public:
+  Watchdog(net::io_context& io, milliseconds after, tcp::socket& socket)
+      : state_(std::make_shared<int>(kArmed)), timer_(io, after) {
+    timer_.async_wait([state = state_, &socket](error_code ec) {
+      if (ec || *state != kArmed) return;
+      *state = kFired;
+      error_code ignored;
+      socket.close(ignored);
+    });
+  }
+  ~Watchdog() { disarm(); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void disarm() {
+    if (*state_ == kArmed) *state_ = kDisarmed;
+    timer_.cancel();
+  }
+  bool fired() const { return *state_ == kFired; }
+
+ private:
+  static constexpr int kArmed = 0, kFired = 1, kDisarmed = 2;
+  std::shared_ptr<int> state_;
+  net::steady_timer timer_;
+};
+
+Hello my_hello(const LinkOptions& opt) {
+  Hello h;
+  h.domain = opt.self.domain;
+  h.node = opt.self.node;
+  h.max_frame = opt.max_frame;
+  h.heartbeat_ms = static_cast<uint32_t>(opt.heartbeat_interval.count());
+  return h;
+}
+
+}  // namespace
+
+class Link;
+
+struct PeerEntry {
+  PeerStatus status;
+  std::optional<PeerConfig> config;
+  std::shared_ptr<Link> link;  // the link that is up, if any
+  // Totals of links that ended, so counters survive reconnects.
+  uint64_t bytes_in = 0, bytes_out = 0, frames_in = 0, frames_out = 0;
+  // Wakes the dialer when the link goes down (or at stop).
+  std::shared_ptr<net::steady_timer> dial_wake;
+};
+
+struct LinkManager::Impl {
+  Impl(LinkOptions o, LinkHandler& h)
+      : opt(std::move(o)), handler(h), ctx(ssl::context::tls), acceptor(io) {}
+
+  LinkOptions opt;
+  LinkHandler& handler;
+  net::io_context io{1};
+  ssl::context ctx;
+  tcp::acceptor acceptor;
+  std::thread thread;
+  std::promise<void> io_done;
+  std::atomic<bool> stopped{false};
+
+  mutable std::mutex mu;  // guards peers, refusals
+  std::map<std::string, PeerEntry> peers;  // by identity URI
+  std::map<std::string, uint64_t> refusals;
+  std::size_t connections = 0;  // io thread only
+  // Closes each connection still in its handshake, for shutdown; io thread.
+  std::map<uint64_t, std::function<void()>> handshaking;
+  uint64_t next_handshake = 0;
+
+  void log(std::string_view line) const {
+    if (opt.log) {
+      opt.log(line);
+    } else {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    }
+  }
+
+  void refuse(const std::string& label, const std::string& reason) {
+    {
+      std::lock_guard lock(mu);
+      ++refusals[label];
+    }
+    log("federation: refused " + reason);
+  }
+
+  net::awaitable<void> accept_loop();
+  net::awaitable<void> dial_loop(PeerConfig peer, std::shared_ptr<net::steady_timer> wake);
+  // Handshakes and, when that succeeds, runs the link until it ends.
+  net::awaitable<void> run_connection(tcp::socket socket, std::optional<PeerConfig> dialed,
+                                      std::string address);
+  // Installs an established link; false when an existing link wins.
+  bool install(const std::shared_ptr<Link>& link);
+  // The connection a pair of nodes keeps is the one dialed by the smaller
+  // identity URI; both sides compute the same answer.
+  bool preferred(const Link& link) const;
+  bool is_smaller(const certs::Identity& peer) const { return opt.self.uri() < peer.uri(); }
+  void uninstall(const std::shared_ptr<Link>& link, const std::string& reason);
+  void shutdown();
+};
+
+// One established connection: reader, writer and heartbeat coroutines over
+// one TLS stream. Everything but the send queue is io-thread only.
+class Link : public std::enable_shared_from_this<Link> {
+ public:
+  Link(LinkManager::Impl& impl, ssl::stream<tcp::socket> stream, certs::Identity peer,
+       bool dialed, std::string address, uint32_t peer_max_frame)
+      : impl_(impl),
+        stream_(std::move(stream)),
+        peer_(std::move(peer)),
+        uri_(peer_.uri()),
+        dialed_(dialed),
+        address_(std::move(address)),
+        peer_max_frame_(peer_max_frame),
+        writer_wake_(stream_.get_executor()),
+        heartbeat_timer_(stream_.get_executor()),
+        last_rx_(SteadyClock::now()),
+        next_channel_(dialed ? 1 : 2) {}
+
+  const certs::Identity& peer() const { return peer_; }
+  const std::string& uri() const { return uri_; }
+  bool dialed() const { return dialed_; }
+  const std::string& address() const { return address_; }
+  uint32_t peer_max_frame() const { return peer_max_frame_; }
+
+  // Any thread.
+  Status enqueue(FrameType type, uint32_t channel, std::string_view payload) {
+    if (payload.size() > peer_max_frame_) {
+      return make_error(Errc::limit_exceeded,
+                        "frame payload of " + std::to_string(payload.size()) +
+                            " bytes is over the link's maximum of " +
+                            std::to_string(peer_max_frame_));
+    }
+    {
+      std::lock_guard lock(send_mu_);
+      if (closing_) return make_error(Errc::unavailable, "link to " + uri_ + " is closing");
+      if (pending_.size() > impl_.opt.max_send_queue_bytes) {
+        return make_error(Errc::unavailable, "send queue to " + uri_ + " is full");
+      }
+      append_frame(pending_, type, channel, payload);
+    }
+    wake_writer();
+    return {};
+  }
+
+  Result<uint32_t> new_channel() {
+    uint32_t c = next_channel_.fetch_add(2);
+    if (c > 0xFFFFFFF0u) return make_error(Errc::unavailable, "channel numbers exhausted");
+    return c;
+  }
+
+  // Queues a GOAWAY and closes once it is written. Any thread.
+  void close_with(WireError code, const std::string& reason) {
+    {
+      std::lock_guard lock(send_mu_);
+      if (closing_) return;
+      append_frame(pending_, FrameType::goaway, 0, encode(GoAway{code, reason}));
+      closing_ = true;
+    }
+    if (close_reason_.empty()) close_reason_ = reason;
+    wake_writer();
+  }
+
+  // Immediately, io thread.
+  void abort(const std::string& reason) {
+    if (close_reason_.empty()) close_reason_ = reason;
+    {
+      std::lock_guard lock(send_mu_);
+      closing_ = true;
+    }
+    error_code ignored;
+    stream_.lowest_layer().cancel(ignored);
+    stream_.lowest_layer().close(ignored);
+    writer_wake_.cancel();
+    heartbeat_timer_.cancel();
+  }
+
+  const std::string& close_reason() const { return close_reason_; }
+
+  // Runs until the connection ends; `decoder` may hold frames read with
+  // the HELLO.
+  net::awaitable<void> run(FrameDecoder decoder) {
+    decoder_ = std::move(decoder);
+    auto self = shared_from_this();
+    net::steady_timer all_done(stream_.get_executor());
+    int finished = 0;
+    bool writer_done = false;
+    net::co_spawn(stream_.get_executor(), writer(),
+                  [self, &finished, &writer_done, &all_done](std::exception_ptr) {
+                    ++finished;
+                    writer_done = true;
+                    all_done.cancel();
+                  });
+    net::co_spawn(stream_.get_executor(), heartbeats(),
+                  [self, &finished, &all_done](std::exception_ptr) {
+                    ++finished;
+                    all_done.cancel();
+                  });
+    if (dispatch_buffered()) co_await reader();
+    // A GOAWAY queued by either side of this code is flushed first, within
+    // a bound: a peer that stopped reading does not hold the link open.
+    if (closing_flag() && !writer_done) {
+      all_done.expires_after(milliseconds(500));
+      co_await all_done.async_wait(use_tuple);
+    }
+    abort(close_reason_.empty() ? "closed" : close_reason_);
+    while (finished < 2) {
+      all_done.expires_at(net::steady_timer::time_point::max());
+      co_await all_done.async_wait(use_tuple);
+    }
+  }
+
+  std::atomic<uint64_t> bytes_in{0}, bytes_out{0}, frames_in{0}, frames_out{0};
+  std::atomic<int64_t> rtt_us{-1};
+  std::atomic<int64_t> last_heartbeat_ms{0};
+
+ private:
+  bool closing_flag() {
+    std::lock_guard lock(send_mu_);
+    return closing_;
+  }
+
+  void wake_writer() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] { self->writer_wake_.cancel(); });
+  }
+
+  net::awaitable<void> reader() {
+    std::string chunk(kReadChunk, '\0');
+    for (;;) {
+      auto [ec, n] = co_await stream_.async_read_some(net::buffer(chunk), use_tuple);
+      if (ec) {
+        if (close_reason_.empty()) {
+          close_reason_ = ec == net::error::eof || ec == ssl::error::stream_truncated
+                              ? "closed by peer"
+                              : "read failed: " + ec.message();
+        }
+        co_return;
+      }
+      bytes_in.fetch_add(n, std::memory_order_relaxed);
+      decoder_.feed(std::string_view(chunk.data(), n));
+      if (!dispatch_buffered()) co_return;
+    }
+  }
+
+  // Hands every complete frame on; false when the link must end.
+  bool dispatch_buffered() {
+    for (;;) {
+      // A closing link (replaced, refused, stopping) hands nothing more on.
+      if (closing_flag()) return false;
+      auto next = decoder_.next();
+      if (!next) {
+        const bool too_large = next.error().code == Errc::limit_exceeded;
+        close_with(too_large ? WireError::frame_too_large : WireError::protocol,
+                   next.error().message);
+        impl_.log("federation: link to " + uri_ + ": " + next.error().message);
+        return false;
+      }
+      if (!next->has_value()) return true;
+      const FrameView& f = **next;
+      frames_in.fetch_add(1, std::memory_order_relaxed);
+      last_rx_ = SteadyClock::now();
+      last_heartbeat_ms.store(unix_ms(), std::memory_order_relaxed);
+      if (f.channel != 0) {
+        impl_.handler.on_frame(peer_, f.type, f.channel, f.payload);
+        continue;
+      }
+      if (!on_link_frame(f)) return false;
+    }
+  }
+
+  bool on_link_frame(const FrameView& f) {
+    switch (f.type) {
+      case FrameType::heartbeat: {
+        auto hb = decode_heartbeat(f.payload);
+        if (!hb) {
+          close_with(WireError::protocol, hb.error().message);
+          return false;
+        }
+        peer_sent_ns_ = hb->sent_ns;
+        peer_sent_received_ns_ = steady_ns();
+        if (hb->echo_ns != 0) {
+          // Minus the time the peer held our heartbeat before echoing it.
+          const int64_t rtt = (steady_ns() - static_cast<int64_t>(hb->echo_ns) -
+                               static_cast<int64_t>(hb->echo_delay_ns)) /
+                              1000;
+          if (rtt >= 0) rtt_us.store(rtt, std::memory_order_relaxed);
+        }
+        return true;
+      }
+      case FrameType::goaway: {
+        auto g = decode_goaway(f.payload);
+        close_reason_ = g ? "peer went away (" + std::string(wire_error_name(g->code)) +
+                                (g->reason.empty() ? "" : ": " + g->reason) + ")"
+                          : "peer went away";
+        return false;
+      }
+      default:
+        close_with(WireError::protocol, "frame type " + std::string(frame_type_name(f.type)) +
+                                            " is not allowed on channel 0");
+        return false;
+    }
+  }
+
+  net::awaitable<void> writer() {
+    std::string out;
+    for (;;) {
+      bool closing = false;
+      {
+        std::lock_guard lock(send_mu_);
+        out.swap(pending_);
+        closing = closing_;
+      }
+      if (out.empty()) {
+        if (closing) break;
+        writer_wake_.expires_at(net::steady_timer::time_point::max());
+        co_await writer_wake_.async_wait(use_tuple);
+        if (!stream_.lowest_layer().is_open()) co_return;
+        continue;
+      }
+      std::size_t frames = 0;
+      for (std::size_t pos = 0; pos + 4 <= out.size();) {
+        const auto* p = reinterpret_cast<const unsigned char*>(out.data() + pos);
+        pos += 4 + (uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3]);
+        ++frames;
+      }
+      auto [ec, n] = co_await net::async_write(stream_, net::buffer(out), use_tuple);
+      if (ec) {
+        if (close_reason_.empty()) close_reason_ = "write failed: " + ec.message();
+        abort(close_reason_);
+        co_return;
+      }
+      bytes_out.fetch_add(n, std::memory_order_relaxed);
+      frames_out.fetch_add(frames, std::memory_order_relaxed);
+      out.clear();
+      if (out.capacity() > (4u << 20)) out.shrink_to_fit();
+    }
+    // Everything up to the GOAWAY is written: end the connection.
+    abort(close_reason_.empty() ? "closed" : close_reason_);
+  }
+
+  net::awaitable<void> heartbeats() {
+    for (;;) {
+      heartbeat_timer_.expires_after(impl_.opt.heartbeat_interval);
+      auto [ec] = co_await heartbeat_timer_.async_wait(use_tuple);
+      if (ec || !stream_.lowest_layer().is_open() || closing_flag()) co_return;
+      const auto silent = SteadyClock::now() - last_rx_;
+      if (silent > impl_.opt.failure_timeout) {
+        failed_ = true;
+        const auto ms = std::chrono::duration_cast<milliseconds>(silent).count();
+        abort("failed: nothing received for " + std::to_string(ms) + " ms");
+        co_return;
+      }
+      Heartbeat hb;
+      hb.sent_ns = static_cast<uint64_t>(steady_ns());
+      hb.echo_ns = peer_sent_ns_;
+      if (peer_sent_ns_ != 0) {
+        hb.echo_delay_ns = static_cast<uint64_t>(
+            std::max<int64_t>(0, static_cast<int64_t>(hb.sent_ns) - peer_sent_received_ns_));
+      }
+      (void)enqueue(FrameType::heartbeat, 0, encode(hb));
+    }
+  }
+
+ public:
+  bool failed() const { return failed_; }
+
+ private:
+  LinkManager::Impl& impl_;
+  ssl::stream<tcp::socket> stream_;
+  certs::Identity peer_;
+  std::string uri_;
+  bool dialed_;
+  std::string address_;
+  uint32_t peer_max_frame_;
+  net::steady_timer writer_wake_;
+  net::steady_timer heartbeat_timer_;
+  FrameDecoder decoder_;
+  SteadyClock::time_point last_rx_;
+  uint64_t peer_sent_ns_ = 0;           // the peer's last heartbeat, its clock
+  int64_t peer_sent_received_ns_ = 0;   // when it arrived, our clock
+  bool failed_ = false;
+  std::string close_reason_;
+  std::atomic<uint32_t> next_channel_;
+
+  std::mutex send_mu_;
+  std::string pending_;
+  bool closing_ = false;
+};
+
+bool LinkManager::Impl::preferred(const Link& link) const {
+  const std::string self_uri = opt.self.uri();
+  const std::string& dialer = link.dialed() ? self_uri : link.uri();
+  return dialer == std::min(self_uri, link.uri());
+}
+
+bool LinkManager::Impl::install(const std::shared_ptr<Link>& link) {
+  std::shared_ptr<Link> replaced;
+  {
+    std::lock_guard lock(mu);
+    PeerEntry& e = peers[link->uri()];
+    if (e.link) {
+      // Keep the connection dialed by the smaller identity; between two
+      // dialed by the same side, the newer (the older is likely dead).
+      if (preferred(*e.link) && !preferred(*link)) return false;
+      replaced = e.link;
+      e.bytes_in += replaced->bytes_in;
+      e.bytes_out += replaced->bytes_out;
+      e.frames_in += replaced->frames_in;
+      e.frames_out += replaced->frames_out;
+    }
+    e.link = link;
+    e.status.identity = link->peer();
+    e.status.state = "up";
+    e.status.dialed = link->dialed();
+    e.status.address = link->address();
+    e.status.connects += 1;
+    e.status.last_error.clear();
+  }
+  if (replaced) {
+    replaced->close_with(WireError::none, "duplicate link");
+    handler.on_link_down(replaced->peer(), "replaced by a newer link");
+  }
+  log("federation: link up with " + link->uri() + " (" + (link->dialed() ? "dialed " : "from ") +
+      link->address() + ")");
+  handler.on_link_up(link->peer());
+  return true;
+}
+
+void LinkManager::Impl::uninstall(const std::shared_ptr<Link>& link, const std::string& reason) {
+  std::shared_ptr<net::steady_timer> wake;
+  {
+    std::lock_guard lock(mu);
+    auto it = peers.find(link->uri());
+    if (it == peers.end() || it->second.link != link) return;  // replaced already
+    PeerEntry& e = it->second;
+    e.bytes_in += link->bytes_in;
+    e.bytes_out += link->bytes_out;
+    e.frames_in += link->frames_in;
+    e.frames_out += link->frames_out;
+    e.status.rtt_us = link->rtt_us;
+    e.status.last_heartbeat_ms = link->last_heartbeat_ms;
+    e.link.reset();
+    e.status.state = link->failed() ? "failed" : "down";
+    e.status.last_error = reason;
+    wake = e.dial_wake;
+  }
+  log("federation: link with " + link->uri() + " down: " + reason);
+  handler.on_link_down(link->peer(), reason);
+  if (wake) wake->cancel();
+}
+
+net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
+                                                       std::optional<PeerConfig> dialed,
+                                                       std::string address) {
+  const std::string who = dialed ? dialed->identity.uri() + " at " + address : address;
+  ssl::stream<tcp::socket> stream(std::move(socket), ctx);
+  VerifyState verify;
+  verify.trust = opt.trust.get();
+  if (dialed) verify.expected_domain = dialed->identity.domain;
+  SSL_set_ex_data(stream.native_handle(), verify_state_index(), &verify);
+
+  // One deadline for TLS and HELLO: a peer that stalls is closed.
+  Watchdog deadline(io, opt.handshake_timeout, stream.next_layer());
+  const uint64_t handshake_id = next_handshake++;
+  handshaking[handshake_id] = [&stream] {
+    error_code ignored;
+    stream.next_layer().close(ignored);
+  };
+  struct Unregister {
+    Impl& m;
+    uint64_t id;
+    ~Unregister() { m.handshaking.erase(id); }
+  } unregister{*this, handshake_id};
+
+  ERR_clear_error();
+  auto [hec] = co_await stream.async_handshake(
+      dialed ? ssl::stream_base::client : ssl::stream_base::server, use_tuple);
+  SSL_set_ex_data(stream.native_handle(), verify_state_index(), nullptr);
+  if (hec) {
+    deadline.disarm();
+    if (verify.verdict && !verify.verdict->ok()) {
+      refuse(verify.verdict->refusal, who + ": " + verify.verdict->reason);
+    } else {
+      refuse("handshake", who + ": TLS handshake failed: " +
+                              (deadline.fired() ? std::string("timed out") : openssl_reason(hec.message())));
+    }
+    co_return;
+  }
+  ERR_clear_error();
+  if (!verify.verdict || !verify.verdict->ok()) {
+    deadline.disarm();
+    refuse("handshake", who + ": no verified peer certificate");
+    co_return;
+  }
+  const certs::Identity peer = *verify.verdict->identity;
+  if (dialed && !(peer == dialed->identity)) {
+    deadline.disarm();
+    refuse("identity", who + ": expected " + dialed->identity.uri() + ", the certificate is " +
+                           peer.uri());
+    co_return;
+  }
+
+  // HELLO both ways.
+  std::string hello_frame;
+  append_frame(hello_frame, FrameType::hello, 0, encode(my_hello(opt)));
+  auto [wec, wn] = co_await net::async_write(stream, net::buffer(hello_frame), use_tuple);
+  FrameDecoder decoder(kHandshakeMaxFrame);
+  std::optional<Hello> theirs;
+  std::string chunk(kReadChunk, '\0');
+  std::string problem;
+  WireError problem_code = WireError::protocol;
+  while (!wec && !theirs && problem.empty()) {
+    auto next = decoder.next();
+    if (!next) {
+      problem = next.error().message;
+      break;
+    }
+    if (next->has_value()) {
+      const FrameView& f = **next;
+      if (f.type != FrameType::hello || f.channel != 0) {
+        problem = "expected HELLO on channel 0, got " + std::string(frame_type_name(f.type));
+        break;
+      }
+      auto h = decode_hello(f.payload);
+      if (!h) {
+        problem = h.error().message;
+        break;
+      }
+      theirs = std::move(*h);
+      break;
+    }
+    auto [rec, n] = co_await stream.async_read_some(net::buffer(chunk), use_tuple);
+    if (rec) {
+      problem = deadline.fired() ? "timed out waiting for HELLO" : "closed before HELLO: " + rec.message();
+      break;
+    }
+    decoder.feed(std::string_view(chunk.data(), n));
+  }
+  deadline.disarm();
+  if (wec) {
+    refuse("hello", who + ": could not send HELLO: " + wec.message());
+    co_return;
+  }
+  uint16_t version = 0;
+  if (theirs && problem.empty()) {
+    if (theirs->domain != peer.domain || theirs->node != peer.node) {
+      problem = "HELLO names entente://" + theirs->domain + "/" + theirs->node +
+                " but the certificate is " + peer.uri();
+      problem_code = WireError::identity;
+    } else {
+      auto v = negotiate_version(my_hello(opt), *theirs);
+      if (!v) {
+        problem = v.error().message;
+        problem_code = WireError::version;
+      } else {
+        version = *v;
+      }
+    }
+  }
+  if (!problem.empty() || !theirs) {
+    if (problem.empty()) problem = "no HELLO";
+    refuse("hello", who + ": " + problem);
+    std::string goaway;
+    append_frame(goaway, FrameType::goaway, 0, encode(GoAway{problem_code, problem}));
+    Watchdog linger(io, milliseconds(200), stream.next_layer());
+    co_await net::async_write(stream, net::buffer(goaway), use_tuple);
+    linger.disarm();
+    co_return;
+  }
+  (void)version;  // one version exists; later versions branch on it here
+  decoder.set_max_frame(opt.max_frame);
+
+  if (stopped.load()) co_return;
+  handshaking.erase(handshake_id);
+  auto link = std::make_shared<Link>(*this, std::move(stream), peer, dialed.has_value(), address,
+                                     std::min(theirs->max_frame, kMaxMaxFrame));
+  if (!install(link)) {
+    link->close_with(WireError::none, "duplicate link");
+    co_await link->run(std::move(decoder));
+    co_return;
+  }
+  co_await link->run(std::move(decoder));
+  uninstall(link, link->close_reason());
+}
+
+net::awaitable<void> LinkManager::Impl::accept_loop() {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
+    if (ec) {
+      if (!acceptor.is_open() || ec == net::error::operation_aborted) co_return;
+      net::steady_timer pause(io, milliseconds(20));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (connections >= opt.max_connections) {
+      refuse("connections", "a connection: over max_connections (" +
+                                std::to_string(opt.max_connections) + ")");
+      error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    error_code rec;
+    const auto remote = socket.remote_endpoint(rec);
+    std::string address = rec ? std::string("unknown")
+                              : remote.address().to_string() + ":" + std::to_string(remote.port());
+    ++connections;
+    net::co_spawn(io, run_connection(std::move(socket), std::nullopt, std::move(address)),
+                  [this](std::exception_ptr) { --connections; });
+  }
+}
+
+net::awaitable<void> LinkManager::Impl::dial_loop(PeerConfig peer,
+                                                  std::shared_ptr<net::steady_timer> wake) {
+  const std::string uri = peer.identity.uri();
+  const std::string address = peer.host + ":" + std::to_string(peer.port);
+  milliseconds backoff = opt.reconnect_min;
+  tcp::resolver resolver(io);
+  while (!stopped.load()) {
+    bool up = false;
+    {
+      std::lock_guard lock(mu);
+      const auto& link = peers[uri].link;
+      // The smaller identity dials even when the peer's connection is up,
+      // so the pair settles on the preferred link.
+      up = link != nullptr && (preferred(*link) || !is_smaller(peer.identity));
+    }
+    if (up) {
+      // Sleep until the link goes down (uninstall cancels the timer).
+      wake->expires_at(net::steady_timer::time_point::max());
+      co_await wake->async_wait(use_tuple);
+      backoff = opt.reconnect_min;
+      continue;
+    }
+    {
+      std::lock_guard lock(mu);
+      PeerEntry& e = peers[uri];
+      // "failed" stays until a link is up again: it tells the operator why.
+      if (e.status.state != "up" && e.status.state != "failed") e.status.state = "connecting";
+    }
+    auto [rec, endpoints] =
+        co_await resolver.async_resolve(peer.host, std::to_string(peer.port), use_tuple);
+    bool linked = false;
+    if (!rec) {
+      tcp::socket socket(io);
+      Watchdog deadline(io, opt.handshake_timeout, socket);
+      auto [cec, ep] = co_await net::async_connect(socket, endpoints, use_tuple);
+      deadline.disarm();
+      if (!cec) {
+        const uint64_t before = [&] {
+          std::lock_guard lock(mu);
+          return peers[uri].status.connects;
+        }();
+        co_await run_connection(std::move(socket), peer, address);
+        std::lock_guard lock(mu);
+        linked = peers[uri].status.connects != before;
+      } else {
+        std::lock_guard lock(mu);
+        PeerEntry& e = peers[uri];
+        e.status.last_error = "connect to " + address + ": " + cec.message();
+        if (e.status.state == "connecting") e.status.state = "down";
+      }
+    } else {
+      std::lock_guard lock(mu);
+      peers[uri].status.last_error = "resolve " + peer.host + ": " + rec.message();
+      peers[uri].status.state = "down";
+    }
+    if (stopped.load()) break;
+    if (linked) {
+      backoff = opt.reconnect_min;
+      continue;  // reconnect promptly after a link that worked
+    }
+    wake->expires_after(backoff);
+    co_await wake->async_wait(use_tuple);
+    backoff = std::min(backoff * 2, opt.reconnect_max);
+  }
+}
+
+void LinkManager::Impl::shutdown() {
+  stopped.store(true);
+  error_code ignored;
+  acceptor.close(ignored);
+  std::vector<std::shared_ptr<Link>> links;
+  std::vector<std::shared_ptr<net::steady_timer>> wakes;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [uri, e] : peers) {
+      if (e.link) links.push_back(e.link);
+      if (e.dial_wake) wakes.push_back(e.dial_wake);
+    }
+  }
+  for (auto& l : links) l->close_with(WireError::shutdown, "node stopping");
+  for (auto& w : wakes) w->cancel();
+  auto closers = std::move(handshaking);
+  for (auto& [id, close] : closers) close();
+}
+
+LinkManager::LinkManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LinkManager::~LinkManager() { stop(); }
+
+Result<std::unique_ptr<LinkManager>> LinkManager::start(LinkOptions options,
+                                                        LinkHandler& handler) {
+  if (!options.trust) {
+    return make_error(Errc::invalid_argument, "federation: no trust store (pinned CAs)");
+  }
+  if (!certs::valid_name(options.self.domain) || !certs::valid_name(options.self.node)) {
+    return make_error(Errc::invalid_argument,
+                      "federation: invalid own identity " + options.self.uri());
+  }
+  if (options.max_frame < 4096 || options.max_frame > kMaxMaxFrame) {
+    return make_error(Errc::invalid_argument, "federation: max_frame must be 4096.." +
+                                                  std::to_string(kMaxMaxFrame));
+  }
+  if (options.heartbeat_interval.count() <= 0 ||
+      options.failure_timeout <= options.heartbeat_interval) {
+    return make_error(Errc::invalid_argument,
+                      "federation: failure_timeout must be longer than heartbeat_interval");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), handler);
+  Impl& m = *impl;
+  SSL_CTX* native = m.ctx.native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION);
+  SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION);
+  ERR_clear_error();
+  if (SSL_CTX_use_certificate_chain_file(native, m.opt.cert_file.c_str()) != 1) {
+    return make_error(Errc::invalid_argument, "federation cert_file " + m.opt.cert_file + ": " +
+                                                  openssl_reason("not a PEM certificate chain"));
+  }
+  if (SSL_CTX_use_PrivateKey_file(native, m.opt.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(native) != 1) {
+    return make_error(Errc::invalid_argument,
+                      "federation key_file " + m.opt.key_file + ": " +
+                          openssl_reason("not the private key of cert_file"));
+  }
+  SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_cert_verify_callback(native, verify_peer_certificate, nullptr);
+  // Links live for hours; session resumption buys nothing and would skip
+  // the per-connection identity check on the resuming side.
+  SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_options(native, SSL_OP_NO_TICKET);
+
+  error_code ec;
+  const auto addr = net::ip::make_address(m.opt.listen_host, ec);
+  if (ec) {
+    return make_error(Errc::invalid_argument,
+                      "federation listen address '" + m.opt.listen_host + "': " + ec.message());
+  }
+  const tcp::endpoint ep(addr, m.opt.listen_port);
+  m.acceptor.open(ep.protocol(), ec);
+  if (!ec) m.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) m.acceptor.bind(ep, ec);
+  if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return make_error(Errc::io_error, "federation listen " + m.opt.listen_host + ":" +
+                                          std::to_string(m.opt.listen_port) + ": " + ec.message());
+  }
+  for (const PeerConfig& p : m.opt.peers) {
+    PeerEntry& e = m.peers[p.identity.uri()];
+    e.config = p;
+    e.status.identity = p.identity;
+    e.status.state = "down";
+    if (p.port != 0) e.dial_wake = std::make_shared<net::steady_timer>(m.io);
+  }
+  net::co_spawn(m.io, m.accept_loop(), net::detached);
+  for (auto& [uri, e] : m.peers) {
+    if (e.dial_wake) net::co_spawn(m.io, m.dial_loop(*e.config, e.dial_wake), net::detached);
+  }
+  m.thread = std::thread([&m] {
+    m.io.run();
+    m.io_done.set_value();
+  });
+  return std::unique_ptr<LinkManager>(new LinkManager(std::move(impl)));
+}
+
+uint16_t LinkManager::port() const {
+  error_code ec;
+  const auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+namespace {
+std::shared_ptr<Link> current_link(const LinkManager::Impl& m, const std::string& uri) {
+  std::lock_guard lock(m.mu);
+  auto it = m.peers.find(uri);
+  return it == m.peers.end() ? nullptr : it->second.link;
+}
+}  // namespace
+
+Status LinkManager::send(const certs::Identity& peer, FrameType type, uint32_t channel,
+                         std::string_view payload) {
+  auto link = current_link(*impl_, peer.uri());
+  if (!link) return make_error(Errc::unavailable, "no link to " + peer.uri() + " is up");
+  return link->enqueue(type, channel, payload);
+}
+
+Result<uint32_t> LinkManager::new_channel(const certs::Identity& peer) {
+  auto link = current_link(*impl_, peer.uri());
+  if (!link) return make_error(Errc::unavailable, "no link to " + peer.uri() + " is up");
+  return link->new_channel();
+}
+
+bool LinkManager::is_up(const certs::Identity& peer) const {
+  return current_link(*impl_, peer.uri()) != nullptr;
+}
+
+std::vector<PeerStatus> LinkManager::peers() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<PeerStatus> out;
+  out.reserve(impl_->peers.size());
+  for (const auto& [uri, e] : impl_->peers) {
+    PeerStatus s = e.status;
+    s.bytes_in = e.bytes_in;
+    s.bytes_out = e.bytes_out;
+    s.frames_in = e.frames_in;
+    s.frames_out = e.frames_out;
+    if (e.link) {
+      s.bytes_in += e.link->bytes_in;
+      s.bytes_out += e.link->bytes_out;
+      s.frames_in += e.link->frames_in;
+      s.frames_out += e.link->frames_out;
+      s.rtt_us = e.link->rtt_us;
+      s.last_heartbeat_ms = e.link->last_heartbeat_ms;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::map<std::string, uint64_t> LinkManager::refusals() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->refusals;
+}
+
+void LinkManager::stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  Impl& m = *impl_;
+  net::post(m.io, [&m] { m.shutdown(); });
+  // Links flush their GOAWAY and close; whatever still runs after a grace
+  // period (a peer that stopped reading) is cut off.
+  auto done = m.io_done.get_future();
+  if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready) m.io.stop();
+  m.thread.join();
+}
+
+}  // namespace entente::federation

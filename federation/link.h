@@ -1,0 +1,147 @@
+#pragma once
+// Peer links (ARCHITECTURE.md §6, docs/protocol.md): one mutually
+// authenticated TLS 1.3 connection per pair of nodes, carrying frames for
+// every channel.
+//
+// LinkManager owns a listener, one dialer per configured peer address, and
+// every link that completes the handshake. A connection is refused, before
+// any frame is read, when the peer's certificate fails TrustStore::verify
+// (for a dialed peer also when its identity is not the one configured); the
+// refusal is logged and counted by label. After TLS both sides exchange
+// HELLO; the identity in HELLO must be the certificate's.
+//
+// When two nodes dial each other at once and both connections complete,
+// both sides keep the one dialed by the smaller identity URI and close the
+// other, so a pair of nodes ends with one link.
+//
+// Threading: one io thread, owned, started by start() and joined by stop()
+// (or the destructor). Every LinkHandler callback runs on that thread and
+// must not block. send(), peers(), refusals() are thread-safe.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "certs/certs.h"
+#include "certs/trust.h"
+#include "engine/result.h"
+#include "federation/frame.h"
+
+namespace entente::federation {
+
+// A node this node may link with. `port` 0 means no address: this node
+// never dials it but accepts it.
+struct PeerConfig {
+  certs::Identity identity;
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct LinkOptions {
+  certs::Identity self;
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: an ephemeral port, see LinkManager::port()
+  std::string cert_file;     // PEM chain: node certificate, then its CA
+  std::string key_file;
+  std::shared_ptr<const certs::TrustStore> trust;  // the pinned CAs; required
+  std::vector<PeerConfig> peers;
+
+  std::chrono::milliseconds heartbeat_interval{250};
+  std::chrono::milliseconds failure_timeout{1000};  // silence before "failed"
+  std::chrono::milliseconds handshake_timeout{5000};  // TCP connect + TLS + HELLO
+  std::chrono::milliseconds reconnect_min{100};       // first backoff, doubling
+  std::chrono::milliseconds reconnect_max{5000};
+  uint32_t max_frame = kDefaultMaxFrame;  // our receive limit, sent in HELLO
+  // Bytes queued for one link beyond which send() answers unavailable.
+  std::size_t max_send_queue_bytes = 64u << 20;
+  std::size_t max_connections = 256;  // accepted, including handshaking
+
+  // Where log lines go (one line each, no trailing newline); stderr when
+  // empty.
+  std::function<void(std::string_view)> log;
+};
+
+// One peer as GET /v1/peers shows it.
+struct PeerStatus {
+  certs::Identity identity;
+  // "up"; "connecting" (dialing); "down" (not linked: never was, closed,
+  // or unreachable); "failed" (the last link ended because heartbeats
+  // stopped; this node keeps dialing if it has an address).
+  std::string state;
+  bool dialed = false;  // this node opened the current (or last) connection
+  std::string address;  // host:port of the current (or last) connection
+  int64_t rtt_us = -1;  // last measured round trip; -1 before any
+  int64_t last_heartbeat_ms = 0;  // Unix ms of the last frame received; 0 before any
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  uint64_t frames_in = 0;
+  uint64_t frames_out = 0;
+  uint64_t connects = 0;  // links established with this peer
+  std::string last_error;
+};
+
+// What the layer above (stream delivery) implements. Calls arrive on the
+// io thread, in order per link.
+class LinkHandler {
+ public:
+  virtual ~LinkHandler() = default;
+  // A link to `peer` completed its handshake; frames may be sent.
+  virtual void on_link_up(const certs::Identity& peer) = 0;
+  // The link to `peer` ended (closed, failed, replaced). Every channel on it
+  // is gone; the layer above re-opens what it needs when the link is back.
+  virtual void on_link_down(const certs::Identity& peer, std::string_view reason) = 0;
+  // A frame on a channel other than 0. The payload is valid during the call.
+  virtual void on_frame(const certs::Identity& peer, FrameType type, uint32_t channel,
+                        std::string_view payload) = 0;
+};
+
+class LinkManager {
+ public:
+  // Loads the certificate and key, binds the listener and starts the io
+  // thread and the dialers. invalid_argument naming the file or option that
+  // is wrong; io_error when the address cannot be bound.
+  static Result<std::unique_ptr<LinkManager>> start(LinkOptions options, LinkHandler& handler);
+
+  ~LinkManager();
+  LinkManager(const LinkManager&) = delete;
+  LinkManager& operator=(const LinkManager&) = delete;
+
+  uint16_t port() const;
+
+  // Queues one frame to `peer`. unavailable when no link to the peer is up
+  // or its send queue is over max_send_queue_bytes; limit_exceeded when the
+  // payload is over the link's agreed maximum frame.
+  Status send(const certs::Identity& peer, FrameType type, uint32_t channel,
+              std::string_view payload);
+
+  // A channel number for a new subscription on the current link to `peer`:
+  // odd when this node dialed it, even otherwise (docs/protocol.md).
+  // unavailable when no link is up.
+  Result<uint32_t> new_channel(const certs::Identity& peer);
+
+  bool is_up(const certs::Identity& peer) const;
+
+  // Every configured peer, and every accepted peer seen since start.
+  std::vector<PeerStatus> peers() const;
+  // Refused connections by TrustStore refusal label, plus "handshake" (TLS
+  // failed before verification, e.g. a plaintext client), "hello" (a bad or
+  // mismatched HELLO), "identity" (a dialed peer that is not the one
+  // configured), "duplicate" is not a refusal and not counted.
+  std::map<std::string, uint64_t> refusals() const;
+
+  // Closes every link with GOAWAY shutdown, stops the io thread. Idempotent.
+  void stop();
+
+  struct Impl;  // private to link.cpp
+
+ private:
+  explicit LinkManager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace entente::federation

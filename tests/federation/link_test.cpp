@@ -1,0 +1,520 @@
+// Peer links between real LinkManagers on loopback, with certificates made
+// by certs::init_domain / issue_node: mutual TLS 1.3, identity checks
+// against pinned CAs, HELLO, heartbeats, failure detection, reconnect, one
+// link per pair, and every refusal counted.
+
+#include "federation/link.h"
+
+#include <gtest/gtest.h>
+#include <openssl/ssl.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/write.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "federation/messages.h"
+#include "tests/support/tcp_proxy.h"
+
+namespace entente::federation {
+namespace {
+
+namespace fs = std::filesystem;
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+
+// Records what a LinkManager reports; waits with a deadline.
+class Recorder : public LinkHandler {
+ public:
+  void on_link_up(const certs::Identity& peer) override {
+    std::lock_guard lock(mu_);
+    ups_.push_back(peer.uri());
+    cv_.notify_all();
+  }
+  void on_link_down(const certs::Identity& peer, std::string_view reason) override {
+    std::lock_guard lock(mu_);
+    downs_.push_back(peer.uri() + ": " + std::string(reason));
+    cv_.notify_all();
+  }
+  void on_frame(const certs::Identity& peer, FrameType type, uint32_t channel,
+                std::string_view payload) override {
+    std::lock_guard lock(mu_);
+    frames_.push_back({peer.uri(), type, channel, std::string(payload)});
+    cv_.notify_all();
+  }
+
+  struct Received {
+    std::string peer;
+    FrameType type;
+    uint32_t channel;
+    std::string payload;
+  };
+
+  template <class Pred>
+  bool wait(Pred pred, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return pred(*this); });
+  }
+
+  std::vector<std::string> ups_, downs_;
+  std::vector<Received> frames_;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+// Waits for `pred` by polling (for state the manager reports, not events).
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+std::optional<PeerStatus> status_of(const LinkManager& m, const std::string& uri) {
+  for (auto& s : m.peers()) {
+    if (s.identity.uri() == uri) return s;
+  }
+  return std::nullopt;
+}
+
+uint64_t refusals(const LinkManager& m, const std::string& label) {
+  auto r = m.refusals();
+  auto it = r.find(label);
+  return it == r.end() ? 0 : it->second;
+}
+
+class LinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("entente-link-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (const char* d : {"acme", "beta", "gamma"}) make_domain(d);
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::lock_guard lock(log_mu_);
+      for (const auto& l : log_) std::fprintf(stderr, "  log: %s\n", l.c_str());
+    }
+    fs::remove_all(dir_);
+  }
+
+  void make_domain(const std::string& domain) {
+    ASSERT_TRUE(certs::init_domain(domain, dir_ / domain / "ca").ok());
+  }
+  fs::path node_dir(const std::string& domain, const std::string& node,
+                    certs::NodeOptions options = {}, const std::string& ca_domain = "") {
+    const fs::path out = dir_ / domain / node;
+    options.sans = {"127.0.0.1"};
+    options.force = true;
+    auto s = certs::issue_node(domain, node, dir_ / (ca_domain.empty() ? domain : ca_domain) / "ca",
+                               out, options);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return out;
+  }
+  std::shared_ptr<certs::TrustStore> trust(std::initializer_list<std::string> domains) {
+    auto t = std::make_shared<certs::TrustStore>();
+    for (const auto& d : domains) {
+      auto s = t->pin(d, dir_ / d / "ca" / "ca.crt");
+      EXPECT_TRUE(s.ok()) << s.error().message;
+    }
+    return t;
+  }
+  LinkOptions options(const std::string& domain, const std::string& node, const fs::path& certs,
+                      std::shared_ptr<certs::TrustStore> t) {
+    LinkOptions o;
+    o.self = {domain, node};
+    o.cert_file = (certs / "node.crt").string();
+    o.key_file = (certs / "node.key").string();
+    o.trust = std::move(t);
+    o.heartbeat_interval = 50ms;
+    o.failure_timeout = 400ms;
+    o.reconnect_min = 20ms;
+    o.reconnect_max = 200ms;
+    o.log = [this](std::string_view line) {
+      std::lock_guard lock(log_mu_);
+      log_.emplace_back(line);
+    };
+    return o;
+  }
+  std::unique_ptr<LinkManager> start(LinkOptions o, LinkHandler& h) {
+    auto m = LinkManager::start(std::move(o), h);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+  bool logged(std::string_view needle) {
+    std::lock_guard lock(log_mu_);
+    for (const auto& l : log_) {
+      if (l.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(LinkTest, TwoDomainsLinkExchangeFramesAndMeasureRoundTrips) {
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+
+  ASSERT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.ups_.empty(); }));
+  EXPECT_EQ(ra.ups_[0], "entente://beta/n1");
+  EXPECT_EQ(rb.ups_[0], "entente://acme/n1");
+
+  auto channel = a->new_channel({"beta", "n1"});
+  ASSERT_TRUE(channel.ok());
+  EXPECT_EQ(*channel % 2, 1u) << "the dialing side uses odd channels";
+  ASSERT_TRUE(a->send({"beta", "n1"}, FrameType::ack, *channel, encode(Ack{42})).ok());
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.frames_.empty(); }));
+  EXPECT_EQ(rb.frames_[0].peer, "entente://acme/n1");
+  EXPECT_EQ(rb.frames_[0].type, FrameType::ack);
+  EXPECT_EQ(rb.frames_[0].channel, *channel);
+  EXPECT_EQ(decode_ack(rb.frames_[0].payload)->through, 42u);
+
+  auto back = b->new_channel({"acme", "n1"});
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back % 2, 0u) << "the accepting side uses even channels";
+
+  // Heartbeats give both sides a round-trip time.
+  ASSERT_TRUE(eventually([&] {
+    auto s = status_of(*a, "entente://beta/n1");
+    auto t = status_of(*b, "entente://acme/n1");
+    return s && t && s->rtt_us >= 0 && t->rtt_us >= 0;
+  }));
+  auto s = *status_of(*a, "entente://beta/n1");
+  EXPECT_EQ(s.state, "up");
+  EXPECT_TRUE(s.dialed);
+  EXPECT_GT(s.bytes_out, 0u);
+  EXPECT_GT(s.frames_in, 0u);
+  EXPECT_GT(s.last_heartbeat_ms, 0);
+  EXPECT_FALSE(status_of(*b, "entente://acme/n1")->dialed);
+
+  // A frame over the peer's maximum is refused before it is queued.
+  std::string big(kDefaultMaxFrame + 1, 'x');
+  auto over = a->send({"beta", "n1"}, FrameType::data, *channel, big);
+  EXPECT_EQ(over.error().code, Errc::limit_exceeded);
+  // No link to an unknown peer.
+  EXPECT_EQ(a->send({"gamma", "n1"}, FrameType::ack, 1, encode(Ack{1})).error().code,
+            Errc::unavailable);
+}
+
+uint16_t free_port() {
+  net::io_context io;
+  tcp::acceptor a(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  return a.local_endpoint().port();
+}
+
+TEST_F(LinkTest, NodesDialingEachOtherKeepOneLink) {
+  Recorder ra, rb;
+  auto t = trust({"acme", "beta"});
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), t);
+  auto ob = options("beta", "n1", node_dir("beta", "n1"), t);
+  oa.listen_port = free_port();
+  ob.listen_port = free_port();
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", ob.listen_port});
+  ob.peers.push_back({{"acme", "n1"}, "127.0.0.1", oa.listen_port});
+  auto a = start(oa, ra);
+  auto b = start(ob, rb);
+  // Whatever raced, both end with the link acme (the smaller identity) dialed.
+  ASSERT_TRUE(eventually([&] {
+    auto s = status_of(*a, "entente://beta/n1");
+    auto u = status_of(*b, "entente://acme/n1");
+    return s && u && s->state == "up" && u->state == "up" && s->dialed && !u->dialed;
+  })) << "acme sees " << status_of(*a, "entente://beta/n1")->state;
+  // And it stays that way: no flapping between the two connections.
+  std::this_thread::sleep_for(300ms);
+  auto s = *status_of(*a, "entente://beta/n1");
+  EXPECT_EQ(s.state, "up");
+  EXPECT_TRUE(s.dialed);
+  EXPECT_LE(s.connects, 2u);
+  EXPECT_TRUE(b->is_up({"acme", "n1"}));
+}
+
+TEST_F(LinkTest, RefusesCertificateFromUnpinnedCaClaimingAPinnedDomain) {
+  // An attacker makes its own CA for "acme" and a node certificate under it.
+  const fs::path evil = dir_ / "evil";
+  ASSERT_TRUE(certs::init_domain("acme", evil / "ca").ok());
+  certs::NodeOptions evil_node;
+  evil_node.sans = {"127.0.0.1"};
+  ASSERT_TRUE(certs::issue_node("acme", "n1", evil / "ca", evil / "n1", evil_node).ok());
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", evil / "n1", trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "untrusted_chain") >= 1; }));
+  EXPECT_TRUE(logged("does not chain to the pinned CA of domain acme"));
+  EXPECT_TRUE(rb.ups_.empty());
+  EXPECT_FALSE(b->is_up({"acme", "n1"}));
+}
+
+TEST_F(LinkTest, RefusesAPeerThatIsNotTheConfiguredIdentity) {
+  // beta dials "acme/n1" but gamma/n1 answers at that address: gamma is
+  // pinned, yet it is not the domain beta asked for.
+  Recorder rg, rb;
+  auto g = start(options("gamma", "n1", node_dir("gamma", "n1"), trust({"beta", "gamma"})), rg);
+  auto ob = options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta", "gamma"}));
+  ob.peers.push_back({{"acme", "n1"}, "127.0.0.1", g->port()});
+  auto b = start(std::move(ob), rb);
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "wrong_domain") >= 1; }));
+  EXPECT_TRUE(rb.ups_.empty());
+
+  // The right domain but another node than configured.
+  Recorder rb2;
+  auto ob2 = options("beta", "n2", node_dir("beta", "n2"), trust({"beta", "gamma"}));
+  ob2.peers.push_back({{"gamma", "n9"}, "127.0.0.1", g->port()});
+  auto b2 = start(std::move(ob2), rb2);
+  ASSERT_TRUE(eventually([&] { return refusals(*b2, "identity") >= 1; }));
+  EXPECT_TRUE(rb2.ups_.empty());
+}
+
+TEST_F(LinkTest, RefusesExpiredCertificate) {
+  certs::NodeOptions old;
+  old.not_before = std::chrono::system_clock::now() - std::chrono::hours(24 * 10);
+  old.days = 1;
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", node_dir("acme", "n1", old), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "expired") >= 1; }));
+  EXPECT_TRUE(logged("expired"));
+  EXPECT_TRUE(rb.ups_.empty());
+}
+
+// A raw client on the federation port: plaintext, or TLS with a valid
+// certificate that then sends what it likes.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) : socket_(io_) {
+    socket_.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+  }
+  void send_plain(std::string_view bytes) { net::write(socket_, net::buffer(bytes)); }
+  // True when the server closed the connection (read ends) within a while.
+  bool closed_by_server() {
+    socket_.non_blocking(false);
+    timeval tv{5, 0};
+    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    boost::system::error_code ec;
+    for (;;) {
+      socket_.read_some(net::buffer(buf), ec);
+      if (ec) return ec != net::error::would_block && ec != net::error::try_again;
+    }
+  }
+
+  net::io_context io_;
+  tcp::socket socket_;
+};
+
+TEST_F(LinkTest, RefusesPlaintextClient) {
+  Recorder rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  RawClient c(b->port());
+  c.send_plain("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_TRUE(c.closed_by_server());
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "handshake") >= 1; }));
+  // And the node still links with a real peer afterwards.
+  Recorder ra;
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  EXPECT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
+}
+
+// A TLS client with a valid acme certificate, speaking raw bytes.
+class TlsClient {
+ public:
+  TlsClient(uint16_t port, const fs::path& node)
+      : ctx_(make_context(node)), stream_(io_, ctx_) {
+    // The test does not check the server; the server checks the test.
+    stream_.set_verify_mode(ssl::verify_none);
+    stream_.next_layer().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    stream_.handshake(ssl::stream_base::client);
+  }
+  // Credentials go into the context before the stream's SSL object is
+  // made from it.
+  static ssl::context make_context(const fs::path& node) {
+    ssl::context ctx(ssl::context::tls_client);
+    ctx.use_certificate_chain_file((node / "node.crt").string());
+    ctx.use_private_key_file((node / "node.key").string(), ssl::context::pem);
+    SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_3_VERSION);
+    return ctx;
+  }
+  void send(std::string_view bytes) { net::write(stream_, net::buffer(bytes)); }
+  // Reads frames until the server closes; returns them.
+  std::vector<std::pair<FrameType, std::string>> read_until_closed() {
+    std::vector<std::pair<FrameType, std::string>> out;
+    FrameDecoder d(kMaxMaxFrame);
+    char buf[4096];
+    for (;;) {
+      boost::system::error_code ec;
+      std::size_t n = stream_.read_some(net::buffer(buf), ec);
+      if (ec) return out;
+      d.feed(std::string_view(buf, n));
+      while (auto f = d.next()) {
+        if (!f->has_value()) break;
+        out.emplace_back((*f)->type, std::string((*f)->payload));
+      }
+    }
+  }
+
+  net::io_context io_;
+  ssl::context ctx_;
+  ssl::stream<tcp::socket> stream_;
+};
+
+std::optional<GoAway> find_goaway(const std::vector<std::pair<FrameType, std::string>>& frames) {
+  for (auto& [t, p] : frames) {
+    if (t == FrameType::goaway) {
+      auto g = decode_goaway(p);
+      if (g.ok()) return *g;
+    }
+  }
+  return std::nullopt;
+}
+
+TEST_F(LinkTest, RandomBytesInsteadOfHelloAreRefused) {
+  Recorder rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  TlsClient c(b->port(), node_dir("acme", "n1"));
+  std::string noise;
+  for (int i = 0; i < 64; ++i) noise.push_back(static_cast<char>((i * 97 + 13) & 0xFF));
+  c.send(noise);
+  auto frames = c.read_until_closed();
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "hello") >= 1; }));
+  auto g = find_goaway(frames);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->code, WireError::protocol);
+  EXPECT_TRUE(rb.ups_.empty());
+}
+
+TEST_F(LinkTest, HelloNamingAnotherIdentityIsRefused) {
+  Recorder rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  TlsClient c(b->port(), node_dir("acme", "n1"));
+  Hello h;
+  h.domain = "acme";
+  h.node = "n2";  // the certificate says n1
+  h.max_frame = kDefaultMaxFrame;
+  h.heartbeat_ms = 250;
+  std::string frame;
+  append_frame(frame, FrameType::hello, 0, encode(h));
+  c.send(frame);
+  auto g = find_goaway(c.read_until_closed());
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->code, WireError::identity);
+  EXPECT_EQ(refusals(*b, "hello"), 1u);
+}
+
+TEST_F(LinkTest, FrameOverTheMaximumEndsTheLink) {
+  Recorder rb;
+  auto ob = options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"}));
+  ob.max_frame = 4096;
+  auto b = start(std::move(ob), rb);
+  TlsClient c(b->port(), node_dir("acme", "n1"));
+  Hello h;
+  h.domain = "acme";
+  h.node = "n1";
+  h.max_frame = kDefaultMaxFrame;
+  h.heartbeat_ms = 250;
+  std::string bytes;
+  append_frame(bytes, FrameType::hello, 0, encode(h));
+  append_frame(bytes, FrameType::data, 1, std::string(5000, 'x'));
+  c.send(bytes);
+  auto frames = c.read_until_closed();
+  auto g = find_goaway(frames);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->code, WireError::frame_too_large);
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.downs_.empty(); }));
+  EXPECT_TRUE(rb.frames_.empty()) << "nothing of the oversized frame reaches the layer above";
+}
+
+TEST_F(LinkTest, SilentPeerIsDeclaredFailedAndTheLinkComesBack) {
+  testing::TcpProxy proxy;
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  proxy.start(b->port());
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", proxy.port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
+
+  // The proxy stops forwarding but keeps the connections open: only the
+  // missing heartbeats tell.
+  const auto frozen_at = std::chrono::steady_clock::now();
+  proxy.freeze();
+  ASSERT_TRUE(ra.wait([](auto& r) { return !r.downs_.empty(); }, 5s));
+  const auto detected = std::chrono::steady_clock::now() - frozen_at;
+  EXPECT_NE(ra.downs_[0].find("nothing received for"), std::string::npos) << ra.downs_[0];
+  EXPECT_GE(detected, 350ms);
+  EXPECT_LT(detected, 2s);
+  EXPECT_EQ(status_of(*a, "entente://beta/n1")->state, "failed");
+
+  // Forwarding again (new connections only): the dialer reconnects.
+  proxy.cut();
+  proxy.thaw();
+  ASSERT_TRUE(eventually([&] { return a->is_up({"beta", "n1"}); }));
+  EXPECT_GE(status_of(*a, "entente://beta/n1")->connects, 2u);
+}
+
+TEST_F(LinkTest, StopSendsGoAwayAndPeerSeesShutdown) {
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.ups_.empty(); }));
+  b->stop();
+  ASSERT_TRUE(ra.wait([](auto& r) { return !r.downs_.empty(); }));
+  EXPECT_NE(ra.downs_[0].find("shutdown"), std::string::npos) << ra.downs_[0];
+  b->stop();  // idempotent
+}
+
+TEST_F(LinkTest, StartRejectsBadOptions) {
+  Recorder r;
+  auto o = options("acme", "n1", node_dir("acme", "n1"), trust({"acme"}));
+  auto bad_key = o;
+  bad_key.key_file = (dir_ / "missing.key").string();
+  auto m = LinkManager::start(bad_key, r);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("key_file"), std::string::npos);
+
+  auto no_trust = o;
+  no_trust.trust.reset();
+  EXPECT_EQ(LinkManager::start(no_trust, r).error().code, Errc::invalid_argument);
+
+  auto bad_timing = o;
+  bad_timing.failure_timeout = bad_timing.heartbeat_interval;
+  EXPECT_EQ(LinkManager::start(bad_timing, r).error().code, Errc::invalid_argument);
+
+  auto bad_listen = o;
+  bad_listen.listen_host = "not-an-address";
+  EXPECT_NE(LinkManager::start(bad_listen, r).error().message.find("listen"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace entente::federation

@@ -1,0 +1,506 @@
+// Message payloads: exact byte layouts (docs/protocol.md §5), round trips
+// at the edges of every field, and clean errors for truncated, trailing and
+// invalid bytes.
+
+#include "federation/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "federation/frame.h"
+
+namespace entente::federation {
+namespace {
+
+constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
+constexpr uint32_t kU32Max = std::numeric_limits<uint32_t>::max();
+
+std::string bytes(std::initializer_list<int> values) {
+  std::string out;
+  for (int v : values) out.push_back(static_cast<char>(v));
+  return out;
+}
+
+Hello valid_hello() {
+  Hello h;
+  h.domain = "acme";
+  h.node = "n1";
+  h.max_frame = kDefaultMaxFrame;
+  h.heartbeat_ms = 250;
+  return h;
+}
+
+template <class T>
+Error error_of(const Result<T>& r) {
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return {};
+  return r.error();
+}
+
+void expect_parse_error(const Error& e, const std::string& message) {
+  EXPECT_EQ(e.code, Errc::parse_error);
+  EXPECT_EQ(e.message, message);
+}
+
+// ---- layouts ----
+
+TEST(MessageLayout, Hello) {
+  Hello h;
+  h.min_version = 1;
+  h.max_version = 0x0203;
+  h.domain = "ab";
+  h.node = "c";
+  h.max_frame = 0x00100000;
+  h.heartbeat_ms = 250;
+  EXPECT_EQ(encode(h), bytes({0, 1, 2, 3, 0, 2, 'a', 'b', 0, 1, 'c', 0x00, 0x10, 0x00, 0x00, 0, 0, 0, 250}));
+}
+
+TEST(MessageLayout, TheHelloFrameOfTheProtocolDocument) {
+  // docs/protocol.md §5.10, byte for byte.
+  std::string frame;
+  append_frame(frame, FrameType::hello, 0, encode(valid_hello()));
+  EXPECT_EQ(frame, bytes({0x00, 0x00, 0x00, 0x1b, 0x01, 0x00, 0x00, 0x00, 0x00,  //
+                          0x00, 0x01, 0x00, 0x01,                                //
+                          0x00, 0x04, 0x61, 0x63, 0x6d, 0x65,                    //
+                          0x00, 0x02, 0x6e, 0x31,                                //
+                          0x00, 0x10, 0x00, 0x00,                                //
+                          0x00, 0x00, 0x00, 0xfa}));
+}
+
+TEST(MessageLayout, EveryOtherMessage) {
+  EXPECT_EQ(encode(Heartbeat{0x0102030405060708, 9, 0x0a}),
+            bytes({1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0x0a}));
+  EXPECT_EQ(encode(GoAway{WireError::identity, "no"}), bytes({0, 4, 0, 2, 'n', 'o'}));
+  EXPECT_EQ(encode(Open{"d/s", 0x0100, 0x10000}),
+            bytes({0, 3, 'd', '/', 's', 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0}));
+  EXPECT_EQ(encode(OpenOk{"{}", 1, 2}),
+            bytes({0, 2, '{', '}', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2}));
+  EXPECT_EQ(encode(Reset{WireError::bad_position, ""}), bytes({0, 10, 0, 0}));
+  EXPECT_EQ(encode(Data{5, 2, "xyz"}),
+            bytes({0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z'}));
+  EXPECT_EQ(encode(Ack{kU64Max}), std::string(8, '\xff'));
+  EXPECT_EQ(encode(Credit{0x01020304}), bytes({1, 2, 3, 4}));
+}
+
+// ---- round trips ----
+
+TEST(MessageRoundTrip, HelloAtTheEdges) {
+  const std::string longest(63, 'z');
+  for (uint16_t lo : {uint16_t{1}, uint16_t{65535}}) {
+    for (uint32_t max_frame : {kMinMaxFrame, kDefaultMaxFrame, kMaxMaxFrame}) {
+      for (uint32_t hb : {1u, 250u, kMaxHeartbeatMs}) {
+        Hello h;
+        h.min_version = lo;
+        h.max_version = 65535;
+        h.domain = longest;
+        h.node = "a";
+        h.max_frame = max_frame;
+        h.heartbeat_ms = hb;
+        auto r = decode_hello(encode(h));
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        EXPECT_EQ(r->min_version, lo);
+        EXPECT_EQ(r->max_version, 65535);
+        EXPECT_EQ(r->domain, longest);
+        EXPECT_EQ(r->node, "a");
+        EXPECT_EQ(r->max_frame, max_frame);
+        EXPECT_EQ(r->heartbeat_ms, hb);
+      }
+    }
+  }
+  Hello h = valid_hello();
+  h.domain = "a-0-b";
+  h.node = "node-12";
+  auto r = decode_hello(encode(h));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->domain, "a-0-b");
+  EXPECT_EQ(r->node, "node-12");
+  EXPECT_EQ(r->min_version, Hello::kMinVersion);
+  EXPECT_EQ(r->max_version, Hello::kMaxVersion);
+}
+
+TEST(MessageRoundTrip, Heartbeat) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, kU64Max}) {
+    auto r = decode_heartbeat(encode(Heartbeat{v, kU64Max - v, kU64Max - v == 0 ? 0 : v}));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->sent_ns, v);
+    EXPECT_EQ(r->echo_ns, kU64Max - v);
+    EXPECT_EQ(r->echo_delay_ns, kU64Max - v == 0 ? 0 : v);
+  }
+  // The first heartbeat of a link echoes nothing.
+  auto first = decode_heartbeat(encode(Heartbeat{5, 0, 0}));
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->echo_ns, 0u);
+}
+
+TEST(MessageRoundTrip, GoAwayAndResetWithEveryCode) {
+  const std::string longest(65535, 'r');
+  for (uint16_t code = 0; code <= 10; ++code) {
+    const auto e = static_cast<WireError>(code);
+    for (const std::string& reason : {std::string(), std::string("bye \xe2\x9c\x93"), longest}) {
+      auto g = decode_goaway(encode(GoAway{e, reason}));
+      ASSERT_TRUE(g.ok()) << g.error().message;
+      EXPECT_EQ(g->code, e);
+      EXPECT_EQ(g->reason, reason);
+      auto r = decode_reset(encode(Reset{e, reason}));
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      EXPECT_EQ(r->code, e);
+      EXPECT_EQ(r->reason, reason);
+    }
+  }
+}
+
+TEST(MessageRoundTrip, StringsOverTheLimitAreCutNotRefused) {
+  auto r = decode_goaway(encode(GoAway{WireError::internal, std::string(70000, 'q')}));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->reason, std::string(65535, 'q'));
+}
+
+TEST(MessageRoundTrip, Open) {
+  const std::string stream = std::string(63, 'd') + "/" + "s_" + std::string(61, '9');
+  for (uint64_t from : {uint64_t{0}, uint64_t{1}, kU64Max}) {
+    for (uint32_t credit : {uint32_t{0}, uint32_t{65536}, uint32_t{CreditWindow::kMaxCredit}}) {
+      auto r = decode_open(encode(Open{stream, from, credit}));
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      EXPECT_EQ(r->stream, stream);
+      EXPECT_EQ(r->from_seq, from);
+      EXPECT_EQ(r->credit, credit);
+    }
+  }
+  auto r = decode_open(encode(Open{"p/s", 1, 1}));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->stream, "p/s");
+}
+
+TEST(MessageRoundTrip, OpenOk) {
+  const std::string schema = R"({"fields":[{"name":"a","type":"int64"}]})";
+  for (auto [first, next] : {std::pair<uint64_t, uint64_t>{1, 1}, {1, kU64Max}, {kU64Max, kU64Max}}) {
+    auto r = decode_open_ok(encode(OpenOk{schema, first, next}));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->schema_json, schema);
+    EXPECT_EQ(r->first_seq, first);
+    EXPECT_EQ(r->next_seq, next);
+  }
+}
+
+TEST(MessageRoundTrip, Data) {
+  std::string big(kMaxMaxFrame - 16, '\0');
+  for (std::size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
+  const std::vector<Data> cases = {
+      {1, 1, "x"},
+      {1, kU32Max, "body"},
+      {kU64Max, 1, std::string("\0", 1)},
+      {kU64Max - kU32Max + 1, kU32Max, "edge"},
+      {42, 1000, big},
+  };
+  for (const auto& d : cases) {
+    auto r = decode_data(encode(d));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->first_seq, d.first_seq);
+    EXPECT_EQ(r->count, d.count);
+    EXPECT_EQ(r->body, d.body);
+  }
+  EXPECT_EQ(encode(cases.back()).size(), kMaxMaxFrame);
+}
+
+TEST(MessageRoundTrip, AckAndCredit) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{7}, kU64Max}) {
+    auto r = decode_ack(encode(Ack{v}));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->through, v);
+  }
+  for (uint32_t v : {uint32_t{1}, uint32_t{65536}, kU32Max}) {
+    auto r = decode_credit(encode(Credit{v}));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->bytes, v);
+  }
+}
+
+// ---- truncated and trailing bytes ----
+
+struct Case {
+  std::string name;
+  std::string payload;  // a valid encoding
+  std::function<Status(std::string_view)> decode;
+};
+
+template <class T>
+std::function<Status(std::string_view)> status_of(Result<T> (*f)(std::string_view)) {
+  return [f](std::string_view p) -> Status {
+    auto r = f(p);
+    if (!r.ok()) return r.error();
+    return {};
+  };
+}
+
+std::vector<Case> valid_cases() {
+  return {
+      {"hello", encode(valid_hello()), status_of(&decode_hello)},
+      {"heartbeat", encode(Heartbeat{1, 2}), status_of(&decode_heartbeat)},
+      {"goaway", encode(GoAway{WireError::shutdown, "stopping"}), status_of(&decode_goaway)},
+      {"open", encode(Open{"p/s", 3, 4096}), status_of(&decode_open)},
+      {"open_ok", encode(OpenOk{"{}", 1, 9}), status_of(&decode_open_ok)},
+      {"reset", encode(Reset{WireError::not_exported, "no"}), status_of(&decode_reset)},
+      {"data", encode(Data{1, 2, "ab"}), status_of(&decode_data)},
+      {"ack", encode(Ack{5}), status_of(&decode_ack)},
+      {"credit", encode(Credit{100}), status_of(&decode_credit)},
+  };
+}
+
+TEST(MessageDecode, ValidCasesDecode) {
+  for (const auto& c : valid_cases()) {
+    Status s = c.decode(c.payload);
+    EXPECT_TRUE(s.ok()) << c.name << ": " << s.error().message;
+  }
+}
+
+TEST(MessageDecode, EveryTruncationFailsNamingTheMessage) {
+  for (const auto& c : valid_cases()) {
+    for (std::size_t n = 0; n < c.payload.size(); ++n) {
+      Status s = c.decode(std::string_view(c.payload).substr(0, n));
+      ASSERT_FALSE(s.ok()) << c.name << " truncated to " << n;
+      EXPECT_EQ(s.error().code, Errc::parse_error);
+      EXPECT_EQ(s.error().message.rfind(c.name + ".", 0), 0u)
+          << c.name << " at " << n << ": " << s.error().message;
+    }
+  }
+}
+
+TEST(MessageDecode, TruncationNamesTheField) {
+  const std::string hello = encode(valid_hello());
+  expect_parse_error(error_of(decode_hello("")), "hello.min_version: truncated: needs 2 bytes, 0 left");
+  expect_parse_error(error_of(decode_hello(hello.substr(0, 3))),
+                     "hello.max_version: truncated: needs 2 bytes, 1 left");
+  // Length prefix of "acme" read, its bytes cut.
+  expect_parse_error(error_of(decode_hello(hello.substr(0, 8))),
+                     "hello.domain: truncated: needs 4 bytes, 2 left");
+  expect_parse_error(error_of(decode_hello(hello.substr(0, hello.size() - 1))),
+                     "hello.heartbeat_ms: truncated: needs 4 bytes, 3 left");
+  expect_parse_error(error_of(decode_data(std::string(11, '\1'))),
+                     "data.count: truncated: needs 4 bytes, 3 left");
+  expect_parse_error(error_of(decode_credit("")), "credit.bytes: truncated: needs 4 bytes, 0 left");
+  expect_parse_error(error_of(decode_data(encode(Data{1, 2, "abc"}).substr(0, 18))),
+                     "data.body: truncated: needs 3 bytes, 2 left");
+  // A body length near 4 GiB in a small payload allocates nothing.
+  expect_parse_error(
+      error_of(decode_data(std::string(8, '\1') + bytes({0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 'x'}))),
+      "data.body: truncated: needs 4294967295 bytes, 1 left");
+  // A string length that claims more than the payload holds.
+  expect_parse_error(error_of(decode_goaway(bytes({0, 1, 0xff, 0xff, 'a'}))),
+                     "goaway.reason: truncated: needs 65535 bytes, 1 left");
+}
+
+TEST(MessageDecode, TrailingBytesFail) {
+  for (const auto& c : valid_cases()) {
+    Status s = c.decode(c.payload + "!");
+    ASSERT_FALSE(s.ok()) << c.name;
+    expect_parse_error(s.error(), c.name + ": 1 trailing bytes after the last field");
+    s = c.decode(c.payload + std::string(1000, '\0'));
+    ASSERT_FALSE(s.ok()) << c.name;
+    expect_parse_error(s.error(), c.name + ": 1000 trailing bytes after the last field");
+  }
+}
+
+// ---- invalid values ----
+
+Error hello_error(const std::function<void(Hello&)>& change) {
+  Hello h = valid_hello();
+  change(h);
+  return error_of(decode_hello(encode(h)));
+}
+
+TEST(MessageDecode, HelloInvalidValues) {
+  expect_parse_error(hello_error([](Hello& h) { h.min_version = 0; }),
+                     "hello.min_version: 0 is not a protocol version");
+  expect_parse_error(hello_error([](Hello& h) {
+                       h.min_version = 3;
+                       h.max_version = 2;
+                     }),
+                     "hello.max_version: 2 is below min_version 3");
+  expect_parse_error(hello_error([](Hello& h) { h.max_frame = 4095; }),
+                     "hello.max_frame: 4095 is outside 4096..16777216");
+  expect_parse_error(hello_error([](Hello& h) { h.max_frame = 0; }),
+                     "hello.max_frame: 0 is outside 4096..16777216");
+  expect_parse_error(hello_error([](Hello& h) { h.max_frame = kMaxMaxFrame + 1; }),
+                     "hello.max_frame: 16777217 is outside 4096..16777216");
+  expect_parse_error(hello_error([](Hello& h) { h.heartbeat_ms = 0; }),
+                     "hello.heartbeat_ms: 0 is outside 1..60000");
+  expect_parse_error(hello_error([](Hello& h) { h.heartbeat_ms = 60001; }),
+                     "hello.heartbeat_ms: 60001 is outside 1..60000");
+  expect_parse_error(hello_error([](Hello& h) { h.domain = ""; }),
+                     "hello.domain: '' is not [a-z][a-z0-9-]* of at most 63");
+  expect_parse_error(hello_error([](Hello& h) { h.domain = "Acme"; }),
+                     "hello.domain: 'Acme' is not [a-z][a-z0-9-]* of at most 63");
+  expect_parse_error(hello_error([](Hello& h) { h.domain = std::string(64, 'a'); }),
+                     "hello.domain: '" + std::string(64, 'a') + "' is not [a-z][a-z0-9-]* of at most 63");
+  expect_parse_error(hello_error([](Hello& h) { h.node = "1node"; }),
+                     "hello.node: '1node' is not [a-z][a-z0-9-]* of at most 63");
+  expect_parse_error(hello_error([](Hello& h) { h.node = "n_1"; }),
+                     "hello.node: 'n_1' is not [a-z][a-z0-9-]* of at most 63");
+  // Hostile bytes are escaped in the message, and long ones cut.
+  expect_parse_error(hello_error([](Hello& h) { h.node = std::string("a\n\x1b[2J'", 7); }),
+                     "hello.node: 'a\\x0a\\x1b[2J\\x27' is not [a-z][a-z0-9-]* of at most 63");
+  const Error long_name = hello_error([](Hello& h) { h.domain = std::string(1000, 'x'); });
+  EXPECT_EQ(long_name.message,
+            "hello.domain: '" + std::string(80, 'x') + "'... is not [a-z][a-z0-9-]* of at most 63");
+}
+
+TEST(MessageDecode, UnknownWireErrorCodesFail) {
+  expect_parse_error(error_of(decode_goaway(bytes({0, 11, 0, 0}))), "goaway.code: unknown code 11");
+  expect_parse_error(error_of(decode_reset(bytes({0xff, 0xff, 0, 0}))), "reset.code: unknown code 65535");
+}
+
+TEST(MessageDecode, OpenInvalidValues) {
+  auto open_error = [](const std::string& stream, uint32_t credit = 0) {
+    return error_of(decode_open(encode(Open{stream, 1, credit})));
+  };
+  expect_parse_error(open_error(""), "open.stream: empty");
+  for (const std::string& bad :
+       std::vector<std::string>{"s", "/s", "p/", "p//s", "P/s", "p/S", "p/1s", "p_q/s", "p/s/t", "p/s.t",
+                                "p/" + std::string(64, 's'), std::string(64, 'p') + "/s"}) {
+    expect_parse_error(open_error(bad), "open.stream: '" + bad + "' is not DOMAIN/NAME");
+  }
+  expect_parse_error(open_error("p/s", uint32_t{CreditWindow::kMaxCredit} + 1),
+                     "open.credit: 2147483649 exceeds the maximum of 2147483648");
+}
+
+TEST(MessageDecode, OpenOkInvalidValues) {
+  expect_parse_error(error_of(decode_open_ok(encode(OpenOk{"", 1, 1}))), "open_ok.schema_json: empty");
+  expect_parse_error(error_of(decode_open_ok(encode(OpenOk{"{}", 0, 1}))),
+                     "open_ok.first_seq: 0 (sequence numbers start at 1)");
+  expect_parse_error(error_of(decode_open_ok(encode(OpenOk{"{}", 5, 4}))),
+                     "open_ok.next_seq: 4 is below first_seq 5");
+}
+
+TEST(MessageDecode, DataInvalidValues) {
+  expect_parse_error(error_of(decode_data(encode(Data{1, 0, "x"}))), "data.count: 0 tuples");
+  expect_parse_error(error_of(decode_data(encode(Data{0, 1, "x"}))),
+                     "data.first_seq: 0 (sequence numbers start at 1)");
+  expect_parse_error(error_of(decode_data(encode(Data{1, 3, ""}))), "data.body: empty for 3 tuples");
+  expect_parse_error(error_of(decode_data(encode(Data{kU64Max, 2, "x"}))),
+                     "data.count: 2 tuples from 18446744073709551615 run past the last sequence "
+                     "number");
+  expect_parse_error(error_of(decode_data(encode(Data{kU64Max - kU32Max + 2, kU32Max, "x"}))),
+                     "data.count: 4294967295 tuples from " + std::to_string(kU64Max - kU32Max + 2) +
+                         " run past the last sequence number");
+}
+
+TEST(MessageDecode, HeartbeatDelayWithoutEchoFails) {
+  expect_parse_error(error_of(decode_heartbeat(encode(Heartbeat{5, 0, 7}))),
+                     "heartbeat.echo_delay_ns: 7 without an echo");
+}
+
+TEST(MessageDecode, CreditOfZeroFails) {
+  expect_parse_error(error_of(decode_credit(encode(Credit{0}))),
+                     "credit.bytes: 0 (a grant adds at least one byte)");
+}
+
+// ---- names, negotiation, credit ----
+
+TEST(WireErrorName, NamesEveryCode) {
+  const std::vector<std::string_view> names = {"none",     "protocol",  "version",      "frame_too_large",
+                                               "identity", "not_found", "not_exported", "flow_control",
+                                               "shutdown", "internal",  "bad_position"};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(wire_error_name(static_cast<WireError>(i)), names[i]);
+  }
+  EXPECT_EQ(wire_error_name(static_cast<WireError>(11)), "unknown");
+  EXPECT_EQ(wire_error_name(static_cast<WireError>(65535)), "unknown");
+}
+
+TEST(Negotiation, PicksTheHighestCommonVersion) {
+  Hello mine = valid_hello();
+  Hello theirs = valid_hello();
+  auto v = negotiate_version(mine, theirs);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, kProtocolVersion);
+
+  mine.min_version = 1;
+  mine.max_version = 4;
+  theirs.min_version = 3;
+  theirs.max_version = 7;
+  v = negotiate_version(mine, theirs);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 4);
+  v = negotiate_version(theirs, mine);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 4);
+
+  theirs.min_version = 4;
+  theirs.max_version = 4;
+  v = negotiate_version(mine, theirs);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 4);
+}
+
+TEST(Negotiation, DisjointRangesFailNamingBoth) {
+  Hello mine = valid_hello();
+  Hello theirs = valid_hello();
+  theirs.min_version = 2;
+  theirs.max_version = 3;
+  auto v = negotiate_version(mine, theirs);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.error().code, Errc::unsupported);
+  EXPECT_EQ(v.error().message, "no common protocol version: this node speaks 1..1, the peer 2..3");
+}
+
+TEST(Negotiation, MaxFrameIsTheSmallerLimit) {
+  Hello mine = valid_hello();
+  Hello theirs = valid_hello();
+  mine.max_frame = kMaxMaxFrame;
+  theirs.max_frame = kMinMaxFrame;
+  EXPECT_EQ(negotiated_max_frame(mine, theirs), kMinMaxFrame);
+  EXPECT_EQ(negotiated_max_frame(theirs, mine), kMinMaxFrame);
+}
+
+TEST(CreditWindowTest, SendsWithinCreditOnly) {
+  CreditWindow w(100);
+  EXPECT_EQ(w.available(), 100u);
+  EXPECT_TRUE(w.can_send(100));
+  EXPECT_FALSE(w.can_send(101));
+  w.consume(60);
+  EXPECT_EQ(w.available(), 40u);
+  EXPECT_FALSE(w.can_send(41));
+  ASSERT_TRUE(w.grant(10).ok());
+  EXPECT_TRUE(w.can_send(50));
+  w.consume(50);
+  EXPECT_EQ(w.available(), 0u);
+  EXPECT_TRUE(w.can_send(0));
+  EXPECT_FALSE(w.can_send(1));
+  EXPECT_EQ(CreditWindow().available(), 0u);
+}
+
+TEST(CreditWindowTest, GrantBeyondTheMaximumFailsAndChangesNothing) {
+  CreditWindow w;
+  ASSERT_TRUE(w.grant(CreditWindow::kMaxCredit - 1).ok());
+  ASSERT_TRUE(w.grant(1).ok());
+  EXPECT_EQ(w.available(), CreditWindow::kMaxCredit);
+  Status s = w.grant(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::limit_exceeded);
+  EXPECT_EQ(s.error().message,
+            "credit grant of 1 bytes on top of 2147483648 exceeds the maximum window of "
+            "2147483648");
+  EXPECT_EQ(w.available(), CreditWindow::kMaxCredit);
+  w.consume(10);
+  s = w.grant(11);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(w.grant(10).ok());
+}
+
+TEST(CreditWindowTest, HugeGrantsDoNotOverflow) {
+  CreditWindow w(5);
+  Status s = w.grant(std::numeric_limits<uint64_t>::max());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::limit_exceeded);
+  EXPECT_EQ(w.available(), 5u);
+  CreditWindow empty;
+  EXPECT_FALSE(empty.grant(CreditWindow::kMaxCredit + 1).ok());
+  EXPECT_TRUE(empty.grant(CreditWindow::kMaxCredit).ok());
+}
+
+}  // namespace
+}  // namespace entente::federation
