@@ -158,7 +158,11 @@ int run_subscribe(const std::vector<std::string_view>& args) {
   const char* token = std::getenv("ENTENTE_TOKEN");
   std::vector<std::pair<std::string, std::string>> headers;
   if (token) headers.emplace_back("authorization", std::string("Bearer ") + token);
-  std::string target = "/v1/streams/" + stream + "/subscribe?format=json";
+  // A stream of another domain ("acme/bids") goes in the path as one
+  // segment, its slash percent-encoded.
+  std::string encoded;
+  for (char c : stream) encoded += c == '/' ? std::string("%2F") : std::string(1, c);
+  std::string target = "/v1/streams/" + encoded + "/subscribe?format=json";
   if (!from.empty()) target += "&from=" + from;
   auto ws = http::WsClient::connect(o, target, headers);
   if (!ws.ok()) {

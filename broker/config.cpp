@@ -441,6 +441,21 @@ Status read_api(const Value& v, const std::string& path, const fs::path& base, N
   return {};
 }
 
+Result<IngestDurability> read_ingest_durability(const Value& v, const std::string& path) {
+  const std::string expected = "expected \"fsync\" (survives power loss) or \"process\" (survives a crash "
+                               "of the broker process only)";
+  if (!v.IsString()) return config_error(path, expected + ", got " + describe(v));
+  const std::string_view s = view(v);
+  if (s == "fsync") return IngestDurability::fsync;
+  if (s == "process") return IngestDurability::process;
+  std::string hint;
+  for (std::string_view known : {std::string_view("fsync"), std::string_view("process")}) {
+    const size_t d = edit_distance(s, known);
+    if (d <= 2 && d * 2 < std::max(s.size(), known.size())) hint = " (did you mean " + std::string(known) + "?)";
+  }
+  return config_error(path, expected + ", got " + show(s) + hint);
+}
+
 Result<Role> read_role(const Value& v, const std::string& path) {
   const std::string expected = "expected one of admin, publisher, reader";
   if (!v.IsString()) return config_error(path, expected + ", got " + describe(v));
@@ -545,6 +560,202 @@ Status read_node_limits(const Value& v, const std::string& path, NodeConfig& cfg
   return {};
 }
 
+// "host:port" for the federation: the host an IP address (IPv6 in
+// brackets) or, when `names` (a peer's address, resolved when dialing), a
+// DNS name.
+Status read_endpoint(const Value& v, const std::string& path, bool names, std::string& host_out,
+                     uint16_t& port_out) {
+  ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
+  const std::string expected = "expected \"host:port\", got " + show(s);
+  std::string host, port;
+  if (!s.empty() && s[0] == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return config_error(path, expected);
+    }
+    host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+    in6_addr a6{};
+    if (inet_pton(AF_INET6, host.c_str(), &a6) != 1) {
+      return config_error(path, show(host) + " is not an IPv6 address");
+    }
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string::npos) return config_error(path, expected);
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+    in_addr a4{};
+    if (host == "localhost") {
+      host = "127.0.0.1";
+    } else if (inet_pton(AF_INET, host.c_str(), &a4) != 1) {
+      const bool dns = names && !host.empty() && host.size() <= 253 &&
+                       std::all_of(host.begin(), host.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                c == '-' || c == '.';
+                       });
+      if (!dns) {
+        return config_error(path, names ? "the host must be an IP address or a DNS name, got " + show(host)
+                                        : "the host must be an IP address or localhost, got " + show(host));
+      }
+    }
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return config_error(path, expected);
+  }
+  const unsigned long p = std::stoul(port);
+  if (p > 65535) return config_error(path, "the port must be 0..65535, got " + port);
+  if (names && p == 0) return config_error(path, "a peer's port cannot be 0");
+  host_out = host;
+  port_out = static_cast<uint16_t>(p);
+  return {};
+}
+
+// A list of [a-z][a-z0-9-]* names, 1..max, none repeated.
+Result<std::vector<std::string>> read_names(const Value& v, const std::string& path, size_t max) {
+  if (!v.IsArray()) return config_error(path, "expected an array of names, got " + describe(v));
+  if (v.Empty() || v.Size() > max) {
+    return config_error(path, "expected 1 to " + std::to_string(max) + " names, got " + std::to_string(v.Size()));
+  }
+  std::vector<std::string> out;
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "]";
+    ENTENTE_ASSIGN_OR_RETURN(std::string n, read_name(v[i], p));
+    if (std::find(out.begin(), out.end(), n) != out.end()) return config_error(p, show(n) + " is listed twice");
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+Status read_federation(const Value& v, const std::string& path, const fs::path& base, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(
+      ObjectReader r, ObjectReader::open(v, path,
+                                         {"listen", "cert_file", "key_file", "ca_file", "heartbeat_interval",
+                                          "failure_timeout", "max_frame", "import_window", "peers", "exports"}));
+  FederationConfig& f = cfg.federation;
+  f.enabled = true;
+  ENTENTE_ASSIGN_OR_RETURN(const Value* listen, r.required("listen"));
+  ENTENTE_RETURN_IF_ERROR(read_endpoint(*listen, r.path_of("listen"), false, f.listen_host, f.listen_port));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* cert, r.required("cert_file"));
+  ENTENTE_ASSIGN_OR_RETURN(f.cert_file, read_path(*cert, r.path_of("cert_file"), base));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* key, r.required("key_file"));
+  ENTENTE_ASSIGN_OR_RETURN(f.key_file, read_path(*key, r.path_of("key_file"), base));
+  ENTENTE_ASSIGN_OR_RETURN(const Value* ca, r.required("ca_file"));
+  ENTENTE_ASSIGN_OR_RETURN(f.ca_file, read_path(*ca, r.path_of("ca_file"), base));
+  if (const Value* x = r.get("heartbeat_interval")) {
+    ENTENTE_ASSIGN_OR_RETURN(f.heartbeat_interval_ms, read_duration(*x, r.path_of("heartbeat_interval"), 10, 10'000));
+  }
+  if (const Value* x = r.get("failure_timeout")) {
+    ENTENTE_ASSIGN_OR_RETURN(f.failure_timeout_ms, read_duration(*x, r.path_of("failure_timeout"), 20, 300'000));
+  }
+  if (f.failure_timeout_ms <= f.heartbeat_interval_ms) {
+    return config_error(r.path_of("failure_timeout"), "must be longer than heartbeat_interval (" +
+                                                          duration_text(f.heartbeat_interval_ms) + "), got " +
+                                                          duration_text(f.failure_timeout_ms));
+  }
+  if (const Value* x = r.get("max_frame")) {
+    ENTENTE_ASSIGN_OR_RETURN(uint64_t n, read_size(*x, r.path_of("max_frame"), 4096, 16u << 20));
+    f.max_frame = static_cast<uint32_t>(n);
+  }
+  if (const Value* x = r.get("import_window")) {
+    ENTENTE_ASSIGN_OR_RETURN(uint64_t n, read_size(*x, r.path_of("import_window"), 64u << 10, 256u << 20));
+    f.import_window = static_cast<uint32_t>(n);
+  }
+  if (f.import_window < f.max_frame) {
+    // A window smaller than one frame could never carry a full DATA frame.
+    return config_error(r.path_of("import_window"), "must be at least max_frame (" + size_text(f.max_frame) +
+                                                        "), got " + size_text(f.import_window));
+  }
+  if (const Value* peers = r.get("peers")) {
+    const std::string pp = r.path_of("peers");
+    if (!peers->IsArray()) return config_error(pp, "expected an array, got " + describe(*peers));
+    if (peers->Size() > 64) return config_error(pp, "at most 64 peer domains, got " + std::to_string(peers->Size()));
+    for (rapidjson::SizeType i = 0; i < peers->Size(); ++i) {
+      const std::string p = pp + "[" + std::to_string(i) + "]";
+      ENTENTE_ASSIGN_OR_RETURN(ObjectReader pr, ObjectReader::open((*peers)[i], p, {"domain", "ca_file", "nodes"}));
+      PeerDomainConfig d;
+      ENTENTE_ASSIGN_OR_RETURN(const Value* dom, pr.required("domain"));
+      ENTENTE_ASSIGN_OR_RETURN(d.domain, read_name(*dom, pr.path_of("domain")));
+      for (const auto& other : f.peers) {
+        if (other.domain == d.domain) return config_error(pr.path_of("domain"), show(d.domain) + " is listed twice");
+      }
+      if (const Value* c = pr.get("ca_file")) {
+        ENTENTE_ASSIGN_OR_RETURN(d.ca_file, read_path(*c, pr.path_of("ca_file"), base));
+      } else if (d.domain == cfg.domain) {
+        d.ca_file = f.ca_file;
+      } else {
+        return config_error(pr.path_of("ca_file"), "required: the pinned CA certificate of domain " + d.domain);
+      }
+      if (const Value* nodes = pr.get("nodes")) {
+        const std::string np = pr.path_of("nodes");
+        if (!nodes->IsArray()) return config_error(np, "expected an array, got " + describe(*nodes));
+        if (nodes->Size() > 64) return config_error(np, "at most 64 nodes, got " + std::to_string(nodes->Size()));
+        for (rapidjson::SizeType k = 0; k < nodes->Size(); ++k) {
+          const std::string kp = np + "[" + std::to_string(k) + "]";
+          ENTENTE_ASSIGN_OR_RETURN(ObjectReader nr, ObjectReader::open((*nodes)[k], kp, {"node", "address"}));
+          PeerNodeConfig n;
+          ENTENTE_ASSIGN_OR_RETURN(const Value* nn, nr.required("node"));
+          ENTENTE_ASSIGN_OR_RETURN(n.node, read_name(*nn, nr.path_of("node")));
+          for (const auto& other : d.nodes) {
+            if (other.node == n.node) return config_error(nr.path_of("node"), show(n.node) + " is listed twice");
+          }
+          if (const Value* a = nr.get("address")) {
+            ENTENTE_RETURN_IF_ERROR(read_endpoint(*a, nr.path_of("address"), true, n.host, n.port));
+          }
+          d.nodes.push_back(std::move(n));
+        }
+      }
+      f.peers.push_back(std::move(d));
+    }
+  }
+  if (const Value* exports = r.get("exports")) {
+    const std::string ep = r.path_of("exports");
+    if (!exports->IsArray()) return config_error(ep, "expected an array, got " + describe(*exports));
+    if (exports->Size() > 1024) return config_error(ep, "at most 1024 exports, got " + std::to_string(exports->Size()));
+    for (rapidjson::SizeType i = 0; i < exports->Size(); ++i) {
+      const std::string p = ep + "[" + std::to_string(i) + "]";
+      ENTENTE_ASSIGN_OR_RETURN(ObjectReader er, ObjectReader::open((*exports)[i], p, {"stream", "to", "fields"}));
+      ExportConfig e;
+      ENTENTE_ASSIGN_OR_RETURN(const Value* st, er.required("stream"));
+      ENTENTE_ASSIGN_OR_RETURN(e.stream, read_string(*st, er.path_of("stream")));
+      const bool stream_ok = !e.stream.empty() && e.stream.size() <= 63 && e.stream[0] >= 'a' && e.stream[0] <= 'z' &&
+                             std::all_of(e.stream.begin(), e.stream.end(), [](char c) {
+                               return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+                             });
+      if (!stream_ok) {
+        return config_error(er.path_of("stream"), "expected a stream name [a-z][a-z0-9_-]*, at most 63 characters, got " +
+                                                      show(e.stream));
+      }
+      ENTENTE_ASSIGN_OR_RETURN(const Value* to, er.required("to"));
+      ENTENTE_ASSIGN_OR_RETURN(e.to, read_names(*to, er.path_of("to"), 64));
+      for (size_t k = 0; k < e.to.size(); ++k) {
+        const bool peer = std::any_of(f.peers.begin(), f.peers.end(),
+                                      [&](const PeerDomainConfig& d) { return d.domain == e.to[k]; });
+        if (!peer) {
+          return config_error(er.path_of("to") + "[" + std::to_string(k) + "]",
+                              show(e.to[k]) + " is not a domain in federation.peers");
+        }
+      }
+      if (const Value* fields = er.get("fields")) {
+        const std::string fp = er.path_of("fields");
+        if (!fields->IsArray()) return config_error(fp, "expected an array of field names, got " + describe(*fields));
+        if (fields->Size() > 1024) return config_error(fp, "at most 1024 fields");
+        for (rapidjson::SizeType k = 0; k < fields->Size(); ++k) {
+          const std::string kp = fp + "[" + std::to_string(k) + "]";
+          ENTENTE_ASSIGN_OR_RETURN(std::string name, read_string((*fields)[k], kp));
+          if (name.empty() || name.size() > 64) return config_error(kp, "expected a field name, got " + show(name));
+          if (std::find(e.fields.begin(), e.fields.end(), name) != e.fields.end()) {
+            return config_error(kp, show(name) + " is listed twice");
+          }
+          e.fields.push_back(std::move(name));
+        }
+      }
+      f.exports.push_back(std::move(e));
+    }
+  }
+  return {};
+}
+
 // 1-based line and column of byte `offset`, for syntax errors.
 std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
   size_t line = 1, col = 1;
@@ -558,6 +769,16 @@ std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
 }
 
 }  // namespace
+
+std::string_view ingest_durability_name(IngestDurability d) noexcept {
+  switch (d) {
+    case IngestDurability::fsync:
+      return "fsync";
+    case IngestDurability::process:
+      return "process";
+  }
+  return "unknown";
+}
 
 std::string_view role_name(Role r) noexcept {
   switch (r) {
@@ -599,7 +820,8 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
       ObjectReader r,
       ObjectReader::open(doc, "",
                          {"domain", "node", "api", "data_dir", "tokens", "retention", "checkpoint_interval",
-                          "retention_check_interval", "threads", "limits"}));
+                          "retention_check_interval", "ingest_durability", "threads", "limits",
+                          "federation"}));
   NodeConfig cfg;
   ENTENTE_ASSIGN_OR_RETURN(const Value* domain, r.required("domain"));
   ENTENTE_ASSIGN_OR_RETURN(cfg.domain, read_name(*domain, "domain"));
@@ -621,8 +843,12 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
     ENTENTE_ASSIGN_OR_RETURN(cfg.retention_check_interval_ms,
                              read_duration(*x, "retention_check_interval", kMinRetentionCheckMs, kHourMs));
   }
+  if (const Value* x = r.get("ingest_durability")) {
+    ENTENTE_ASSIGN_OR_RETURN(cfg.ingest_durability, read_ingest_durability(*x, "ingest_durability"));
+  }
   if (const Value* x = r.get("threads")) ENTENTE_RETURN_IF_ERROR(read_threads(*x, "threads", cfg));
   if (const Value* x = r.get("limits")) ENTENTE_RETURN_IF_ERROR(read_node_limits(*x, "limits", cfg));
+  if (const Value* x = r.get("federation")) ENTENTE_RETURN_IF_ERROR(read_federation(*x, "federation", base, cfg));
   return cfg;
 }
 

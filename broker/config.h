@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "broker/federation_config.h"
 #include "engine/result.h"
 
 namespace entente::broker {
@@ -33,6 +34,17 @@ struct ApiLimits {
   int64_t ws_ping_interval_ms = 15'000;
 };
 
+// How an ingest acknowledgement is made durable (docs/configuration.md,
+// key ingest_durability).
+//   fsync:   every group commit's WAL write is fsynced before the ack; an
+//            acknowledged tuple survives a power loss or kernel crash.
+//   process: the group commit writes the WAL (into the OS page cache) before
+//            the ack, without fsync; an acknowledged tuple survives a crash
+//            or SIGKILL of the broker, not a power loss or kernel crash.
+// Catalog changes and query checkpoints are fsynced in either mode.
+enum class IngestDurability : uint8_t { fsync = 0, process = 1 };
+std::string_view ingest_durability_name(IngestDurability d) noexcept;
+
 struct RetentionConfig {
   uint64_t max_tuples = 0;  // 0: unlimited
   uint64_t max_bytes = 1ull << 30;
@@ -53,6 +65,7 @@ struct NodeConfig {
   ApiLimits limits;
   RetentionConfig retention;
   int64_t checkpoint_interval_ms = 1000;
+  IngestDurability ingest_durability = IngestDurability::fsync;
   // How often stream logs are trimmed to their retention. Trimming reads a
   // log's record headers (and, with a byte bound, sums its sizes), so it
   // runs periodically rather than on every append.
@@ -63,6 +76,7 @@ struct NodeConfig {
   size_t query_max_lag_tuples = 1u << 20; // a query this far behind: ingest answers 429
   size_t max_streams = 1024;
   size_t max_queries = 256;
+  FederationConfig federation;  // docs/federation.md
 };
 
 // Parses and validates. `base_dir` resolves relative file paths (the config

@@ -1,10 +1,16 @@
 #include "broker/node.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <future>
+#include <memory>
+#include <utility>
 
 #include "broker/detail/node_impl.h"
+#include "broker/detail/peering.h"
 #include "engine/network.h"
 #include "store/stream_log.h"
 
@@ -26,6 +32,25 @@ std::string query_key(const std::string& name) { return "query/" + name; }
 
 void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
 
+// The maintenance thread's nice value. A retention check with a byte bound
+// reads a stream's whole log (store/stream_log.cpp); at full priority that
+// scan took a core from the network and group-commit threads for tens of
+// milliseconds every retention_check_interval, which showed as the p99 of
+// publish-to-subscriber latency on a 2-core machine. Niced, it runs in the
+// time ingest and subscribers leave.
+constexpr int kMaintenanceNice = 10;
+
+bool process_durability(const NodeConfig& c) { return c.ingest_durability == IngestDurability::process; }
+
+// Makes everything written to the store so far durable: a synced write of an
+// empty batch fsyncs RocksDB's WAL, which holds every earlier write in order.
+// Used with ingest_durability "process", where the group commit does not
+// sync, so that query checkpoints and a clean shutdown still reach the disk.
+void sync_wal(store::Store& store, const std::string& why) {
+  Status s = store.write(store::WriteBatch(), store::Durability::synced);
+  if (!s.ok()) log_line("syncing the write-ahead log after " + why + " failed: " + s.error().message);
+}
+
 }  // namespace
 
 NodeImpl::NodeImpl(NodeConfig config) : config_(std::move(config)) {}
@@ -43,6 +68,10 @@ Status NodeImpl::open() {
   ENTENTE_ASSIGN_OR_RETURN(store_, store::Store::open(so));
   store::GroupCommitOptions go;
   go.max_pending_bytes = config_.ingest_queue_bytes;
+  // "process": the ack waits for RocksDB's WAL write (a write(2) into the page
+  // cache), not for its fsync. Catalog writes go to the store directly with
+  // Durability::synced and are not affected.
+  go.durability = process_durability(config_) ? store::Durability::buffered : store::Durability::synced;
   gc_ = std::make_unique<store::GroupCommit>(*store_, go);
   gc_->start();
   pool_ = std::make_unique<EnginePool>(config_.engine_threads);
@@ -137,6 +166,12 @@ Status NodeImpl::start() {
   so.ws_send_buffer_bytes = config_.limits.ws_send_buffer_bytes;
   so.ws_ping_interval_ms = config_.limits.ws_ping_interval_ms;
   ENTENTE_ASSIGN_OR_RETURN(server_, http::Server::create(so, *this));
+  // Peer links before the API: an import created right after start-up
+  // finds its links dialing.
+  if (config_.federation.enabled) {
+    peering_ = std::make_unique<Peering>(*this, config_.federation);
+    ENTENTE_RETURN_IF_ERROR(peering_->start());
+  }
   return server_->start();
 }
 
@@ -153,6 +188,9 @@ void NodeImpl::stop() {
   if (server_) server_->stop_accepting();
   flush();
   if (server_) server_->stop();
+  // Peer links: importers re-open from what they stored when the node is
+  // back; nothing they have not acknowledged is released.
+  if (peering_) peering_->stop();
   flush();
   // 2. Every query consumes what was committed and checkpoints.
   std::vector<std::shared_ptr<QueryRunner>> queries;
@@ -175,6 +213,9 @@ void NodeImpl::stop() {
   if (maint_thread_.joinable()) maint_thread_.join();
   if (pool_) pool_->stop();
   if (gc_) gc_->stop();
+  // The final checkpoints, and the tuples before them, reach the disk before
+  // a clean exit, in either mode.
+  if (store_ && process_durability(config_)) sync_wal(*store_, "the final checkpoints");
   {
     std::unique_lock lock(catalog_mu_);
     queries_.clear();
@@ -188,18 +229,41 @@ void NodeImpl::stop() {
 void NodeImpl::maintenance_loop() {
   int64_t next_cp = wall_clock_ms() + config_.checkpoint_interval_ms;
   int64_t next_ret = wall_clock_ms() + config_.retention_check_interval_ms;
+  // With ingest_durability "process" the group commit writes checkpoints
+  // without fsync; a checkpoint callback (on the committer thread, which must
+  // not block on a disk flush) sets this and this thread syncs the WAL.
+  // Shared with the callbacks, which may outlive the loop. REQUIRES: maint_mu_.
+  auto checkpoint_unsynced = std::make_shared<bool>(false);
+  const bool sync_checkpoints = process_durability(config_);
+  // Linux applies a thread's own nice value (the thread id as the "process");
+  // when it fails the work runs at normal priority, which is only slower.
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kMaintenanceNice) != 0)
+    log_line("could not lower the maintenance thread's priority; retention checks compete with ingest");
   std::unique_lock lock(maint_mu_);
   while (!stopping_) {
     const int64_t wake = std::min(next_cp, next_ret);
-    maint_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - wall_clock_ms())));
+    maint_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - wall_clock_ms())),
+                       [&] { return stopping_ || *checkpoint_unsynced; });
     if (stopping_) break;
+    const bool sync_now = std::exchange(*checkpoint_unsynced, false);
     const int64_t now = wall_clock_ms();
     lock.unlock();
+    if (sync_now) sync_wal(*store_, "a checkpoint");
     if (now >= next_cp) {
       for (auto& q : list_queries()) {
         if (q->info().state == "running")
-          q->request_checkpoint([name = q->meta().name](const Result<CheckpointInfo>& r) {
-            if (!r.ok()) log_line("checkpoint of query '" + name + "' failed: " + r.error().message);
+          q->request_checkpoint([this, name = q->meta().name, sync_checkpoints,
+                                 checkpoint_unsynced](const Result<CheckpointInfo>& r) {
+            if (!r.ok()) {
+              log_line("checkpoint of query '" + name + "' failed: " + r.error().message);
+              return;
+            }
+            if (!sync_checkpoints) return;
+            {
+              std::lock_guard l(maint_mu_);
+              *checkpoint_unsynced = true;
+            }
+            maint_cv_.notify_all();
           });
       }
       next_cp = now + config_.checkpoint_interval_ms;
@@ -220,6 +284,10 @@ void NodeImpl::enforce_retention() {
     auto last = store::StreamLog::last(*store_, s->meta().id);
     if (!last.ok() || !*last) continue;
     uint64_t pin = (*last)->first;
+    // What importing domains have not acknowledged as stored.
+    if (peering_) {
+      if (auto need = peering_->retention_pin(s->meta().name)) pin = std::min(pin, *need);
+    }
     for (auto& q : readers_of(s->meta().name)) {
       const auto& ins = q->meta().inputs;
       for (size_t i = 0; i < ins.size(); ++i)
@@ -254,12 +322,46 @@ Result<StreamPtr> NodeImpl::create_stream(StreamMeta meta) {
   return s;
 }
 
+Status NodeImpl::delete_import(const std::string& name) {
+  if (!peering_) return make_error(Errc::not_found, "no import of " + name + " (this node has no federation)");
+  auto check = [&]() -> Status {
+    auto it = streams_.find(name);
+    if (it == streams_.end() || it->second->meta().producer != "import")
+      return make_error(Errc::not_found, "no import of " + name);
+    for (auto& [qn, q] : queries_)
+      for (auto& in : q->meta().inputs)
+        if (in == name)
+          return make_error(Errc::conflict, "stream '" + name + "' is read by query '" + qn + "'; delete it first");
+    return {};
+  };
+  {
+    std::shared_lock lock(catalog_mu_);
+    ENTENTE_RETURN_IF_ERROR(check());
+  }
+  // Outside the catalog lock: the peering takes its own locks, and an
+  // import that is being opened takes the catalog lock under them.
+  ENTENTE_RETURN_IF_ERROR(peering_->forget_import(name));
+  StreamPtr s;
+  {
+    std::unique_lock lock(catalog_mu_);
+    ENTENTE_RETURN_IF_ERROR(check());
+    ENTENTE_RETURN_IF_ERROR(store_->erase(store::Cf::catalog, stream_key(name), store::Durability::synced));
+    s = streams_[name];
+    streams_.erase(name);
+  }
+  s->close();
+  return store::StreamLog::drop(*store_, s->meta().id);
+}
+
 Status NodeImpl::delete_stream(const std::string& name) {
   StreamPtr s;
   {
     std::unique_lock lock(catalog_mu_);
     auto it = streams_.find(name);
     if (it == streams_.end()) return make_error(Errc::not_found, "no stream '" + name + "'");
+    if (it->second->meta().producer == "import")
+      return make_error(Errc::conflict, "stream '" + name + "' is imported from another domain; delete it with "
+                                            "DELETE /v1/imports/" + name);
     if (it->second->meta().producer != "api")
       return make_error(Errc::conflict, "stream '" + name + "' is the output of " + it->second->meta().producer +
                                             "; delete the query instead");
@@ -304,16 +406,24 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   for (size_t i = 0; i < net->inputs().size(); ++i) {
     const auto& in = net->inputs()[i];
     const std::string path = "$.inputs[" + std::to_string(i) + "]";
-    auto it = streams_.find(in.name);
+    // The stream the input reads: its name, or "stream" (a stream of this
+    // domain named DOMAIN/NAME is the local NAME).
+    std::string stream_name = in.stream.empty() ? in.name : in.stream;
+    if (in.stream.rfind(config_.domain + "/", 0) == 0) stream_name = in.stream.substr(config_.domain.size() + 1);
+    const std::string where = in.stream.empty() ? path + ".name" : path + ".stream";
+    auto it = streams_.find(stream_name);
     if (it == streams_.end()) {
-      diag.error(path + ".name", "no stream '" + in.name + "' on this node");
+      diag.error(where, "no stream '" + stream_name + "' on this node" +
+                            (stream_name.find('/') != std::string::npos && !peering_
+                                 ? std::string(" (importing another domain's stream needs a federation section)")
+                                 : std::string()));
       continue;
     }
     if (!(*it->second->meta().schema == *in.schema))
-      diag.error(path + ".schema", "does not match stream '" + in.name + "', whose schema is " +
+      diag.error(path + ".schema", "does not match stream '" + stream_name + "', whose schema is " +
                                        it->second->meta().schema->to_string());
     ins.push_back(it->second);
-    meta.inputs.push_back(in.name);
+    meta.inputs.push_back(stream_name);
     meta.start.push_back(it->second->committed_next());
   }
   for (size_t o = 0; o < net->outputs().size(); ++o) {
@@ -429,7 +539,17 @@ void NodeImpl::checkpoint_all(std::function<void(std::vector<Result<CheckpointIn
   };
   auto st = std::make_shared<State>();
   st->remaining = queries.size();
-  st->done = std::move(done);
+  if (process_durability(config_)) {
+    // The answer says the checkpoints are durable: with the group commit not
+    // syncing, sync the WAL first. This blocks the committer thread for one
+    // fsync, which is acceptable for an explicit (administrator's) request.
+    st->done = [this, done = std::move(done)](std::vector<Result<CheckpointInfo>> results) {
+      sync_wal(*store_, "checkpoints");
+      done(std::move(results));
+    };
+  } else {
+    st->done = std::move(done);
+  }
   if (queries.empty()) {
     st->done({});
     return;
@@ -472,7 +592,13 @@ void NodeImpl::register_collectors() {
     auto g = gc_->stats();
     w.gauge("entente_ingest_queue_bytes", "Bytes waiting for the group commit", {},
             static_cast<double>(g.pending_bytes));
-    w.counter("entente_group_commits_total", "Durable writes (one fsync each)", {}, static_cast<double>(g.groups));
+    w.counter("entente_group_commits_total",
+              "Group commits: RocksDB writes of queued ingest (one fsync each with ingest_durability fsync)", {},
+              static_cast<double>(g.groups));
+    w.gauge("entente_ingest_durability",
+            "1 for the configured ingest_durability mode (fsync: acks after fsync; process: acks after the WAL "
+            "write)",
+            {{"mode", std::string(ingest_durability_name(config_.ingest_durability))}}, 1);
     w.counter("entente_ingest_rejected_total", "Submissions refused because the queue was full", {},
               static_cast<double>(g.rejected));
     if (server_) {

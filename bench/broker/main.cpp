@@ -1,11 +1,16 @@
 // broker_bench: throughput and latency of a running node over its API.
 //
 //   broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S]
+//                [--process-port P2]
 //
 // Prints one JSON line per figure:
 //   http_ndjson_ingest   NDJSON over HTTP, durable (tuples/s)
 //   ws_publish_subscribe WebSocket publish → WebSocket subscribe, durable (tuples/s)
 //   e2e_latency          publish → subscriber arrival at a fixed offered rate (p50/p99/p999)
+// Every line names the node's ingest_durability mode ("fsync" or "process"),
+// read from its /metrics. With --process-port, e2e_latency is measured a
+// second time against that node (one started with ingest_durability
+// "process"), so both modes are compared in the same run.
 // Each line carries the baseline measured in the same run on this machine:
 // for ingest, the rate at which this process alone parses the same NDJSON
 // into batches (the CPU floor of the broker's work); for publish→subscribe,
@@ -44,6 +49,7 @@ struct Args {
   int batch = 5000;          // tuples per request / message
   double latency_rate = 100000;
   std::string fsync_dir = "/tmp";  // where the fsync baseline writes: the node's disk
+  uint16_t process_port = 0;       // a second node, for the latency of the other mode
 };
 
 broker::http::ClientOptions client_options(const Args& a) {
@@ -58,6 +64,21 @@ broker::http::ClientOptions client_options(const Args& a) {
 
 std::vector<std::pair<std::string, std::string>> auth(const Args& a) {
   return {{"authorization", "Bearer " + a.token}};
+}
+
+// The node's ingest_durability, from the entente_ingest_durability{mode=...}
+// gauge of its /metrics; "unknown" when it does not say (an older node).
+std::string durability_mode(const Args& a) {
+  auto c = broker::http::Client::connect(client_options(a));
+  if (!c.ok()) return "unknown";
+  auto r = (*c)->request("GET", "/metrics", "", "application/json", auth(a));
+  if (!r.ok() || r->status != 200) return "unknown";
+  const std::string key = "entente_ingest_durability{mode=\"";
+  const size_t at = r->body.find(key);
+  if (at == std::string::npos) return "unknown";
+  const size_t end = r->body.find('"', at + key.size());
+  if (end == std::string::npos || end - at - key.size() > 16) return "unknown";
+  return r->body.substr(at + key.size(), end - at - key.size());
 }
 
 int64_t now_ns() {
@@ -118,7 +139,7 @@ bool create_stream(const Args& a, const std::string& name) {
 
 // ------------------------------------------------------------ HTTP ingest
 
-void bench_http_ingest(const Args& a) {
+void bench_http_ingest(const Args& a, const std::string& mode) {
   if (!create_stream(a, "bench_http")) return;
   const std::string body = ndjson_body(a.batch, 0);
   // Baseline: parse the same body into a batch, in this process.
@@ -170,11 +191,11 @@ void bench_http_ingest(const Args& a) {
   for (auto& t : ts) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf(
-      "{\"bench\":\"http_ndjson_ingest\",\"tuples\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+      "{\"bench\":\"http_ndjson_ingest\",\"ingest_durability\":\"%s\",\"tuples\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
       "\"target_tuples_per_s\":300000,\"rejected_requests\":%llu,\"tuple_bytes\":%zu,\"batch\":%d,"
       "\"baseline\":\"ndjson_parse_in_process\",\"baseline_tuples_per_s\":%.0f}\n",
-      static_cast<unsigned long long>(tuples.load()), secs, static_cast<double>(tuples.load()) / secs,
-      static_cast<unsigned long long>(rejected.load()), body.size() / static_cast<size_t>(a.batch), a.batch,
+      mode.c_str(), static_cast<unsigned long long>(tuples.load()), secs,
+      static_cast<double>(tuples.load()) / secs, static_cast<unsigned long long>(rejected.load()), body.size() / static_cast<size_t>(a.batch), a.batch,
       parse_rate);
   std::fflush(stdout);
 }
@@ -225,7 +246,7 @@ void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub,
   }
 }
 
-void bench_ws(const Args& a) {
+void bench_ws(const Args& a, const std::string& mode) {
   if (!create_stream(a, "bench_ws")) return;
   // Baseline: encode + decode the same batches in this process.
   double codec_rate = 0;
@@ -285,10 +306,11 @@ void bench_ws(const Args& a) {
   sub.stop = true;
   st.join();
   std::printf(
-      "{\"bench\":\"ws_publish_subscribe\",\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+      "{\"bench\":\"ws_publish_subscribe\",\"ingest_durability\":\"%s\",\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
       "\"target_tuples_per_s\":1000000,\"tuple_bytes\":%zu,\"batch\":%d,\"errors\":%llu,\"subscriber_error\":\"%s\","
       "\"baseline\":\"binary_codec_in_process\",\"baseline_tuples_per_s\":%.0f}\n",
-      static_cast<unsigned long long>(acked), static_cast<unsigned long long>(sub.received.load()), secs,
+      mode.c_str(), static_cast<unsigned long long>(acked), static_cast<unsigned long long>(sub.received.load()),
+      secs,
       static_cast<double>(sub.received.load()) / secs, msg.size() / static_cast<size_t>(a.batch), a.batch,
       static_cast<unsigned long long>(errors), sub.error.c_str(), codec_rate);
   std::fflush(stdout);
@@ -323,7 +345,7 @@ FsyncBaseline measure_fsync(const std::string& dir) {
   return b;
 }
 
-void bench_latency(const Args& a) {
+void bench_latency(const Args& a, const std::string& mode) {
   if (!create_stream(a, "bench_lat")) return;
   Subscription sub;
   sub.latencies_ms.reserve(static_cast<size_t>(a.latency_rate * a.seconds * 1.2));
@@ -363,10 +385,10 @@ void bench_latency(const Args& a) {
   std::sort(l.begin(), l.end());
   auto pct = [&](double p) { return l.empty() ? 0.0 : l[std::min(l.size() - 1, static_cast<size_t>(p * l.size()))]; };
   std::printf(
-      "{\"bench\":\"e2e_latency\",\"offered_tuples_per_s\":%.0f,\"tuples\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+      "{\"bench\":\"e2e_latency\",\"ingest_durability\":\"%s\",\"offered_tuples_per_s\":%.0f,\"tuples\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
       "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"target_p99_ms\":5,\"baseline\":\"fdatasync_10kB_append\","
       "\"baseline_p50_ms\":%.3f,\"baseline_p99_ms\":%.3f}\n",
-      a.latency_rate, l.size(), pct(0.50), pct(0.99), pct(0.999), l.empty() ? 0.0 : l.back(), fs.p50_ms, fs.p99_ms);
+      mode.c_str(), a.latency_rate, l.size(), pct(0.50), pct(0.99), pct(0.999), l.empty() ? 0.0 : l.back(), fs.p50_ms, fs.p99_ms);
   std::fflush(stdout);
 }
 
@@ -393,10 +415,11 @@ int main(int argc, char** argv) {
     else if (s == "--batch") a.batch = std::atoi(next().c_str());
     else if (s == "--only") only.push_back(next());
     else if (s == "--fsync-dir") a.fsync_dir = next();
+    else if (s == "--process-port") a.process_port = static_cast<uint16_t>(std::atoi(next().c_str()));
     else {
       std::fprintf(stderr,
                    "usage: broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S] "
-                   "[--batch N] [--only http|ws|latency] [--fsync-dir DIR]\n");
+                   "[--batch N] [--only http|ws|latency] [--fsync-dir DIR] [--process-port P2]\n");
       return 2;
     }
   }
@@ -405,8 +428,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto want = [&](const char* n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
-  if (want("http")) bench_http_ingest(a);
-  if (want("ws")) bench_ws(a);
-  if (want("latency")) bench_latency(a);
+  const std::string mode = durability_mode(a);
+  if (want("http")) bench_http_ingest(a, mode);
+  if (want("ws")) bench_ws(a, mode);
+  if (want("latency")) bench_latency(a, mode);
+  if (want("latency") && a.process_port != 0) {
+    Args p = a;
+    p.port = a.process_port;
+    bench_latency(p, durability_mode(p));
+  }
   return 0;
 }

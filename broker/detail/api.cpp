@@ -1,12 +1,15 @@
 // The REST routes of docs/api/openapi.yaml. Every error is problem+json.
 #include <charconv>
 #include <chrono>
+#include <mutex>
 #include <string_view>
 
 #include "broker/detail/ingest.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
+#include "broker/detail/peering.h"
 #include "engine/codec.h"
+#include "engine/network.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
 
@@ -96,7 +99,25 @@ void write_checkpoint(JsonOut& j, const CheckpointInfo& c) {
   j.end_object();
 }
 
-std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement) {
+void write_import(JsonOut& j, const ImportInfo& i) {
+  j.begin_object();
+  j.key("stream").str(i.stream).key("owner").str(i.owner).key("state").str(i.state);
+  j.key("reason").str(i.reason);
+  j.key("schema");
+  if (i.schema) j.raw(engine::schema_to_json(*i.schema));
+  else j.null();
+  j.key("next_seq").u64(i.next_seq).key("acked").u64(i.acked).key("tuples").u64(i.tuples);
+  j.end_object();
+}
+
+std::string import_json(const ImportInfo& i) {
+  JsonOut j;
+  write_import(j, i);
+  return j.take();
+}
+
+std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement,
+                       const Peering* peering) {
   const auto& m = q->meta();
   auto info = q->info();
   JsonOut j;
@@ -105,6 +126,15 @@ std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string&
   j.key("state").str(info.state);
   j.key("inputs").begin_array();
   for (auto& s : m.inputs) j.str(s);
+  j.end_array();
+  // Inputs that are another domain's streams, with their import's state:
+  // a refusal by the owner shows here.
+  j.key("imports").begin_array();
+  if (peering) {
+    for (auto& s : m.inputs) {
+      if (auto imp = peering->import_info(s)) write_import(j, *imp);
+    }
+  }
   j.end_array();
   j.key("outputs").begin_array();
   for (auto& s : m.outputs) j.str(s);
@@ -149,7 +179,40 @@ std::vector<std::string_view> segments(std::string_view path) {
   return out;
 }
 
+// Decodes %XX escapes in one path segment ("acme%2Fbids" -> "acme/bids"), so
+// a stream of another domain can be named in a URL. A malformed escape is
+// kept as it is: the name then matches nothing and the answer is a 404.
+std::string percent_decode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
 }  // namespace
+
+// The path as sent, still percent-encoded, so that "acme%2Fbids" stays one
+// segment; match_route decodes each segment itself.
+std::string routing_path(const http::Request& req) {
+  if (req.target.empty()) return req.path;
+  return req.target.substr(0, req.target.find('?'));
+}
 
 const std::vector<RouteInfo>& api_routes() {
   static const std::vector<RouteInfo> routes = {
@@ -169,6 +232,11 @@ const std::vector<RouteInfo>& api_routes() {
       {"DELETE", "/v1/queries/{name}", false},
       {"GET", "/v1/checkpoints", false},
       {"POST", "/v1/checkpoints", false},
+      {"GET", "/v1/peers", false},
+      {"GET", "/v1/imports", false},
+      {"POST", "/v1/imports", false},
+      {"GET", "/v1/imports/{domain}/{name}", false},
+      {"DELETE", "/v1/imports/{domain}/{name}", false},
   };
   return routes;
 }
@@ -185,14 +253,20 @@ std::string match_route(std::string_view path, std::string& param) {
     if (seg[1] == "streams") return "/v1/streams";
     if (seg[1] == "queries") return "/v1/queries";
     if (seg[1] == "checkpoints") return "/v1/checkpoints";
+    if (seg[1] == "peers") return "/v1/peers";
+    if (seg[1] == "imports") return "/v1/imports";
     return "";
   }
+  if (seg.size() == 4 && seg[1] == "imports") {
+    param = percent_decode(seg[2]) + "/" + percent_decode(seg[3]);
+    return "/v1/imports/{domain}/{name}";
+  }
   if (seg.size() == 3 && (seg[1] == "streams" || seg[1] == "queries")) {
-    param = std::string(seg[2]);
+    param = percent_decode(seg[2]);
     return seg[1] == "streams" ? "/v1/streams/{name}" : "/v1/queries/{name}";
   }
   if (seg.size() == 4 && seg[1] == "streams") {
-    param = std::string(seg[2]);
+    param = percent_decode(seg[2]);
     if (seg[3] == "tuples") return "/v1/streams/{name}/tuples";
     if (seg[3] == "subscribe") return "/v1/streams/{name}/subscribe";
     if (seg[3] == "publish") return "/v1/streams/{name}/publish";
@@ -240,7 +314,7 @@ NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) con
 void NodeImpl::handle(Request&& req, Respond respond) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string param;
-  std::string route = match_route(req.path, param);
+  std::string route = match_route(routing_path(req), param);
   const std::string method = req.method;
   // Wraps the answer with the request metrics.
   Respond answer = [this, respond = std::move(respond), route, method, t0](Response r) {
@@ -390,28 +464,82 @@ void NodeImpl::handle(Request&& req, Respond respond) {
     const std::string placement = config_.domain + "/" + config_.node;
     JsonOut j;
     j.begin_object().key("queries").begin_array();
-    for (auto& q : list_queries()) j.raw(query_json(q, placement));
+    for (auto& q : list_queries()) j.raw(query_json(q, placement, peering_.get()));
     j.end_array().end_object();
     answer(Response::json(200, j.take()));
     return;
   }
   if (route == "/v1/queries" && method == "POST") {
     if (!need(Role::admin) || !want_json_body()) return;
-    Diagnostics diag;
-    auto q = deploy_query(req.body, diag);
-    if (!q.ok()) {
-      if (!diag.ok())
-        answer(Response::problem(400, "Bad Request",
-                                 q.error().message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
-                                     diag.items().front().path + ": " + diag.items().front().message,
-                                 diagnostics_members(diag)));
-      else
-        answer(problem_for(q.error()));
+    auto deploy = [this, body = req.body, answer]() {
+      Diagnostics diag;
+      auto q = deploy_query(body, diag);
+      if (!q.ok()) {
+        if (!diag.ok())
+          answer(Response::problem(400, "Bad Request",
+                                   q.error().message + ": " + std::to_string(diag.size()) +
+                                       " problem(s), first: " + diag.items().front().path + ": " +
+                                       diag.items().front().message,
+                                   diagnostics_members(diag)));
+        else
+          answer(problem_for(q.error()));
+        return;
+      }
+      Response r = Response::json(201, query_json(*q, config_.domain + "/" + config_.node, peering_.get()));
+      r.headers.emplace_back("Location", "/v1/queries/" + (*q)->meta().name);
+      answer(std::move(r));
+    };
+    // Inputs naming another domain's stream that this node does not import
+    // yet are imported first; the owner's refusal fails the deploy.
+    struct Remote {
+      std::string path;
+      std::string stream;
+      engine::SchemaPtr schema;
+    };
+    std::vector<Remote> remote;
+    if (peering_) {
+      Diagnostics ignored;
+      auto net = engine::QueryNetwork::parse(req.body, ignored);
+      if (net.ok()) {
+        for (size_t i = 0; i < net->inputs().size(); ++i) {
+          const auto& in = net->inputs()[i];
+          if (in.stream.empty() || !peering_->is_remote(in.stream) || find_stream(in.stream)) continue;
+          remote.push_back({"$.inputs[" + std::to_string(i) + "].stream", in.stream, in.schema});
+        }
+      }
+    }
+    if (remote.empty()) {
+      deploy();
       return;
     }
-    Response r = Response::json(201, query_json(*q, config_.domain + "/" + config_.node));
-    r.headers.emplace_back("Location", "/v1/queries/" + (*q)->meta().name);
-    answer(std::move(r));
+    struct Join {
+      std::mutex mu;
+      size_t left;
+      bool failed = false;
+    };
+    auto join = std::make_shared<Join>();
+    join->left = remote.size();
+    for (const auto& r : remote) {
+      peering_->create_import(r.stream, r.schema, [join, deploy, answer, path = r.path](Result<ImportInfo> res) {
+        bool last = false;
+        {
+          std::lock_guard lock(join->mu);
+          if (join->failed) return;
+          if (!res.ok() && res.error().code != Errc::already_exists) {
+            join->failed = true;
+          } else {
+            last = --join->left == 0;
+          }
+        }
+        if (!res.ok() && res.error().code != Errc::already_exists) {
+          Error e = res.error();
+          e.message = path + ": " + e.message;
+          answer(problem_for(e));
+          return;
+        }
+        if (last) deploy();
+      });
+    }
     return;
   }
   if (route == "/v1/queries/{name}") {
@@ -419,10 +547,76 @@ void NodeImpl::handle(Request&& req, Respond respond) {
     if (method == "GET") {
       auto q = find_query(param);
       if (!q) answer(Response::problem(404, "Not Found", "no query '" + param.substr(0, 100) + "'"));
-      else answer(Response::json(200, query_json(q, config_.domain + "/" + config_.node)));
+      else answer(Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
       return;
     }
     Status st = delete_query(param);
+    if (!st.ok()) answer(problem_for(st.error()));
+    else answer(Response{204, "application/json", "", {}});
+    return;
+  }
+  if (route == "/v1/peers") {
+    if (!need(Role::reader)) return;
+    if (!peering_) {
+      answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
+      return;
+    }
+    answer(Response::json(200, peering_->peers_json()));
+    return;
+  }
+  if (route == "/v1/imports" && method == "GET") {
+    if (!need(Role::reader)) return;
+    JsonOut j;
+    j.begin_object().key("imports").begin_array();
+    if (peering_) {
+      for (const auto& i : peering_->imports()) write_import(j, i);
+    }
+    j.end_array().end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+  if (route == "/v1/imports" && method == "POST") {
+    if (!need(Role::admin) || !want_json_body()) return;
+    rapidjson::Document doc;
+    doc.Parse(req.body.data(), req.body.size());
+    if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("stream") || !doc["stream"].IsString() ||
+        doc.MemberCount() != 1) {
+      answer(Response::problem(400, "Bad Request", "the body must be {\"stream\": \"DOMAIN/NAME\"}"));
+      return;
+    }
+    if (!peering_) {
+      answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
+      return;
+    }
+    const std::string stream(doc["stream"].GetString(), doc["stream"].GetStringLength());
+    if (stream.size() > 200) {
+      answer(Response::problem(400, "Bad Request", "the stream name is longer than 200 bytes"));
+      return;
+    }
+    if (find_stream(stream)) {
+      answer(Response::problem(409, "Conflict", "stream " + stream + " exists on this node already"));
+      return;
+    }
+    peering_->create_import(stream, nullptr, [answer](Result<ImportInfo> r) {
+      if (!r.ok()) {
+        answer(problem_for(r.error()));
+        return;
+      }
+      Response resp = Response::json(201, import_json(*r));
+      resp.headers.emplace_back("Location", "/v1/imports/" + r->stream);
+      answer(std::move(resp));
+    });
+    return;
+  }
+  if (route == "/v1/imports/{domain}/{name}") {
+    if (!need(method == "GET" ? Role::reader : Role::admin)) return;
+    if (method == "GET") {
+      auto i = peering_ ? peering_->import_info(param) : std::nullopt;
+      if (!i) answer(Response::problem(404, "Not Found", "no import of " + param.substr(0, 200)));
+      else answer(Response::json(200, import_json(*i)));
+      return;
+    }
+    Status st = delete_import(param);
     if (!st.ok()) answer(problem_for(st.error()));
     else answer(Response{204, "application/json", "", {}});
     return;

@@ -24,6 +24,8 @@
 
 namespace entente::broker::detail {
 
+class Peering;
+
 // A route of the API, for the OpenAPI consistency test: method and path
 // template ("/v1/streams/{name}"). WebSocket routes have method "GET".
 struct RouteInfo {
@@ -59,6 +61,9 @@ class NodeImpl final : public http::Handler {
 
   Result<StreamPtr> create_stream(StreamMeta meta);
   Status delete_stream(const std::string& name);
+  // Stops importing another domain's stream and deletes its mirror
+  // (conflict while a query reads it).
+  Status delete_import(const std::string& name);
   StreamPtr find_stream(const std::string& name) const;
   std::vector<StreamPtr> list_streams() const;
 
@@ -100,6 +105,7 @@ class NodeImpl final : public http::Handler {
   std::unique_ptr<store::GroupCommit> gc_;
   std::unique_ptr<EnginePool> pool_;
   std::unique_ptr<http::Server> server_;
+  std::unique_ptr<Peering> peering_;  // when the configuration has a federation section
 
   mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
   std::map<std::string, StreamPtr> streams_;

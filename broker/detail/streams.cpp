@@ -24,15 +24,39 @@ const std::string& Record::ndjson() const {
 }
 
 Stream::Stream(StreamMeta meta, uint64_t next_seq)
-    : meta_(std::move(meta)), next_seq_(next_seq), committed_next_(next_seq) {}
+    : meta_(std::move(meta)), next_seq_(next_seq), ever_appended_(next_seq > 1), committed_next_(next_seq) {}
 
 Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
                       store::WriteBatch extra, Done done) {
-  const size_t n = batch.rows();
-  if (n == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
+  if (batch.rows() == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
   std::lock_guard lock(append_mu_);
+  return append_locked(next_seq_, std::move(batch), gc, admission, std::move(extra), std::move(done));
+}
+
+Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
+                         Done done) {
+  if (batch.rows() == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
+  std::lock_guard lock(append_mu_);
+  if (first != next_seq_) {
+    if (ever_appended_ || first < next_seq_)
+      return make_error(Errc::conflict, "stream '" + meta_.name + "' expects sequence number " +
+                                            std::to_string(next_seq_) + ", got " + std::to_string(first));
+    // An empty mirror starts where the owner's retained tuples start.
+    next_seq_ = first;
+    committed_next_.store(first, std::memory_order_release);
+  }
+  return append_locked(first, std::move(batch), gc, admission, store::WriteBatch(), std::move(done));
+}
+
+uint64_t Stream::next_seq() const {
+  std::lock_guard lock(append_mu_);
+  return next_seq_;
+}
+
+Status Stream::append_locked(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
+                             store::Admission admission, store::WriteBatch extra, Done done) {
+  const size_t n = batch.rows();
   if (closed()) return make_error(Errc::not_found, "stream '" + meta_.name + "' was deleted");
-  const uint64_t first = next_seq_;
   const uint64_t last = first + n - 1;
   auto& seq = batch.seq.reset();
   seq.resize(n);
@@ -62,6 +86,7 @@ Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admiss
       admission);
   if (!s.ok()) return s;
   next_seq_ = last + 1;
+  ever_appended_ = true;
   return Status::Ok();
 }
 

@@ -81,6 +81,16 @@ class Stream final {
   Status append(engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
                 store::WriteBatch extra, Done done);
 
+  // The same for a stream whose numbers another node assigns (an import's
+  // mirror): `batch` holds tuples first.. first + rows - 1 of the owner's
+  // numbering. `first` must be the next number, except while the stream has
+  // never held a tuple, when it may start anywhere (the owner had trimmed
+  // what came before). conflict otherwise.
+  Status append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
+                   store::Admission admission, Done done);
+  // Next sequence number append_at expects.
+  uint64_t next_seq() const;
+
   // Adds a tap; records committed from now on reach it. Returns the
   // committed head at the moment it was added (so the caller knows where
   // live records start).
@@ -93,10 +103,15 @@ class Stream final {
 
  private:
   void publish(const RecordPtr& record);
+  // REQUIRES: append_mu_. Appends with sequence numbers first.., first
+  // being next_seq_.
+  Status append_locked(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
+                       store::Admission admission, store::WriteBatch extra, Done done);
 
   StreamMeta meta_;
-  std::mutex append_mu_;                // orders seq assignment with submission
+  mutable std::mutex append_mu_;        // orders seq assignment with submission
   uint64_t next_seq_;                   // REQUIRES: append_mu_
+  bool ever_appended_;                  // REQUIRES: append_mu_
   std::atomic<uint64_t> committed_next_;
   std::atomic<bool> closed_{false};
   std::mutex taps_mu_;

@@ -14,6 +14,7 @@
 namespace entente::broker::detail {
 
 std::string match_route(std::string_view path, std::string& param);  // api.cpp
+std::string routing_path(const http::Request& req);                  // api.cpp
 
 namespace {
 
@@ -260,7 +261,7 @@ class Publisher final : public http::WebSocketSession, public std::enable_shared
 
 std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& req, http::Response& reject) {
   std::string param;
-  const std::string route = match_route(req.path, param);
+  const std::string route = match_route(routing_path(req), param);
   const bool subscribe = route == "/v1/streams/{name}/subscribe";
   if (!subscribe && route != "/v1/streams/{name}/publish") {
     reject = http::Response::problem(404, "Not Found", "no WebSocket endpoint at " + req.path.substr(0, 200));

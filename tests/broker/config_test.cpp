@@ -55,6 +55,7 @@ TEST(Config, FullFileWithEveryKey) {
     "retention": {"max_tuples": 1000000, "max_bytes": "2GiB", "max_age": "7d"},
     "checkpoint_interval": "500ms",
     "retention_check_interval": "250ms",
+    "ingest_durability": "process",
     "threads": {"network": 2, "engine": 3},
     "limits": {"ingest_queue_bytes": "32MiB", "query_max_lag_tuples": 5000, "max_streams": 10,
                "max_queries": 5}
@@ -89,6 +90,7 @@ TEST(Config, FullFileWithEveryKey) {
   EXPECT_EQ(c.retention.max_age_ms, 7 * 24 * 3600 * 1000LL);
   EXPECT_EQ(c.checkpoint_interval_ms, 500);
   EXPECT_EQ(c.retention_check_interval_ms, 250);
+  EXPECT_EQ(c.ingest_durability, IngestDurability::process);
   EXPECT_EQ(c.network_threads, 2);
   EXPECT_EQ(c.engine_threads, 3);
   EXPECT_EQ(c.ingest_queue_bytes, 32u << 20);
@@ -117,6 +119,8 @@ TEST(Config, DefaultsForEverythingOptional) {
   EXPECT_EQ(r->retention.max_age_ms, 24 * 3600 * 1000LL);
   EXPECT_EQ(r->checkpoint_interval_ms, 1000);
   EXPECT_EQ(r->retention_check_interval_ms, 5000);
+  // Acknowledged tuples survive a power loss unless the operator opts out.
+  EXPECT_EQ(r->ingest_durability, IngestDurability::fsync);
   EXPECT_EQ(r->network_threads, 1);
   EXPECT_EQ(r->engine_threads, 1);
   EXPECT_EQ(r->ingest_queue_bytes, d.ingest_queue_bytes);
@@ -240,7 +244,7 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
       "chekpoint_interval: unknown key (did you mean checkpoint_interval?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "colour": 1)")),
             "colour: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, retention_check_interval, threads, limits");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"read_timout": "1s"}})")),
             "api.limits.read_timout: unknown key (did you mean read_timeout?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": {"cert": "c", "key": "k", "ca": "x"}})")),
@@ -248,7 +252,7 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
   // A key with odd characters is shown quoted and escaped.
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "a b\n": 1)")),
             R"("a b\x0a": unknown key; known keys: domain, node, api, data_dir, tokens, retention, )"
-            "checkpoint_interval, retention_check_interval, threads, limits");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation");
 }
 
 TEST(Config, Tokens) {
@@ -398,6 +402,40 @@ TEST(Config, RetentionCheckInterval) {
             "retention.check_interval: unknown key; known keys: max_tuples, max_bytes, max_age");
 }
 
+// ingest_durability: "fsync" (the default) or "process".
+TEST(Config, IngestDurability) {
+  auto with = [](const std::string& fragment) {
+    return minimal(R"({"listen": "127.0.0.1:1", "tls": false})", ", " + fragment);
+  };
+  auto fsync = parse_config(with(R"("ingest_durability": "fsync")"), "/");
+  ASSERT_TRUE(fsync.ok()) << fsync.error().message;
+  EXPECT_EQ(fsync->ingest_durability, IngestDurability::fsync);
+  auto process = parse_config(with(R"("ingest_durability": "process")"), "/");
+  ASSERT_TRUE(process.ok()) << process.error().message;
+  EXPECT_EQ(process->ingest_durability, IngestDurability::process);
+
+  const std::string expected =
+      R"(ingest_durability: expected "fsync" (survives power loss) or "process" (survives a crash of the )"
+      R"(broker process only), got )";
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "none")")), expected + R"("none")");
+  // Values are case-sensitive, like every other enumerated value.
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "FSYNC")")), expected + R"("FSYNC")");
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "fsnyc")")), expected + R"("fsnyc" (did you mean fsync?))");
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "proces")")), expected + R"("proces" (did you mean process?))");
+  EXPECT_EQ(error_of(with(R"("ingest_durability": true)")), expected + "true");
+  EXPECT_EQ(error_of(with(R"("ingest_durability": null)")), expected + "null");
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "")")), expected + R"("")");
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "fsync", "ingest_durability": "process")")),
+            "ingest_durability: given twice");
+  EXPECT_EQ(error_of(with(R"("ingest_durabilty": "process")")),
+            "ingest_durabilty: unknown key (did you mean ingest_durability?)");
+  // A hostile value is cut and escaped in the message.
+  EXPECT_EQ(error_of(with(R"("ingest_durability": "a\n)" + std::string(100, 'x') + "\"")),
+            expected + "\"a\\x0a" + std::string(62, 'x') + "...\"");
+  EXPECT_EQ(ingest_durability_name(IngestDurability::fsync), "fsync");
+  EXPECT_EQ(ingest_durability_name(IngestDurability::process), "process");
+}
+
 TEST(Config, ThreadsAndNodeLimits) {
   auto with = [](const std::string& fragment) {
     return minimal(R"({"listen": "127.0.0.1:1", "tls": false})", ", " + fragment);
@@ -431,7 +469,7 @@ TEST(Config, MalformedDocuments) {
   // Deep nesting does not exhaust the stack (the parser is iterative).
   EXPECT_EQ(error_of("{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"),
             "x: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, retention_check_interval, threads, limits");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation");
   const auto big = parse_config(std::string((4u << 20) + 1, ' '), "/");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.error().code, Errc::limit_exceeded);
@@ -448,6 +486,69 @@ TEST(Config, ErrorsAreInvalidArgument) {
 }
 
 // The documented example files parse, so docs/configuration.md does not rot.
+// The federation section: listener, certificate, pinned CAs, exports.
+std::string federation(const std::string& members) {
+  return minimal(R"({"listen": "127.0.0.1:8443", "tls": false})",
+                 R"(, "federation": {"listen": "0.0.0.0:7443", "cert_file": "certs/n1/node.crt",
+                     "key_file": "certs/n1/node.key", "ca_file": "certs/ca/ca.crt")" +
+                     members + "}");
+}
+
+TEST(Config, FederationSection) {
+  auto cfg = parse_config(federation(R"(, "heartbeat_interval": "100ms", "failure_timeout": "2s",
+      "max_frame": "256KiB", "import_window": "4MiB",
+      "peers": [{"domain": "beta", "ca_file": "/pins/beta.crt",
+                 "nodes": [{"node": "n1", "address": "beta-n1.example:7443"}, {"node": "n2"}]},
+                {"domain": "acme", "nodes": [{"node": "n2", "address": "[::1]:7444"}]}],
+      "exports": [{"stream": "bids", "to": ["beta"], "fields": ["auction", "price"]}])"),
+                          "/etc/entente");
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  const FederationConfig& f = cfg->federation;
+  EXPECT_TRUE(f.enabled);
+  EXPECT_EQ(f.listen_host, "0.0.0.0");
+  EXPECT_EQ(f.listen_port, 7443);
+  EXPECT_EQ(f.cert_file, "/etc/entente/certs/n1/node.crt");
+  EXPECT_EQ(f.heartbeat_interval_ms, 100);
+  EXPECT_EQ(f.failure_timeout_ms, 2000);
+  EXPECT_EQ(f.max_frame, 256u << 10);
+  EXPECT_EQ(f.import_window, 4u << 20);
+  ASSERT_EQ(f.peers.size(), 2u);
+  EXPECT_EQ(f.peers[0].ca_file, "/pins/beta.crt");
+  EXPECT_EQ(f.peers[0].nodes[0].host, "beta-n1.example");
+  EXPECT_EQ(f.peers[0].nodes[0].port, 7443);
+  EXPECT_EQ(f.peers[0].nodes[1].port, 0) << "a node without an address is accepted, never dialed";
+  EXPECT_EQ(f.peers[1].ca_file, "/etc/entente/certs/ca/ca.crt") << "the own domain defaults to ca_file";
+  EXPECT_EQ(f.peers[1].nodes[0].host, "::1");
+  ASSERT_EQ(f.exports.size(), 1u);
+  EXPECT_EQ(f.exports[0].fields, (std::vector<std::string>{"auction", "price"}));
+
+  auto none = parse_config(minimal(), "/etc/entente");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->federation.enabled);
+}
+
+TEST(Config, FederationErrorsNameTheKey) {
+  EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:8443", "tls": false})", R"(, "federation": {"listen": "127.0.0.1:7443"})")),
+            "federation.cert_file: required");
+  EXPECT_EQ(error_of(federation(R"(, "peers": [{"domain": "beta"}])")),
+            "federation.peers[0].ca_file: required: the pinned CA certificate of domain beta");
+  EXPECT_EQ(error_of(federation(R"(, "peers": [{"domain": "beta", "ca_file": "b.crt"}, {"domain": "beta", "ca_file": "c.crt"}])")),
+            R"(federation.peers[1].domain: "beta" is listed twice)");
+  EXPECT_EQ(error_of(federation(R"(, "peers": [{"domain": "beta", "ca_file": "b.crt", "nodes": [{"node": "n1", "address": "beta:0"}]}])")),
+            "federation.peers[0].nodes[0].address: a peer's port cannot be 0");
+  EXPECT_EQ(error_of(federation(R"(, "peers": [{"domain": "beta", "ca_file": "b.crt", "nodes": [{"node": "n1", "address": "be ta:1"}]}])")),
+            R"(federation.peers[0].nodes[0].address: the host must be an IP address or a DNS name, got "be ta")");
+  EXPECT_EQ(error_of(federation(R"(, "exports": [{"stream": "bids", "to": ["gamma"]}])")),
+            R"(federation.exports[0].to[0]: "gamma" is not a domain in federation.peers)");
+  EXPECT_EQ(error_of(federation(R"(, "exports": [{"stream": "Bids", "to": ["acme"]}])")),
+            R"(federation.exports[0].stream: expected a stream name [a-z][a-z0-9_-]*, at most 63 characters, got "Bids")");
+  EXPECT_EQ(error_of(federation(R"(, "heartbeat_interval": "1s", "failure_timeout": "500ms")")),
+            "federation.failure_timeout: must be longer than heartbeat_interval (1s), got 500ms");
+  EXPECT_EQ(error_of(federation(R"(, "max_frame": "8MiB", "import_window": "1MiB")")),
+            "federation.import_window: must be at least max_frame (8MiB), got 1MiB");
+  EXPECT_EQ(error_of(federation(R"(, "peer": [])")), "federation.peer: unknown key (did you mean peers?)");
+}
+
 TEST(Config, ExampleFilesParse) {
   const fs::path examples = fs::path(__FILE__).parent_path() / ".." / ".." / "docs" / "examples";
   auto loopback = load_config((examples / "node-loopback.json").string());

@@ -1,0 +1,1102 @@
+#include "broker/detail/peering.h"
+
+#include <rapidjson/document.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "engine/codec.h"
+#include "federation/messages.h"
+#include "store/stream_log.h"
+
+namespace entente::broker::detail {
+namespace {
+
+using federation::FrameType;
+using federation::WireError;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kCatchupRecords = 64;
+// DATA payload = first_seq (8) + count (4) + body length (4) + body.
+constexpr size_t kDataOverhead = 16;
+constexpr const char* kAckPrefix = "export-ack/";
+
+std::string ack_key(const std::string& stream, const std::string& domain) {
+  return std::string(kAckPrefix) + stream + "/" + domain;
+}
+
+// "beta/bids" -> {"beta", "bids"}; nullopt without a slash.
+std::optional<std::pair<std::string, std::string>> split_stream(std::string_view s) {
+  const auto slash = s.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == s.size()) return std::nullopt;
+  return std::make_pair(std::string(s.substr(0, slash)), std::string(s.substr(slash + 1)));
+}
+
+Errc errc_for(WireError code) {
+  switch (code) {
+    case WireError::not_exported: return Errc::permission_denied;
+    case WireError::not_found: return Errc::not_found;
+    case WireError::bad_position: return Errc::conflict;
+    default: return Errc::unavailable;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Owner side: one open channel of an exported stream.
+
+class ExportSender final : public Tap, public std::enable_shared_from_this<ExportSender> {
+ public:
+  ExportSender(Peering& p, certs::Identity peer, uint32_t channel, StreamPtr stream,
+               std::vector<size_t> projection, engine::SchemaPtr schema, uint64_t next,
+               uint64_t credit, size_t max_payload, Counter* tuples_out)
+      : p_(p),
+        peer_(std::move(peer)),
+        channel_(channel),
+        stream_(std::move(stream)),
+        projection_(std::move(projection)),
+        schema_(std::move(schema)),
+        next_(next),
+        credit_(credit),
+        max_payload_(max_payload),
+        tuples_out_(tuples_out) {}
+
+  void start() {
+    stream_->add_tap(shared_from_this());
+    pump();
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+    }
+    stream_->remove_tap(this);
+  }
+
+  void on_record(const RecordPtr& rec) override {
+    std::lock_guard lock(mu_);
+    if (closed_ || !live_ || rec->last < next_) return;
+    if (rec->first > next_ || !send_locked(*rec->batch, next_ - rec->first)) {
+      // Out of credit (or a gap, which in-order publication rules out):
+      // continue from the log when credit comes back.
+      live_ = false;
+    }
+  }
+
+  void on_stream_closed() override {
+    std::lock_guard lock(mu_);
+    reset_locked(WireError::not_found, "stream '" + stream_->meta().name + "' was deleted");
+  }
+
+  // CREDIT from the importer.
+  void on_credit(uint32_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return;
+      if (Status s = credit_.grant(bytes); !s.ok()) {
+        reset_locked(WireError::flow_control, s.error().message);
+        return;
+      }
+    }
+    pump();
+  }
+
+  void on_ack(uint64_t through) {
+    {
+      std::lock_guard lock(mu_);
+      if (through <= acked_) return;  // acknowledgements never go down
+      acked_ = through;
+    }
+    p_.record_ack(stream_->meta().name, peer_.domain, through);
+  }
+
+  const certs::Identity& peer() const { return peer_; }
+
+ private:
+  // REQUIRES: mu_. Ends the channel with RESET.
+  void reset_locked(WireError code, const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    if (auto* links = p_.links()) {
+      (void)links->send(peer_, FrameType::reset, channel_,
+                        federation::encode(federation::Reset{code, reason}));
+    }
+  }
+
+  // REQUIRES: mu_. Sends rows offset.. of `b` as DATA frames while credit
+  // lasts; false when credit (or the link) ran out first. next_ advances
+  // past what was sent.
+  bool send_locked(const engine::Batch& b, size_t offset) {
+    auto* links = p_.links();
+    if (links == nullptr) return false;
+    while (offset < b.rows()) {
+      size_t count = std::min(b.rows() - offset, chunk_rows_);
+      engine::Batch part;
+      if (offset == 0 && count == b.rows()) {
+        part = b;
+      } else {
+        std::vector<uint32_t> rows(count);
+        std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(offset));
+        part = b.take(rows);
+      }
+      if (!projection_.empty()) {
+        std::vector<engine::ColumnPtr> cols;
+        cols.reserve(projection_.size());
+        for (size_t c : projection_) cols.push_back(part.columns[c]);
+        part = part.project(schema_, std::move(cols));
+      }
+      federation::Data d;
+      d.first_seq = next_;
+      d.count = static_cast<uint32_t>(count);
+      engine::encode_batch(part, d.body);
+      std::string payload = federation::encode(d);
+      if (payload.size() > max_payload_) {
+        if (count == 1) {
+          reset_locked(WireError::frame_too_large,
+                       "tuple " + std::to_string(next_) + " encodes to " +
+                           std::to_string(payload.size()) + " bytes, over the link's maximum frame");
+          return false;
+        }
+        chunk_rows_ = std::max<size_t>(1, count / 2);
+        continue;
+      }
+      if (!credit_.can_send(payload.size())) return false;
+      if (Status sent = links->send(peer_, FrameType::data, channel_, payload); !sent.ok()) {
+        if (sent.error().code != Errc::limit_exceeded) return false;  // link down or full
+        // Over the peer's maximum frame, which may be below ours.
+        if (count == 1) {
+          reset_locked(WireError::frame_too_large, "tuple " + std::to_string(next_) +
+                                                       " is larger than the peer's maximum frame");
+          return false;
+        }
+        chunk_rows_ = std::max<size_t>(1, count / 2);
+        continue;
+      }
+      credit_.consume(payload.size());
+      next_ += count;
+      offset += count;
+      if (tuples_out_) tuples_out_->inc(count);
+    }
+    return true;
+  }
+
+  // Catch-up from the log until the live head, bounded by credit.
+  void pump() {
+    std::lock_guard lock(mu_);
+    while (!closed_ && !live_) {
+      if (next_ >= stream_->committed_next()) {
+        // Records committed after this point reach on_record, which needs
+        // mu_ and runs after the head moved: none is missed.
+        live_ = true;
+        return;
+      }
+      if (credit_.available() <= kDataOverhead) return;  // CREDIT calls again
+      std::vector<store::LogRecord> recs;
+      Status s = store::StreamLog::read(p_.node().store(), stream_->meta().id, next_,
+                                        kCatchupRecords, credit_.available(), recs);
+      if (!s.ok()) {
+        reset_locked(WireError::internal, "reading the stream's log failed");
+        return;
+      }
+      if (recs.empty() || recs.front().first > next_) {
+        reset_locked(WireError::bad_position,
+                     "sequence number " + std::to_string(next_) + " of " + stream_->meta().name +
+                         " is no longer retained");
+        return;
+      }
+      for (auto& rec : recs) {
+        if (rec.first > next_ || rec.last >= stream_->committed_next()) break;
+        std::string_view in = rec.payload;
+        auto b = engine::decode_batch(in);
+        if (!b.ok()) {
+          reset_locked(WireError::internal, "the stream's log is corrupt");
+          return;
+        }
+        if (!send_locked(*b, next_ - rec.first)) return;
+      }
+    }
+  }
+
+  Peering& p_;
+  const certs::Identity peer_;
+  const uint32_t channel_;
+  const StreamPtr stream_;
+  const std::vector<size_t> projection_;  // empty: every column
+  const engine::SchemaPtr schema_;        // what the importer sees
+  std::mutex mu_;
+  uint64_t next_;                  // REQUIRES: mu_
+  federation::CreditWindow credit_;  // REQUIRES: mu_
+  uint64_t acked_ = 0;             // REQUIRES: mu_
+  bool live_ = false;              // REQUIRES: mu_
+  bool closed_ = false;            // REQUIRES: mu_
+  size_t chunk_rows_ = 1u << 14;   // REQUIRES: mu_; rows per DATA frame
+  const size_t max_payload_;
+  Counter* tuples_out_;
+};
+
+// ---------------------------------------------------------------------------
+// Importer side.
+
+struct Import {
+  std::string name;    // "beta/bids"
+  std::string domain;  // "beta"
+  StreamPtr mirror;    // null until the owner first accepted
+  engine::SchemaPtr expected;  // a query's declared schema, for a new import
+
+  std::mutex mu;
+  std::string state = "connecting";  // REQUIRES: mu
+  std::string reason;                // REQUIRES: mu
+  std::optional<certs::Identity> owner;  // REQUIRES: mu; the node in use
+  uint32_t channel = 0;              // REQUIRES: mu; 0: no channel
+  uint64_t generation = 0;           // REQUIRES: mu; bumps per OPEN
+  bool asked_from_start = false;     // REQUIRES: mu; OPEN had from_seq 0
+  size_t node_index = 0;             // REQUIRES: mu; next node of the domain to try
+  uint64_t next_expected = 0;        // REQUIRES: mu; next seq to accept (incl. in flight)
+  uint64_t acked = 0;                // REQUIRES: mu
+  uint64_t tuples = 0;               // REQUIRES: mu
+  Clock::time_point retry_at{};      // REQUIRES: mu; re-open then, when set
+  struct Pending {
+    Peering::ImportDone done;
+    Clock::time_point deadline;
+  };
+  std::vector<Pending> pending;  // REQUIRES: mu
+};
+
+// ---------------------------------------------------------------------------
+
+Peering::Peering(NodeImpl& node, const FederationConfig& config)
+    : node_(node), config_(config), self_{node.config().domain, node.config().node} {}
+
+Peering::~Peering() { stop(); }
+
+void Peering::log(const std::string& line) const {
+  std::fprintf(stderr, "entente: %s\n", line.c_str());
+}
+
+std::string Peering::local_name(const std::string& stream) const {
+  auto parts = split_stream(stream);
+  if (parts && parts->first == self_.domain) return parts->second;
+  return stream;
+}
+
+bool Peering::is_remote(const std::string& stream) const {
+  auto parts = split_stream(stream);
+  return parts && parts->first != self_.domain;
+}
+
+Status Peering::start() {
+  auto trust = std::make_shared<certs::TrustStore>();
+  if (Status s = trust->pin(self_.domain, config_.ca_file); !s.ok()) {
+    return make_error(Errc::invalid_argument, "federation.ca_file: " + s.error().message);
+  }
+  federation::LinkOptions lo;
+  lo.self = self_;
+  lo.listen_host = config_.listen_host;
+  lo.listen_port = config_.listen_port;
+  lo.cert_file = config_.cert_file;
+  lo.key_file = config_.key_file;
+  lo.heartbeat_interval = std::chrono::milliseconds(config_.heartbeat_interval_ms);
+  lo.failure_timeout = std::chrono::milliseconds(config_.failure_timeout_ms);
+  lo.max_frame = config_.max_frame;
+  lo.log = [](std::string_view line) {
+    std::fprintf(stderr, "entente: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
+  for (size_t i = 0; i < config_.peers.size(); ++i) {
+    const PeerDomainConfig& d = config_.peers[i];
+    if (d.domain != self_.domain) {
+      if (Status s = trust->pin(d.domain, d.ca_file); !s.ok()) {
+        return make_error(Errc::invalid_argument, "federation.peers[" + std::to_string(i) +
+                                                      "].ca_file: " + s.error().message);
+      }
+    }
+    for (const PeerNodeConfig& n : d.nodes) {
+      if (d.domain == self_.domain && n.node == self_.node) continue;
+      lo.peers.push_back({{d.domain, n.node}, n.host, n.port});
+    }
+  }
+  // The certificate must be this node's: a misplaced file would otherwise
+  // only show as every peer refusing the link.
+  auto info = certs::read_certificate(config_.cert_file);
+  if (!info.ok()) return make_error(Errc::invalid_argument, "federation.cert_file: " + info.error().message);
+  if (!info->identity || !(*info->identity == self_)) {
+    return make_error(Errc::invalid_argument,
+                      "federation.cert_file: " + config_.cert_file + " is the certificate of " +
+                          (info->identity ? info->identity->uri() : std::string("no entente identity")) +
+                          ", not of this node " + self_.uri());
+  }
+  lo.trust = std::move(trust);
+
+  // What importing domains acknowledged before the restart.
+  Status scanned = node_.store().scan(store::Cf::meta, kAckPrefix, [this](std::string_view key,
+                                                                          std::string_view value) {
+    if (value.size() < 8) return true;
+    const std::string_view rest = key.substr(std::char_traits<char>::length(kAckPrefix));
+    const auto slash = rest.rfind('/');
+    if (slash == std::string_view::npos) return true;
+    acks_[std::string(rest.substr(0, slash))][std::string(rest.substr(slash + 1))] =
+        store::get_key_u64(value);
+    return true;
+  });
+  if (!scanned.ok()) return scanned;
+
+  // Imports from the catalog resume when their owner's link comes up.
+  for (auto& s : node_.list_streams()) {
+    if (s->meta().producer != "import") continue;
+    auto parts = split_stream(s->meta().name);
+    if (!parts) continue;
+    auto imp = std::make_shared<Import>();
+    imp->name = s->meta().name;
+    imp->domain = parts->first;
+    imp->mirror = s;
+    imp->next_expected = s->next_seq();
+    imports_[imp->name] = imp;
+  }
+
+  auto links = federation::LinkManager::start(std::move(lo), *this);
+  if (!links.ok()) return links.error();
+  {
+    std::lock_guard lock(mu_);
+    links_ = std::move(*links);
+  }
+  register_collectors();
+  timer_ = std::thread([this] { timer_loop(); });
+  log("federation listening on " + config_.listen_host + ":" + std::to_string(links_->port()) +
+      " as " + self_.uri());
+  return {};
+}
+
+void Peering::stop() {
+  {
+    std::lock_guard lock(timer_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+  std::vector<std::shared_ptr<ExportSender>> senders;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [k, s] : senders_) senders.push_back(s);
+    senders_.clear();
+  }
+  for (auto& s : senders) s->stop();
+  if (links_) links_->stop();
+}
+
+uint16_t Peering::port() const { return links_ ? links_->port() : 0; }
+
+// ---------------------------------------------------------------------------
+// Link events.
+
+void Peering::on_link_up(const certs::Identity& peer) {
+  std::vector<std::shared_ptr<Import>> todo;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, imp] : imports_) {
+      if (imp->domain == peer.domain) todo.push_back(imp);
+    }
+  }
+  for (auto& imp : todo) {
+    {
+      std::lock_guard lock(imp->mu);
+      if (imp->channel != 0) continue;
+      imp->node_index = 0;
+    }
+    open_import(imp);
+  }
+}
+
+void Peering::on_link_down(const certs::Identity& peer, std::string_view reason) {
+  const std::string uri = peer.uri();
+  std::vector<std::shared_ptr<ExportSender>> senders;
+  std::vector<std::shared_ptr<Import>> imports;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = senders_.begin(); it != senders_.end();) {
+      if (it->first.first == uri) {
+        senders.push_back(it->second);
+        it = senders_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = import_channels_.begin(); it != import_channels_.end();) {
+      if (it->first.first == uri) {
+        imports.push_back(it->second);
+        it = import_channels_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : senders) s->stop();
+  for (auto& imp : imports) {
+    std::lock_guard lock(imp->mu);
+    imp->channel = 0;
+    ++imp->generation;
+    if (imp->state != "refused") {
+      imp->state = "connecting";
+      imp->reason = "link to " + uri + " down: " + std::string(reason);
+    }
+  }
+}
+
+void Peering::on_frame(const certs::Identity& peer, FrameType type, uint32_t channel,
+                       std::string_view payload) {
+  const ChannelKey key{peer.uri(), channel};
+  if (type == FrameType::open) {
+    on_open(peer, channel, payload);
+    return;
+  }
+  if (type == FrameType::credit || type == FrameType::ack ||
+      (type == FrameType::reset && [&] {
+        std::lock_guard lock(mu_);
+        return senders_.count(key) > 0;
+      }())) {
+    std::shared_ptr<ExportSender> sender;
+    {
+      std::lock_guard lock(mu_);
+      auto it = senders_.find(key);
+      if (it == senders_.end()) return;  // a closed channel: discard
+      sender = it->second;
+      if (type == FrameType::reset) senders_.erase(it);
+    }
+    if (type == FrameType::reset) {
+      sender->stop();
+    } else if (type == FrameType::credit) {
+      auto c = federation::decode_credit(payload);
+      if (c.ok()) sender->on_credit(c->bytes);
+    } else {
+      auto a = federation::decode_ack(payload);
+      if (a.ok()) sender->on_ack(a->through);
+    }
+    return;
+  }
+  auto imp = find_import_by_channel(key);
+  if (imp) import_frame(imp, type, payload);
+}
+
+// ---------------------------------------------------------------------------
+// Owner side.
+
+void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string_view payload) {
+  auto reset = [&](WireError code, const std::string& reason) {
+    (void)links_->send(peer, FrameType::reset, channel,
+                       federation::encode(federation::Reset{code, reason}));
+  };
+  auto open = federation::decode_open(payload);
+  if (!open.ok()) {
+    reset(WireError::protocol, open.error().message);
+    return;
+  }
+  const ChannelKey key{peer.uri(), channel};
+  {
+    std::lock_guard lock(mu_);
+    if (senders_.count(key)) {
+      reset(WireError::protocol, "channel " + std::to_string(channel) + " is in use");
+      return;
+    }
+  }
+  auto parts = split_stream(open->stream);
+  if (!parts || parts->first != self_.domain) {
+    reset(WireError::not_found, "this node is " + self_.uri() + "; it serves streams of domain " +
+                                    self_.domain + ", not " + open->stream);
+    return;
+  }
+  const std::string& name = parts->second;
+  // Deny by default, and before saying whether the stream exists.
+  const ExportConfig* rule = nullptr;
+  for (const auto& e : config_.exports) {
+    if (e.stream == name && std::find(e.to.begin(), e.to.end(), peer.domain) != e.to.end()) {
+      rule = &e;
+      break;
+    }
+  }
+  if (rule == nullptr) {
+    reset(WireError::not_exported,
+          "stream " + open->stream + " is not exported to domain " + peer.domain);
+    log("federation: refused " + peer.uri() + " opening " + open->stream + ": not exported to " +
+        peer.domain);
+    return;
+  }
+  StreamPtr stream = node_.find_stream(name);
+  if (!stream) {
+    reset(WireError::not_found, "no stream " + open->stream + " on " + self_.uri());
+    return;
+  }
+  std::vector<size_t> projection;
+  engine::SchemaPtr schema = stream->meta().schema;
+  if (!rule->fields.empty()) {
+    std::vector<engine::Field> fields;
+    for (const auto& f : rule->fields) {
+      auto idx = schema->index_of(f);
+      if (!idx) {
+        reset(WireError::not_exported, "the export of " + open->stream + " names field '" + f +
+                                           "', which the stream does not have (" +
+                                           schema->to_string() + ")");
+        return;
+      }
+      projection.push_back(*idx);
+      fields.push_back(schema->field(*idx));
+    }
+    schema = engine::make_schema(std::move(fields));
+  }
+  // Where to start: from_seq 0 is the oldest retained tuple.
+  const uint64_t head = stream->committed_next();
+  uint64_t first_retained = head;
+  auto first = store::StreamLog::first(node_.store(), stream->meta().id);
+  if (first.ok() && *first) first_retained = (*first)->first;
+  uint64_t from = open->from_seq == 0 ? first_retained : open->from_seq;
+  if (from > head) {
+    reset(WireError::bad_position, "from_seq " + std::to_string(from) + " is beyond the head " +
+                                       std::to_string(head) + " of " + open->stream);
+    return;
+  }
+  if (from < first_retained) {
+    reset(WireError::bad_position, "sequence number " + std::to_string(from) + " of " +
+                                       open->stream + " is no longer retained; the oldest is " +
+                                       std::to_string(first_retained));
+    return;
+  }
+  federation::OpenOk ok;
+  ok.schema_json = engine::schema_to_json(*schema);
+  ok.first_seq = std::max<uint64_t>(first_retained, 1);
+  ok.next_seq = std::max<uint64_t>(head, ok.first_seq);
+  if (!links_->send(peer, FrameType::open_ok, channel, federation::encode(ok)).ok()) return;
+
+  // The link refuses a frame over the peer's own limit; the sender then
+  // halves its frames (send_locked).
+  const size_t max_payload = config_.max_frame;
+  auto sender = std::make_shared<ExportSender>(
+      *this, peer, channel, stream, std::move(projection), schema, from, open->credit, max_payload,
+      &node_.metrics().counter("entente_export_tuples_total", "Tuples sent to an importing domain",
+                               {{"stream", name}, {"peer", peer.uri()}}));
+  {
+    std::lock_guard lock(mu_);
+    senders_[key] = sender;
+  }
+  log("federation: " + peer.uri() + " opened " + open->stream + " from " + std::to_string(from));
+  sender->start();
+}
+
+void Peering::record_ack(const std::string& stream, const std::string& domain, uint64_t through) {
+  {
+    std::lock_guard lock(mu_);
+    uint64_t& a = acks_[stream][domain];
+    if (through <= a) return;
+    a = through;
+  }
+  // Buffered: losing the newest value in a crash only keeps more of the log.
+  std::string v;
+  store::put_key_u64(v, through);
+  (void)node_.store().put(store::Cf::meta, ack_key(stream, domain), v, store::Durability::buffered);
+}
+
+std::optional<uint64_t> Peering::retention_pin(const std::string& stream) const {
+  std::lock_guard lock(mu_);
+  std::optional<uint64_t> pin;
+  auto it = acks_.find(stream);
+  for (const auto& e : config_.exports) {
+    if (e.stream != stream) continue;
+    for (const auto& domain : e.to) {
+      // A domain that never imported has been promised nothing.
+      if (it == acks_.end()) continue;
+      auto a = it->second.find(domain);
+      if (a == it->second.end()) continue;
+      const uint64_t need = a->second + 1;
+      pin = pin ? std::min(*pin, need) : need;
+    }
+  }
+  return pin;
+}
+
+// ---------------------------------------------------------------------------
+// Importer side.
+
+void Peering::create_import(const std::string& stream, engine::SchemaPtr expected, ImportDone done,
+                            std::chrono::milliseconds timeout) {
+  auto parts = split_stream(stream);
+  if (!parts) {
+    done(make_error(Errc::invalid_argument, "'" + stream + "' is not DOMAIN/NAME"));
+    return;
+  }
+  if (parts->first == self_.domain) {
+    done(make_error(Errc::invalid_argument,
+                    stream + " is a stream of this node's own domain; use it as '" +
+                        parts->second + "'"));
+    return;
+  }
+  const bool known = std::any_of(config_.peers.begin(), config_.peers.end(),
+                                 [&](const PeerDomainConfig& d) { return d.domain == parts->first; });
+  if (!known) {
+    done(make_error(Errc::not_found, "domain " + parts->first +
+                                         " is not a configured peer (federation.peers)"));
+    return;
+  }
+  std::shared_ptr<Import> imp;
+  {
+    std::lock_guard lock(mu_);
+    if (imports_.count(stream)) {
+      done(make_error(Errc::already_exists, "stream " + stream + " is imported already"));
+      return;
+    }
+    imp = std::make_shared<Import>();
+    imp->name = stream;
+    imp->domain = parts->first;
+    imp->expected = std::move(expected);
+    imports_[stream] = imp;
+  }
+  {
+    std::lock_guard lock(imp->mu);
+    imp->pending.push_back({std::move(done), Clock::now() + timeout});
+  }
+  open_import(imp);
+}
+
+void Peering::open_import(const std::shared_ptr<Import>& imp) {
+  std::lock_guard lock(imp->mu);
+  if (imp->channel != 0 || !links_) return;
+  const PeerDomainConfig* domain = nullptr;
+  for (const auto& d : config_.peers) {
+    if (d.domain == imp->domain) domain = &d;
+  }
+  if (domain == nullptr) return;
+  // The first node of the domain, from node_index on, whose link is up.
+  std::optional<certs::Identity> owner;
+  for (size_t i = imp->node_index; i < domain->nodes.size(); ++i) {
+    certs::Identity id{imp->domain, domain->nodes[i].node};
+    if (links_->is_up(id)) {
+      owner = id;
+      imp->node_index = i;
+      break;
+    }
+  }
+  if (!owner) {
+    if (imp->state != "refused") {
+      imp->state = "connecting";
+      imp->reason = "no link to a node of domain " + imp->domain + " is up";
+    }
+    return;
+  }
+  auto channel = links_->new_channel(*owner);
+  if (!channel.ok()) return;
+  federation::Open open;
+  open.stream = imp->name;
+  const bool fresh = !imp->mirror || imp->mirror->committed_next() <= 1;
+  open.from_seq = fresh ? 0 : imp->next_expected;
+  open.credit = config_.import_window;
+  imp->asked_from_start = fresh;
+  imp->owner = owner;
+  imp->channel = *channel;
+  ++imp->generation;
+  imp->retry_at = {};
+  {
+    std::lock_guard maps(mu_);
+    import_channels_[{owner->uri(), *channel}] = imp;
+  }
+  if (!links_->send(*owner, FrameType::open, *channel, federation::encode(open)).ok()) {
+    std::lock_guard maps(mu_);
+    import_channels_.erase({owner->uri(), *channel});
+    imp->channel = 0;
+  }
+}
+
+std::shared_ptr<Import> Peering::find_import_by_channel(const ChannelKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = import_channels_.find(key);
+  return it == import_channels_.end() ? nullptr : it->second;
+}
+
+ImportInfo Peering::info_of(const Import& imp) const {
+  // REQUIRES: imp.mu held by the caller.
+  ImportInfo i;
+  i.stream = imp.name;
+  i.owner = imp.owner ? imp.owner->uri() : "";
+  i.state = imp.state;
+  i.reason = imp.reason;
+  i.schema = imp.mirror ? imp.mirror->meta().schema : imp.expected;
+  i.next_seq = imp.mirror ? imp.mirror->next_seq() : 0;
+  i.acked = imp.acked;
+  i.tuples = imp.tuples;
+  return i;
+}
+
+void Peering::finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r) {
+  // REQUIRES: imp->mu held. Callbacks run outside no lock of ours but this
+  // one: they only post a response.
+  auto pending = std::move(imp->pending);
+  imp->pending.clear();
+  for (auto& p : pending) p.done(r);
+}
+
+void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
+                           std::string_view payload) {
+  std::unique_lock lock(imp->mu);
+  const uint64_t generation = imp->generation;
+  const certs::Identity owner = imp->owner.value_or(certs::Identity{});
+  const uint32_t channel = imp->channel;
+  auto drop_channel = [&] {
+    {
+      std::lock_guard maps(mu_);
+      import_channels_.erase({owner.uri(), channel});
+    }
+    imp->channel = 0;
+    ++imp->generation;
+  };
+  auto reset_and_retry = [&](WireError code, const std::string& reason,
+                             std::chrono::milliseconds after) {
+    (void)links_->send(owner, FrameType::reset, channel,
+                       federation::encode(federation::Reset{code, reason}));
+    drop_channel();
+    imp->state = "connecting";
+    imp->reason = reason;
+    imp->retry_at = Clock::now() + after;
+  };
+
+  if (type == FrameType::open_ok) {
+    auto ok = federation::decode_open_ok(payload);
+    if (!ok.ok()) {
+      reset_and_retry(WireError::protocol, ok.error().message, std::chrono::seconds(1));
+      return;
+    }
+    rapidjson::Document doc;
+    doc.Parse(ok->schema_json.data(), ok->schema_json.size());
+    auto schema = doc.HasParseError() ? Result<engine::Schema>(make_error(Errc::parse_error, "schema is not JSON"))
+                                      : engine::schema_from_json(doc);
+    if (!schema.ok()) {
+      reset_and_retry(WireError::protocol, "the owner's schema: " + schema.error().message,
+                      std::chrono::seconds(1));
+      return;
+    }
+    auto sp = std::make_shared<const engine::Schema>(std::move(*schema));
+    const engine::SchemaPtr want = imp->mirror ? imp->mirror->meta().schema : imp->expected;
+    if (want && !(*want == *sp)) {
+      const std::string why = imp->name + " has schema " + sp->to_string() + " at its owner, but " +
+                              (imp->mirror ? "this node's mirror has " : "the query declares ") +
+                              want->to_string();
+      (void)links_->send(owner, FrameType::reset, channel,
+                         federation::encode(federation::Reset{WireError::none, why}));
+      drop_channel();
+      imp->state = "refused";
+      imp->reason = why;
+      finish_pending(imp, make_error(Errc::conflict, why));
+      if (!imp->mirror) {
+        lock.unlock();
+        std::lock_guard maps(mu_);
+        imports_.erase(imp->name);
+      }
+      return;
+    }
+    if (!imp->mirror) {
+      StreamMeta meta;
+      meta.name = imp->name;
+      meta.schema = sp;
+      meta.producer = "import";
+      const auto& r = node_.config().retention;
+      meta.retention = {r.max_tuples, r.max_bytes, r.max_age_ms};
+      auto mirror = node_.create_stream(std::move(meta));
+      if (!mirror.ok()) {
+        (void)links_->send(owner, FrameType::reset, channel,
+                           federation::encode(federation::Reset{WireError::internal, mirror.error().message}));
+        drop_channel();
+        imp->state = "refused";
+        imp->reason = mirror.error().message;
+        finish_pending(imp, mirror.error());
+        lock.unlock();
+        std::lock_guard maps(mu_);
+        imports_.erase(imp->name);
+        return;
+      }
+      imp->mirror = *mirror;
+    }
+    if (imp->asked_from_start) imp->next_expected = ok->first_seq;
+    imp->state = "active";
+    imp->reason.clear();
+    log("federation: importing " + imp->name + " from " + owner.uri() + " at " +
+        std::to_string(imp->next_expected));
+    finish_pending(imp, info_of(*imp));
+    return;
+  }
+
+  if (type == FrameType::reset) {
+    auto r = federation::decode_reset(payload);
+    const WireError code = r.ok() ? r->code : WireError::protocol;
+    const std::string reason = r.ok() ? r->reason : r.error().message;
+    drop_channel();
+    // Another node of the domain may serve the stream.
+    if (code == WireError::not_found) {
+      const PeerDomainConfig* domain = nullptr;
+      for (const auto& d : config_.peers) {
+        if (d.domain == imp->domain) domain = &d;
+      }
+      if (domain && imp->node_index + 1 < domain->nodes.size()) {
+        ++imp->node_index;
+        imp->retry_at = Clock::now();
+        return;
+      }
+    }
+    const bool final_refusal = code == WireError::not_exported || code == WireError::not_found ||
+                               code == WireError::bad_position;
+    const std::string why = imp->domain + " refused " + imp->name + ": " + reason;
+    imp->reason = why;
+    if (final_refusal) {
+      imp->state = "refused";
+      log("federation: " + why);
+      finish_pending(imp, make_error(errc_for(code), why));
+      if (!imp->mirror) {
+        lock.unlock();
+        std::lock_guard maps(mu_);
+        imports_.erase(imp->name);
+      }
+    } else {
+      imp->state = "connecting";
+      imp->retry_at = Clock::now() + std::chrono::seconds(1);
+    }
+    return;
+  }
+
+  if (type != FrameType::data || imp->state != "active" || !imp->mirror) return;
+  auto d = federation::decode_data(payload);
+  if (!d.ok()) {
+    reset_and_retry(WireError::protocol, d.error().message, std::chrono::seconds(1));
+    return;
+  }
+  std::string_view body = d->body;
+  auto batch = engine::decode_batch(body);
+  if (!batch.ok() || !body.empty() || batch->rows() != d->count ||
+      !batch->validate(engine::Batch::Check::full).ok() ||
+      !(*batch->schema == *imp->mirror->meta().schema)) {
+    reset_and_retry(WireError::protocol,
+                    "DATA " + std::to_string(d->first_seq) + " of " + imp->name +
+                        " does not hold " + std::to_string(d->count) + " tuples of the stream's schema",
+                    std::chrono::seconds(1));
+    return;
+  }
+  const uint32_t credit_back = static_cast<uint32_t>(payload.size());
+  uint64_t first = d->first_seq;
+  const uint64_t last = first + d->count - 1;
+  if (last < imp->next_expected) {
+    // All duplicates (a resend after a reconnect): drop, return the credit.
+    (void)links_->send(owner, FrameType::credit, channel,
+                       federation::encode(federation::Credit{credit_back}));
+    return;
+  }
+  engine::Batch rows = std::move(*batch);
+  if (first < imp->next_expected) {
+    std::vector<uint32_t> keep(last - imp->next_expected + 1);
+    std::iota(keep.begin(), keep.end(), static_cast<uint32_t>(imp->next_expected - first));
+    rows = rows.take(keep);
+    first = imp->next_expected;
+  } else if (first > imp->next_expected && !(imp->asked_from_start && imp->tuples == 0 &&
+                                              imp->mirror->committed_next() <= 1)) {
+    reset_and_retry(WireError::protocol,
+                    "DATA starts at " + std::to_string(first) + ", expected " +
+                        std::to_string(imp->next_expected),
+                    std::chrono::milliseconds(100));
+    return;
+  }
+  std::weak_ptr<Import> weak = imp;
+  Status s = imp->mirror->append_at(
+      first, std::move(rows), node_.gc(), store::Admission::reject,
+      [this, weak, generation, owner, channel, last, credit_back](const Status& st, const RecordPtr&) {
+        auto imp = weak.lock();
+        if (!imp) return;
+        std::lock_guard lock(imp->mu);
+        if (!st.ok()) {
+          imp->reason = "storing " + imp->name + " failed: " + st.error().message;
+          return;
+        }
+        imp->acked = std::max(imp->acked, last);
+        if (imp->generation != generation) return;  // the channel is gone
+        (void)links_->send(owner, FrameType::ack, channel,
+                           federation::encode(federation::Ack{last}));
+        (void)links_->send(owner, FrameType::credit, channel,
+                           federation::encode(federation::Credit{credit_back}));
+      });
+  if (!s.ok()) {
+    // The group commit is full (or the mirror is going): start over from
+    // what is stored, a little later; the owner keeps everything unacked.
+    reset_and_retry(WireError::internal, "importer busy: " + s.error().message,
+                    std::chrono::milliseconds(200));
+    imp->next_expected = imp->mirror->next_seq();
+    return;
+  }
+  imp->tuples += last - first + 1;
+  imp->next_expected = last + 1;
+  node_.metrics()
+      .counter("entente_import_tuples_total", "Tuples received from another domain's stream",
+               {{"stream", imp->name}})
+      .inc(last - first + 1);
+}
+
+std::vector<ImportInfo> Peering::imports() const {
+  std::vector<std::shared_ptr<Import>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [n, imp] : imports_) all.push_back(imp);
+  }
+  std::vector<ImportInfo> out;
+  for (auto& imp : all) {
+    std::lock_guard lock(imp->mu);
+    if (!imp->mirror) continue;  // still being created
+    out.push_back(info_of(*imp));
+  }
+  return out;
+}
+
+std::optional<ImportInfo> Peering::import_info(const std::string& stream) const {
+  std::shared_ptr<Import> imp;
+  {
+    std::lock_guard lock(mu_);
+    auto it = imports_.find(stream);
+    if (it == imports_.end()) return std::nullopt;
+    imp = it->second;
+  }
+  std::lock_guard lock(imp->mu);
+  if (!imp->mirror) return std::nullopt;
+  return info_of(*imp);
+}
+
+Status Peering::forget_import(const std::string& stream) {
+  std::shared_ptr<Import> imp;
+  {
+    std::lock_guard lock(mu_);
+    auto it = imports_.find(stream);
+    if (it == imports_.end() || !it->second->mirror) {
+      return make_error(Errc::not_found, "no import of " + stream);
+    }
+    imp = it->second;
+    imports_.erase(it);
+  }
+  std::lock_guard lock(imp->mu);
+  if (imp->channel != 0 && imp->owner) {
+    (void)links_->send(*imp->owner, FrameType::reset, imp->channel,
+                       federation::encode(federation::Reset{WireError::none, "import deleted"}));
+    std::lock_guard maps(mu_);
+    import_channels_.erase({imp->owner->uri(), imp->channel});
+  }
+  imp->channel = 0;
+  ++imp->generation;
+  return {};
+}
+
+void Peering::timer_loop() {
+  std::unique_lock lock(timer_mu_);
+  while (!stopping_) {
+    timer_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stopping_) break;
+    lock.unlock();
+    std::vector<std::shared_ptr<Import>> all;
+    {
+      std::lock_guard maps(mu_);
+      for (auto& [n, imp] : imports_) all.push_back(imp);
+    }
+    const auto now = Clock::now();
+    for (auto& imp : all) {
+      bool reopen = false;
+      bool forget = false;
+      {
+        std::lock_guard il(imp->mu);
+        std::vector<Import::Pending> expired;
+        for (auto it = imp->pending.begin(); it != imp->pending.end();) {
+          if (it->deadline <= now) {
+            expired.push_back(std::move(*it));
+            it = imp->pending.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        for (auto& p : expired) {
+          p.done(make_error(Errc::unavailable,
+                            "no answer about " + imp->name + " from domain " + imp->domain +
+                                (imp->reason.empty() ? std::string() : " (" + imp->reason + ")")));
+        }
+        if (!expired.empty() && !imp->mirror) forget = true;
+        if (imp->channel == 0 && imp->retry_at != Clock::time_point{} && imp->retry_at <= now) {
+          imp->retry_at = {};
+          reopen = true;
+        }
+      }
+      if (forget) {
+        std::lock_guard maps(mu_);
+        for (auto it = import_channels_.begin(); it != import_channels_.end();) {
+          it = it->second == imp ? import_channels_.erase(it) : std::next(it);
+        }
+        imports_.erase(imp->name);
+        continue;
+      }
+      if (reopen) open_import(imp);
+    }
+    lock.lock();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Status.
+
+std::string Peering::peers_json() const {
+  JsonOut j;
+  j.begin_object();
+  j.key("self").str(self_.uri());
+  j.key("listen").str(config_.listen_host + ":" + std::to_string(port()));
+  j.key("refusals").begin_object();
+  if (links_) {
+    for (const auto& [label, n] : links_->refusals()) j.key(label).u64(n);
+  }
+  j.end_object();
+  j.key("peers").begin_array();
+  if (links_) {
+    for (const auto& p : links_->peers()) {
+      j.begin_object();
+      j.key("identity").str(p.identity.uri());
+      j.key("domain").str(p.identity.domain);
+      j.key("node").str(p.identity.node);
+      j.key("state").str(p.state);
+      j.key("dialed").boolean(p.dialed);
+      j.key("address").str(p.address);
+      j.key("rtt_us").i64(p.rtt_us);
+      j.key("last_heartbeat_ms").i64(p.last_heartbeat_ms);
+      j.key("bytes_in").u64(p.bytes_in);
+      j.key("bytes_out").u64(p.bytes_out);
+      j.key("frames_in").u64(p.frames_in);
+      j.key("frames_out").u64(p.frames_out);
+      j.key("connects").u64(p.connects);
+      j.key("last_error").str(p.last_error);
+      j.end_object();
+    }
+  }
+  j.end_array();
+  j.end_object();
+  return j.take();
+}
+
+void Peering::register_collectors() {
+  node_.metrics().add_collector([this](MetricsWriter& w) {
+    if (!links_) return;
+    for (const auto& [label, n] : links_->refusals()) {
+      w.counter("entente_federation_refusals_total",
+                "Peer connections refused, by reason (see docs/federation.md)", {{"reason", label}},
+                static_cast<double>(n));
+    }
+    for (const auto& p : links_->peers()) {
+      const std::string peer = p.identity.uri();
+      w.gauge("entente_peer_up", "1 when the link to a peer node is up", {{"peer", peer}},
+              p.state == "up" ? 1 : 0);
+      if (p.rtt_us >= 0) {
+        w.gauge("entente_peer_rtt_seconds", "Round-trip time of a peer link's heartbeats",
+                {{"peer", peer}}, static_cast<double>(p.rtt_us) / 1e6);
+      }
+      w.counter("entente_peer_bytes_total", "Bytes over a peer link", {{"peer", peer}, {"direction", "in"}},
+                static_cast<double>(p.bytes_in));
+      w.counter("entente_peer_bytes_total", "Bytes over a peer link", {{"peer", peer}, {"direction", "out"}},
+                static_cast<double>(p.bytes_out));
+    }
+  });
+}
+
+}  // namespace entente::broker::detail

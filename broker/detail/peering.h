@@ -1,0 +1,131 @@
+#pragma once
+// Streams across domains (docs/federation.md): the node's side of the peer
+// links. As an owner it answers OPENs for its exported streams and sends
+// their tuples within the importer's credit; as an importer it keeps a
+// mirror stream of another domain's stream, durable before it acknowledges.
+//
+// Owner side: one ExportSender per open channel, a Tap on the stream that
+// catches up from the log first. What an importing domain acknowledged is
+// kept in the `meta` family and pins the stream's retention, so nothing it
+// has not stored durably is trimmed.
+//
+// Importer side: one Import per mirror, named DOMAIN/NAME, holding the
+// owner's sequence numbers. After a link drop or a restart it re-opens from
+// the mirror's next sequence number and drops anything it already has.
+//
+// Threading: link callbacks arrive on the LinkManager's io thread; group
+// commit callbacks on the committer thread; the API on Asio threads. One
+// mutex guards the maps; each sender and import has its own.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "broker/federation_config.h"
+#include "broker/metrics.h"
+#include "broker/detail/streams.h"
+#include "certs/certs.h"
+#include "engine/result.h"
+#include "engine/types.h"
+#include "federation/link.h"
+
+namespace entente::broker::detail {
+
+class NodeImpl;
+class ExportSender;
+struct Import;
+
+// An import as the API shows it.
+struct ImportInfo {
+  std::string stream;  // "beta/bids"
+  std::string owner;   // identity URI of the node serving it, when known
+  std::string state;   // "connecting", "active", "refused"
+  std::string reason;  // why refused, or the last problem
+  engine::SchemaPtr schema;
+  uint64_t next_seq = 0;
+  uint64_t acked = 0;
+  uint64_t tuples = 0;
+};
+
+class Peering final : public federation::LinkHandler {
+ public:
+  Peering(NodeImpl& node, const FederationConfig& config);
+  ~Peering() override;
+
+  // Pins the CAs, starts the links, resumes every import in the catalog.
+  // invalid_argument naming the key when a file or the certificate's
+  // identity is wrong.
+  Status start();
+  void stop();
+  uint16_t port() const;
+
+  // --- the API
+  // Imports DOMAIN/NAME: answers once the owner accepted (the mirror
+  // exists) or refused, or after `timeout`. `expected` (a query's declared
+  // input schema) must match the owner's schema when given.
+  using ImportDone = std::function<void(Result<ImportInfo>)>;
+  void create_import(const std::string& stream, engine::SchemaPtr expected, ImportDone done,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  std::vector<ImportInfo> imports() const;
+  std::optional<ImportInfo> import_info(const std::string& stream) const;
+  // Closes the channel and forgets the import; the caller deletes the mirror.
+  Status forget_import(const std::string& stream);
+  // GET /v1/peers.
+  std::string peers_json() const;
+  // Lowest sequence number an importing domain still needs, for retention.
+  std::optional<uint64_t> retention_pin(const std::string& stream) const;
+  // A name in this node's terms: "acme/bids" on acme is "bids".
+  std::string local_name(const std::string& stream) const;
+  bool is_remote(const std::string& stream) const;
+
+  // --- federation::LinkHandler (io thread)
+  void on_link_up(const certs::Identity& peer) override;
+  void on_link_down(const certs::Identity& peer, std::string_view reason) override;
+  void on_frame(const certs::Identity& peer, federation::FrameType type, uint32_t channel,
+                std::string_view payload) override;
+
+  // For ExportSender and Import.
+  NodeImpl& node() { return node_; }
+  federation::LinkManager* links() { return links_.get(); }
+  void record_ack(const std::string& stream, const std::string& domain, uint64_t through);
+  void log(const std::string& line) const;
+
+ private:
+  using ChannelKey = std::pair<std::string, uint32_t>;  // peer URI, channel
+
+  void on_open(const certs::Identity& peer, uint32_t channel, std::string_view payload);
+  void open_import(const std::shared_ptr<Import>& imp);
+  void import_frame(const std::shared_ptr<Import>& imp, federation::FrameType type,
+                    std::string_view payload);
+  void finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r);
+  std::shared_ptr<Import> find_import_by_channel(const ChannelKey& key) const;
+  ImportInfo info_of(const Import& imp) const;
+  void timer_loop();
+  void register_collectors();
+
+  NodeImpl& node_;
+  FederationConfig config_;
+  certs::Identity self_;
+  std::unique_ptr<federation::LinkManager> links_;
+
+  mutable std::mutex mu_;
+  std::map<ChannelKey, std::shared_ptr<ExportSender>> senders_;
+  std::map<std::string, std::shared_ptr<Import>> imports_;       // by stream
+  std::map<ChannelKey, std::shared_ptr<Import>> import_channels_;
+  // stream -> domain -> last acknowledged sequence number (persisted).
+  std::map<std::string, std::map<std::string, uint64_t>> acks_;
+
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+}  // namespace entente::broker::detail
