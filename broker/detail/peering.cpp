@@ -46,6 +46,23 @@ Errc errc_for(WireError code) {
 
 }  // namespace
 
+// Callbacks collected under a lock and run when this object goes, after the
+// lock (declared later) is released: an API callback may come back into the
+// peering (a deploy reads import states) and must find no lock held.
+class Deferred {
+ public:
+  Deferred() = default;
+  Deferred(const Deferred&) = delete;
+  Deferred& operator=(const Deferred&) = delete;
+  ~Deferred() {
+    for (auto& f : calls_) f();
+  }
+  void add(std::function<void()> f) { calls_.push_back(std::move(f)); }
+
+ private:
+  std::vector<std::function<void()>> calls_;
+};
+
 // ---------------------------------------------------------------------------
 // Owner side: one open channel of an exported stream.
 
@@ -56,6 +73,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
                uint64_t credit, size_t max_payload, Counter* tuples_out)
       : p_(p),
         peer_(std::move(peer)),
+        peer_uri_(peer_.uri()),
         channel_(channel),
         stream_(std::move(stream)),
         projection_(std::move(projection)),
@@ -181,6 +199,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
       next_ += count;
       offset += count;
       if (tuples_out_) tuples_out_->inc(count);
+      p_.count_tuples(peer_uri_, 0, count);
     }
     return true;
   }
@@ -224,6 +243,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
 
   Peering& p_;
   const certs::Identity peer_;
+  const std::string peer_uri_;
   const uint32_t channel_;
   const StreamPtr stream_;
   const std::vector<size_t> projection_;  // empty: every column
@@ -584,6 +604,13 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   sender->start();
 }
 
+void Peering::count_tuples(const std::string& peer, uint64_t in, uint64_t out) {
+  std::lock_guard lock(count_mu_);
+  auto& c = tuples_[peer];
+  c.first += in;
+  c.second += out;
+}
+
 void Peering::record_ack(const std::string& stream, const std::string& domain, uint64_t through) {
   {
     std::lock_guard lock(mu_);
@@ -639,17 +666,22 @@ void Peering::create_import(const std::string& stream, engine::SchemaPtr expecte
     return;
   }
   std::shared_ptr<Import> imp;
+  bool exists = false;
   {
     std::lock_guard lock(mu_);
-    if (imports_.count(stream)) {
-      done(make_error(Errc::already_exists, "stream " + stream + " is imported already"));
-      return;
+    exists = imports_.count(stream) > 0;
+    if (!exists) {
+      imp = std::make_shared<Import>();
+      imp->name = stream;
+      imp->domain = parts->first;
+      imp->expected = std::move(expected);
+      imports_[stream] = imp;
     }
-    imp = std::make_shared<Import>();
-    imp->name = stream;
-    imp->domain = parts->first;
-    imp->expected = std::move(expected);
-    imports_[stream] = imp;
+  }
+  if (exists) {
+    // Outside the lock: the callback may read import states.
+    done(make_error(Errc::already_exists, "stream " + stream + " is imported already"));
+    return;
   }
   {
     std::lock_guard lock(imp->mu);
@@ -726,16 +758,18 @@ ImportInfo Peering::info_of(const Import& imp) const {
   return i;
 }
 
-void Peering::finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r) {
-  // REQUIRES: imp->mu held. Callbacks run outside no lock of ours but this
-  // one: they only post a response.
+void Peering::finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r,
+                             Deferred& later) {
+  // REQUIRES: imp->mu held. The callbacks run through `later`, once every
+  // lock is released.
   auto pending = std::move(imp->pending);
   imp->pending.clear();
-  for (auto& p : pending) p.done(r);
+  for (auto& p : pending) later.add([done = std::move(p.done), r] { done(r); });
 }
 
 void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
                            std::string_view payload) {
+  Deferred later;  // before the lock: runs after it is released
   std::unique_lock lock(imp->mu);
   const uint64_t generation = imp->generation;
   const certs::Identity owner = imp->owner.value_or(certs::Identity{});
@@ -784,7 +818,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
       drop_channel();
       imp->state = "refused";
       imp->reason = why;
-      finish_pending(imp, make_error(Errc::conflict, why));
+      finish_pending(imp, make_error(Errc::conflict, why), later);
       if (!imp->mirror) {
         lock.unlock();
         std::lock_guard maps(mu_);
@@ -806,7 +840,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
         drop_channel();
         imp->state = "refused";
         imp->reason = mirror.error().message;
-        finish_pending(imp, mirror.error());
+        finish_pending(imp, mirror.error(), later);
         lock.unlock();
         std::lock_guard maps(mu_);
         imports_.erase(imp->name);
@@ -819,7 +853,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     imp->reason.clear();
     log("federation: importing " + imp->name + " from " + owner.uri() + " at " +
         std::to_string(imp->next_expected));
-    finish_pending(imp, info_of(*imp));
+    finish_pending(imp, info_of(*imp), later);
     return;
   }
 
@@ -847,7 +881,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     if (final_refusal) {
       imp->state = "refused";
       log("federation: " + why);
-      finish_pending(imp, make_error(errc_for(code), why));
+      finish_pending(imp, make_error(errc_for(code), why), later);
       if (!imp->mirror) {
         lock.unlock();
         std::lock_guard maps(mu_);
@@ -928,6 +962,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
   }
   imp->tuples += last - first + 1;
   imp->next_expected = last + 1;
+  count_tuples(owner.uri(), last - first + 1, 0);
   node_.metrics()
       .counter("entente_import_tuples_total", "Tuples received from another domain's stream",
                {{"stream", imp->name}})
@@ -1000,6 +1035,7 @@ void Peering::timer_loop() {
     for (auto& imp : all) {
       bool reopen = false;
       bool forget = false;
+      Deferred later;
       {
         std::lock_guard il(imp->mu);
         std::vector<Import::Pending> expired;
@@ -1012,9 +1048,9 @@ void Peering::timer_loop() {
           }
         }
         for (auto& p : expired) {
-          p.done(make_error(Errc::unavailable,
-                            "no answer about " + imp->name + " from domain " + imp->domain +
-                                (imp->reason.empty() ? std::string() : " (" + imp->reason + ")")));
+          Error e{Errc::unavailable, "no answer about " + imp->name + " from domain " + imp->domain +
+                                         (imp->reason.empty() ? std::string() : " (" + imp->reason + ")")};
+          later.add([done = std::move(p.done), e] { done(e); });
         }
         if (!expired.empty() && !imp->mirror) forget = true;
         if (imp->channel == 0 && imp->retry_at != Clock::time_point{} && imp->retry_at <= now) {
@@ -1065,6 +1101,12 @@ std::string Peering::peers_json() const {
       j.key("bytes_out").u64(p.bytes_out);
       j.key("frames_in").u64(p.frames_in);
       j.key("frames_out").u64(p.frames_out);
+      {
+        std::lock_guard lock(count_mu_);
+        auto it = tuples_.find(p.identity.uri());
+        j.key("tuples_in").u64(it == tuples_.end() ? 0 : it->second.first);
+        j.key("tuples_out").u64(it == tuples_.end() ? 0 : it->second.second);
+      }
       j.key("connects").u64(p.connects);
       j.key("last_error").str(p.last_error);
       j.end_object();

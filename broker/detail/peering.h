@@ -40,6 +40,7 @@ namespace entente::broker::detail {
 
 class NodeImpl;
 class ExportSender;
+class Deferred;
 struct Import;
 
 // An import as the API shows it.
@@ -95,6 +96,8 @@ class Peering final : public federation::LinkHandler {
   NodeImpl& node() { return node_; }
   federation::LinkManager* links() { return links_.get(); }
   void record_ack(const std::string& stream, const std::string& domain, uint64_t through);
+  // Tuples received from / sent to a peer node, for GET /v1/peers.
+  void count_tuples(const std::string& peer, uint64_t in, uint64_t out);
   void log(const std::string& line) const;
 
  private:
@@ -104,7 +107,8 @@ class Peering final : public federation::LinkHandler {
   void open_import(const std::shared_ptr<Import>& imp);
   void import_frame(const std::shared_ptr<Import>& imp, federation::FrameType type,
                     std::string_view payload);
-  void finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r);
+  void finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r,
+                      Deferred& later);
   std::shared_ptr<Import> find_import_by_channel(const ChannelKey& key) const;
   ImportInfo info_of(const Import& imp) const;
   void timer_loop();
@@ -121,6 +125,9 @@ class Peering final : public federation::LinkHandler {
   std::map<ChannelKey, std::shared_ptr<Import>> import_channels_;
   // stream -> domain -> last acknowledged sequence number (persisted).
   std::map<std::string, std::map<std::string, uint64_t>> acks_;
+
+  mutable std::mutex count_mu_;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> tuples_;  // peer URI -> in, out
 
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;

@@ -30,7 +30,7 @@ BrokerProcess::BrokerProcess(BrokerOptions options) : options_(std::move(options
   std::string tls = options_.tls ? "{\"cert\":\"" + options_.cert_file + "\",\"key\":\"" + options_.key_file + "\"}"
                                  : "false";
   std::ostringstream cfg;
-  cfg << "{\"domain\":\"acme\",\"node\":\"n1\",";
+  cfg << "{\"domain\":\"" << options_.domain << "\",\"node\":\"" << options_.node << "\",";
   cfg << "\"api\":{\"listen\":\"127.0.0.1:0\",\"tls\":" << tls;
   if (!options_.extra_api.empty()) cfg << "," << options_.extra_api;
   cfg << "},";
@@ -67,20 +67,30 @@ bool BrokerProcess::start() {
   }
   close(out[1]);
   // Read the start-up line: "entente: node acme/n1 listening on http://127.0.0.1:PORT".
+  // Only that line counts; anything printed before it is skipped.
+  std::string text;
   std::string line;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+  while (line.empty() && std::chrono::steady_clock::now() < deadline) {
     pollfd p{out[0], POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
     char buf[256];
     ssize_t n = read(out[0], buf, sizeof buf);
     if (n <= 0) break;
-    line.append(buf, static_cast<size_t>(n));
+    text.append(buf, static_cast<size_t>(n));
+    size_t begin = 0;
+    for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+      std::string candidate = text.substr(begin, end - begin);
+      if (candidate.find("listening on http") != std::string::npos) {
+        line = std::move(candidate);
+        break;
+      }
+    }
   }
   close(out[0]);
   auto colon = line.rfind(':');
-  if (line.find("listening on") == std::string::npos || colon == std::string::npos) {
-    error_ = "no start-up line; stdout: '" + line + "'; stderr: " + stderr_text();
+  if (line.empty() || colon == std::string::npos) {
+    error_ = "no start-up line; stdout: '" + text + "'; stderr: " + stderr_text();
     kill();
     return false;
   }
@@ -145,6 +155,17 @@ broker::http::ClientResponse BrokerProcess::request(const std::string& method, c
   auto r = c->request(method, target, body, content_type, headers);
   EXPECT_TRUE(r.ok()) << method << " " << target << ": " << (r.ok() ? "" : r.error().message);
   return r.ok() ? std::move(r).value() : broker::http::ClientResponse{};
+}
+
+Result<broker::http::ClientResponse> BrokerProcess::try_request(const std::string& method,
+                                                                const std::string& target, const std::string& body,
+                                                                const std::string& token,
+                                                                const std::string& content_type) const {
+  auto c = broker::http::Client::connect(client_options());
+  if (!c.ok()) return c.error();
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!token.empty()) headers.emplace_back("authorization", "Bearer " + token);
+  return (*c)->request(method, target, body, content_type, headers);
 }
 
 int run_command(const std::string& command, std::string& output) {

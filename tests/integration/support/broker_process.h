@@ -20,6 +20,9 @@ inline constexpr const char* kPublisherToken = "publisher-token-for-tests";
 inline constexpr const char* kReaderToken = "reader-token-for-tests";
 
 struct BrokerOptions {
+  // The node's identity in its configuration ("domain", "node").
+  std::string domain = "acme";
+  std::string node = "n1";
   bool tls = false;
   std::string cert_file, key_file;  // when tls
   std::string ca_file;              // what clients verify the node's certificate against
@@ -71,6 +74,12 @@ class BrokerProcess {
   broker::http::ClientResponse request(const std::string& method, const std::string& target,
                                        const std::string& body = {}, const std::string& token = kAdminToken,
                                        const std::string& content_type = "application/json") const;
+  // The same without failing the test when the node cannot be reached (it
+  // may be restarting): io_error then.
+  Result<broker::http::ClientResponse> try_request(const std::string& method, const std::string& target,
+                                                   const std::string& body = {},
+                                                   const std::string& token = kAdminToken,
+                                                   const std::string& content_type = "application/json") const;
 
  private:
   BrokerOptions options_;
