@@ -1,0 +1,498 @@
+// federation_bench: a stream of domain A read by a subscriber in domain B
+// over the peer link, against two running nodes.
+//
+//   federation_bench --owner-port P --importer-port P2 [--host H] [--token T]
+//                    [--seconds S] [--batch N] [--latency-rate R] [--lead N]
+//
+// The owner (domain "acme") must export its stream `bids` to the importer's
+// domain ("beta"); scripts/bench-federation.sh sets both nodes up. Prints one
+// JSON line per figure:
+//   federation_latency     publish → arrival at the importer's subscriber at a
+//                          fixed offered rate (p50/p99/p999)
+//   federation_throughput  WebSocket publish into acme/bids on the owner as
+//                          fast as it takes them → WebSocket subscriber on the
+//                          importer following the mirror acme%2Fbids
+//                          (tuples/s, MB/s received, lost, duplicated)
+// Each carries a baseline measured in the same run: for throughput, the same
+// publisher feeding a stream of the owner that is not exported, read by a
+// subscriber on the owner; for latency, a subscriber on the owner reading the
+// same tuples at the same time. The difference is what crossing the domain
+// costs. Every subscriber checks that each sequence number arrives once, in
+// order: gaps count as lost, repeats as duplicated.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "broker/http/client.h"
+#include "engine/batch.h"
+#include "engine/codec.h"
+#include "rapidjson/document.h"
+
+using namespace entente;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kOwnerStream = "bids";          // exported to beta
+constexpr const char* kLocalStream = "bids_local";    // not exported: the baseline
+constexpr const char* kMirror = "acme%2Fbids";        // acme/bids on the importer
+constexpr uint16_t kCloseSlowConsumer = 4001;         // the node's close code
+
+struct Args {
+  std::string host = "127.0.0.1";
+  uint16_t owner_port = 0;
+  uint16_t importer_port = 0;
+  std::string token;
+  double seconds = 5;
+  int batch = 5000;  // tuples per published message
+  double latency_rate = 100000;
+  // How far (in batches) the publisher may run ahead of what its subscriber
+  // received: the figure is the rate the whole path sustains.
+  int lead = 40;
+};
+
+broker::http::ClientOptions client_options(const Args& a, uint16_t port) {
+  broker::http::ClientOptions o;
+  o.host = a.host;
+  o.port = port;
+  o.timeout_ms = 30000;
+  return o;
+}
+
+std::vector<std::pair<std::string, std::string>> auth(const Args& a) {
+  return {{"authorization", "Bearer " + a.token}};
+}
+
+Result<broker::http::ClientResponse> call(const Args& a, uint16_t port, const std::string& method,
+                                          const std::string& target, const std::string& body = {}) {
+  auto c = broker::http::Client::connect(client_options(a, port));
+  if (!c.ok()) return c.error();
+  return (*c)->request(method, target, body, "application/json", auth(a));
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The bench tuple: about 100 bytes encoded (two int64 and an 80-byte string),
+// as in bench/broker.
+const char* kSchema = R"([{"name":"ts","type":"int64"},{"name":"k","type":"int64"},{"name":"payload","type":"string"}])";
+const std::string kPayload(80, 'p');
+
+engine::SchemaPtr schema() {
+  return engine::make_schema({{"ts", engine::Type::Int64}, {"k", engine::Type::Int64}, {"payload", engine::Type::String}});
+}
+
+std::string binary_batch(int rows, int64_t base, int64_t ts) {
+  engine::BatchBuilder bb(schema());
+  bb.reserve(static_cast<size_t>(rows));
+  for (int i = 0; i < rows; ++i) {
+    bb.column(0).ints.push_back(ts);
+    bb.column(1).ints.push_back(base + i);
+    bb.column(2).append_str(kPayload);
+    bb.event_time().push_back(0);
+    bb.seq().push_back(0);
+  }
+  std::string out;
+  engine::encode_batch(bb.finish(), out);
+  return out;
+}
+
+bool create_stream(const Args& a, const std::string& name) {
+  auto r = call(a, a.owner_port, "POST", "/v1/streams",
+                std::string("{\"name\":\"") + name + "\",\"schema\":" + kSchema + "}");
+  if (!r.ok() || r->status != 201) {
+    std::fprintf(stderr, "federation_bench: creating stream %s: %s\n", name.c_str(),
+                 r.ok() ? r->body.c_str() : r.error().message.c_str());
+    return false;
+  }
+  return true;
+}
+
+// The owner's next sequence number of `stream` (1 when it cannot tell: a
+// fresh stream), where a follower of its head starts.
+uint64_t next_seq(const Args& a, const std::string& stream) {
+  auto r = call(a, a.owner_port, "GET", "/v1/streams/" + stream);
+  if (!r.ok() || r->status != 200) return 1;
+  rapidjson::Document d;
+  d.Parse(r->body.c_str(), r->body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("next_seq") || !d["next_seq"].IsUint64()) return 1;
+  return std::max<uint64_t>(1, d["next_seq"].GetUint64());
+}
+
+// POST /v1/imports on the importer; the link may still be coming up (503),
+// so it retries for a while.
+bool create_import(const Args& a) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  std::string last;
+  while (Clock::now() < deadline) {
+    auto r = call(a, a.importer_port, "POST", "/v1/imports", "{\"stream\":\"acme/bids\"}");
+    if (r.ok() && r->status == 201) return true;
+    last = r.ok() ? std::to_string(r->status) + " " + r->body : r.error().message;
+    if (r.ok() && r->status != 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::fprintf(stderr, "federation_bench: POST /v1/imports acme/bids on the importer: %s\n", last.c_str());
+  return false;
+}
+
+// ------------------------------------------------------------ subscriber
+
+// Follows one stream from a known first sequence number and checks that
+// every number arrives once, in order. A node closes a subscriber that
+// falls too far behind (4001); the follower then resumes where it stopped,
+// which is what a real client does, and counts it.
+//
+// Threading: run() on its own thread; the atomics are read by the main
+// thread while it runs, the rest after join().
+struct Follower {
+  std::string where;   // "owner" / "importer", for messages
+  uint16_t port = 0;
+  std::string stream;  // as it appears in the URL
+  uint64_t next = 1;   // next sequence number expected
+  bool measure = false;
+
+  std::atomic<uint64_t> received{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> failed{false};
+  uint64_t lost = 0;
+  uint64_t duplicated = 0;
+  uint64_t reconnects = 0;
+  std::vector<double> latencies_ms;
+  std::string error;
+
+  void run(const Args& a) {
+    while (!stop) {
+      auto ws = broker::http::WsClient::connect(
+          client_options(a, port), "/v1/streams/" + stream + "/subscribe?format=binary&from=" + std::to_string(next),
+          auth(a));
+      if (!ws.ok()) return fail(ws.error().message);
+      bool resume = false;
+      while (!stop && !resume) {
+        auto m = (*ws)->receive(200);
+        if (!m.ok()) {
+          if (m.error().code == Errc::unavailable) continue;
+          return fail(m.error().message);
+        }
+        if (m->closed) {
+          if (m->close_code != kCloseSlowConsumer) {
+            return fail("closed " + std::to_string(m->close_code) + " " + m->close_reason);
+          }
+          ++reconnects;
+          resume = true;
+          break;
+        }
+        std::string_view in = m->data;
+        auto b = engine::decode_batch(in);
+        if (!b.ok()) return fail(b.error().message);
+        const int64_t now = measure ? now_ns() : 0;
+        const auto& ts = b->columns[0]->ints;
+        uint64_t fresh = 0;
+        for (size_t r = 0; r < b->rows(); ++r) {
+          const uint64_t s = b->seq[r];
+          if (s < next) {
+            ++duplicated;
+            continue;
+          }
+          if (s > next) lost += s - next;
+          next = s + 1;
+          ++fresh;
+          if (measure) latencies_ms.push_back(static_cast<double>(now - ts[r]) / 1e6);
+        }
+        bytes += m->data.size();
+        received += fresh;
+      }
+    }
+  }
+
+  // After the run: tuples the owner acknowledged that never arrived.
+  void account_missing(uint64_t last_acked) {
+    if (last_acked + 1 > next) lost += last_acked + 1 - next;
+  }
+
+ private:
+  void fail(std::string why) {
+    error = where + ": " + std::move(why);
+    failed = true;
+  }
+};
+
+// ------------------------------------------------------------- publisher
+
+// The owner's acknowledgement: {"ack":{"count":N,"first_seq":F}}. Returns
+// the last sequence number it covers, 0 when it is not an ack.
+uint64_t ack_last(const std::string& text) {
+  rapidjson::Document d;
+  d.Parse(text.c_str(), text.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("ack") || !d["ack"].IsObject()) return 0;
+  const auto& ack = d["ack"];
+  if (!ack.HasMember("count") || !ack["count"].IsUint64() || !ack.HasMember("first_seq") ||
+      !ack["first_seq"].IsUint64() || ack["count"].GetUint64() == 0)
+    return 0;
+  return ack["first_seq"].GetUint64() + ack["count"].GetUint64() - 1;
+}
+
+struct Throughput {
+  uint64_t acked = 0;     // tuples the owner acknowledged
+  uint64_t last_seq = 0;  // the last one's sequence number
+  uint64_t received = 0, bytes = 0, lost = 0, duplicated = 0, reconnects = 0, errors = 0;
+  double seconds = 0;
+  std::string error;
+  double tuples_per_s() const { return seconds > 0 ? static_cast<double>(received) / seconds : 0; }
+  double mb_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0; }
+};
+
+// Publishes into `stream` on the owner as fast as it acknowledges (a window
+// of 16 messages), no further ahead of `sub` than --lead batches, then waits
+// for `sub` to receive everything acknowledged.
+Throughput run_throughput(const Args& a, const std::string& stream, Follower& sub) {
+  Throughput t;
+  std::thread st([&] { sub.run(a); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto ws = broker::http::WsClient::connect(client_options(a, a.owner_port), "/v1/streams/" + stream + "/publish",
+                                            auth(a));
+  if (!ws.ok()) {
+    sub.stop = true;
+    st.join();
+    t.error = "publish: " + ws.error().message;
+    return t;
+  }
+  const std::string msg = binary_batch(a.batch, 0, 0);
+  constexpr int kWindow = 16;
+  int in_flight = 0;
+  uint64_t sent = 0;
+  auto read_ack = [&]() -> bool {
+    auto m = (*ws)->receive(30000);
+    if (!m.ok() || m->closed) return false;
+    if (const uint64_t last = ack_last(m->data); last != 0) {
+      t.acked += static_cast<uint64_t>(a.batch);
+      t.last_seq = std::max(t.last_seq, last);
+    } else {
+      ++t.errors;
+    }
+    --in_flight;
+    return true;
+  };
+  const uint64_t max_lead = static_cast<uint64_t>(a.lead) * static_cast<uint64_t>(a.batch);
+  const auto t0 = Clock::now();
+  const auto end = t0 + std::chrono::duration<double>(a.seconds);
+  while (Clock::now() < end && !sub.failed) {
+    while (sent > sub.received + max_lead && !sub.failed && Clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (in_flight == kWindow && !read_ack()) break;
+    if (!(*ws)->send(msg, true).ok()) break;
+    ++in_flight;
+    sent += static_cast<uint64_t>(a.batch);
+  }
+  while (in_flight > 0 && read_ack()) {
+  }
+  const auto wait_end = Clock::now() + std::chrono::seconds(30);
+  while (sub.received < t.acked && Clock::now() < wait_end && !sub.failed)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  sub.stop = true;
+  st.join();
+  sub.account_missing(t.last_seq);
+  t.received = sub.received;
+  t.bytes = sub.bytes;
+  t.lost = sub.lost;
+  t.duplicated = sub.duplicated;
+  t.reconnects = sub.reconnects;
+  if (t.error.empty()) t.error = sub.error;
+  return t;
+}
+
+// The importer's link counters for the owner, from GET /v1/peers: bytes
+// received over the link (to report what a tuple costs on the wire).
+uint64_t link_bytes_in(const Args& a) {
+  auto r = call(a, a.importer_port, "GET", "/v1/peers");
+  if (!r.ok() || r->status != 200) return 0;
+  rapidjson::Document d;
+  d.Parse(r->body.c_str(), r->body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("peers") || !d["peers"].IsArray()) return 0;
+  uint64_t total = 0;
+  for (const auto& p : d["peers"].GetArray()) {
+    if (p.IsObject() && p.HasMember("domain") && p["domain"].IsString() &&
+        std::string(p["domain"].GetString()) == "acme" && p.HasMember("bytes_in") && p["bytes_in"].IsUint64())
+      total += p["bytes_in"].GetUint64();
+  }
+  return total;
+}
+
+void bench_throughput(const Args& a) {
+  Follower local;
+  local.where = "owner";
+  local.port = a.owner_port;
+  local.stream = kLocalStream;
+  Throughput base = run_throughput(a, kLocalStream, local);
+
+  Follower remote;
+  remote.where = "importer";
+  remote.port = a.importer_port;
+  remote.stream = kMirror;
+  remote.next = next_seq(a, kOwnerStream);
+  const uint64_t link0 = link_bytes_in(a);
+  Throughput fed = run_throughput(a, kOwnerStream, remote);
+  const uint64_t link1 = link_bytes_in(a);
+  const double link_bytes_per_tuple =
+      fed.received > 0 && link1 >= link0 ? static_cast<double>(link1 - link0) / static_cast<double>(fed.received) : 0;
+
+  std::printf(
+      "{\"bench\":\"federation_throughput\",\"path\":\"acme/bids publish -> peer link -> beta subscriber\","
+      "\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,\"mb_per_s\":%.1f,"
+      "\"target_tuples_per_s\":1000000,\"lost\":%llu,\"duplicated\":%llu,\"resubscribes\":%llu,\"errors\":%llu,"
+      "\"tuple_bytes\":%zu,\"link_bytes_per_tuple\":%.1f,\"batch\":%d,\"error\":\"%s\","
+      "\"baseline\":\"same_publisher_local_subscriber_on_owner\",\"baseline_tuples_per_s\":%.0f,"
+      "\"baseline_mb_per_s\":%.1f,\"baseline_lost\":%llu,\"baseline_duplicated\":%llu,\"baseline_error\":\"%s\"}\n",
+      static_cast<unsigned long long>(fed.acked), static_cast<unsigned long long>(fed.received), fed.seconds,
+      fed.tuples_per_s(), fed.mb_per_s(), static_cast<unsigned long long>(fed.lost),
+      static_cast<unsigned long long>(fed.duplicated), static_cast<unsigned long long>(fed.reconnects),
+      static_cast<unsigned long long>(fed.errors), binary_batch(a.batch, 0, 0).size() / static_cast<size_t>(a.batch),
+      link_bytes_per_tuple, a.batch, fed.error.c_str(), base.tuples_per_s(), base.mb_per_s(),
+      static_cast<unsigned long long>(base.lost), static_cast<unsigned long long>(base.duplicated),
+      base.error.c_str());
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------- latency
+
+struct Percentiles {
+  double p50 = 0, p99 = 0, p999 = 0, max = 0;
+};
+Percentiles percentiles(std::vector<double>& l) {
+  Percentiles p;
+  if (l.empty()) return p;
+  std::sort(l.begin(), l.end());
+  auto at = [&](double q) { return l[std::min(l.size() - 1, static_cast<size_t>(q * static_cast<double>(l.size())))]; };
+  p.p50 = at(0.50);
+  p.p99 = at(0.99);
+  p.p999 = at(0.999);
+  p.max = l.back();
+  return p;
+}
+
+// Publishes acme/bids at a fixed rate (1 ms ticks, each tuple stamped with
+// its send time) while one subscriber on the owner and one on the importer
+// read the same tuples from the stream's head on.
+void bench_latency(const Args& a) {
+  const uint64_t next = next_seq(a, kOwnerStream);
+  Follower local, remote;
+  local.where = "owner";
+  local.port = a.owner_port;
+  local.stream = kOwnerStream;
+  remote.where = "importer";
+  remote.port = a.importer_port;
+  remote.stream = kMirror;
+  for (Follower* f : {&local, &remote}) {
+    f->next = next;
+    f->measure = true;
+    f->latencies_ms.reserve(static_cast<size_t>(a.latency_rate * a.seconds * 1.2));
+  }
+  std::thread lt([&] { local.run(a); });
+  std::thread rt([&] { remote.run(a); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto ws = broker::http::WsClient::connect(client_options(a, a.owner_port),
+                                            std::string("/v1/streams/") + kOwnerStream + "/publish", auth(a));
+  uint64_t sent = 0, last_seq = 0;
+  if (ws.ok()) {
+    const int per_tick = std::max(1, static_cast<int>(a.latency_rate / 1000));
+    const auto t0 = Clock::now();
+    int64_t tick = 0;
+    int in_flight = 0;
+    auto drain = [&](int64_t timeout_ms) {
+      while (in_flight > 0) {
+        auto m = (*ws)->receive(timeout_ms);
+        if (!m.ok() || m->closed) return;
+        last_seq = std::max(last_seq, ack_last(m->data));
+        --in_flight;
+      }
+    };
+    while (Clock::now() - t0 < std::chrono::duration<double>(a.seconds)) {
+      std::this_thread::sleep_until(t0 + std::chrono::milliseconds(tick));
+      ++tick;
+      if (!(*ws)->send(binary_batch(per_tick, static_cast<int64_t>(sent), now_ns()), true).ok()) break;
+      sent += static_cast<uint64_t>(per_tick);
+      ++in_flight;
+      drain(0);  // acknowledgements already there, without waiting
+    }
+    drain(30000);
+  } else {
+    std::fprintf(stderr, "federation_bench: publish: %s\n", ws.error().message.c_str());
+  }
+  const auto wait_end = Clock::now() + std::chrono::seconds(10);
+  while ((local.received < sent || remote.received < sent) && Clock::now() < wait_end && !local.failed &&
+         !remote.failed)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  local.stop = remote.stop = true;
+  lt.join();
+  rt.join();
+  local.account_missing(last_seq);
+  remote.account_missing(last_seq);
+  const Percentiles r = percentiles(remote.latencies_ms);
+  const Percentiles l = percentiles(local.latencies_ms);
+  std::printf(
+      "{\"bench\":\"federation_latency\",\"path\":\"acme/bids publish -> peer link -> beta subscriber\","
+      "\"offered_tuples_per_s\":%.0f,\"tuples\":%llu,\"received\":%llu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+      "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"lost\":%llu,\"duplicated\":%llu,\"error\":\"%s\","
+      "\"baseline\":\"same_tuples_local_subscriber_on_owner\",\"baseline_p50_ms\":%.3f,\"baseline_p99_ms\":%.3f,"
+      "\"baseline_p999_ms\":%.3f,\"baseline_max_ms\":%.3f,\"baseline_lost\":%llu,\"baseline_error\":\"%s\"}\n",
+      a.latency_rate, static_cast<unsigned long long>(sent), static_cast<unsigned long long>(remote.received.load()),
+      r.p50, r.p99, r.p999, r.max, static_cast<unsigned long long>(remote.lost),
+      static_cast<unsigned long long>(remote.duplicated), remote.error.c_str(), l.p50, l.p99, l.p999, l.max,
+      static_cast<unsigned long long>(local.lost), local.error.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  std::vector<std::string> only;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "federation_bench: %s needs a value\n", s.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (s == "--host") a.host = next();
+    else if (s == "--owner-port") a.owner_port = static_cast<uint16_t>(std::atoi(next().c_str()));
+    else if (s == "--importer-port") a.importer_port = static_cast<uint16_t>(std::atoi(next().c_str()));
+    else if (s == "--token") a.token = next();
+    else if (s == "--seconds") a.seconds = std::atof(next().c_str());
+    else if (s == "--batch") a.batch = std::atoi(next().c_str());
+    else if (s == "--latency-rate") a.latency_rate = std::atof(next().c_str());
+    else if (s == "--lead") a.lead = std::atoi(next().c_str());
+    else if (s == "--only") only.push_back(next());
+    else {
+      std::fprintf(stderr,
+                   "usage: federation_bench --owner-port P --importer-port P2 [--host H] [--token T] [--seconds S] "
+                   "[--batch N] [--latency-rate R] [--lead BATCHES] [--only throughput|latency]\n");
+      return 2;
+    }
+  }
+  if (a.owner_port == 0 || a.importer_port == 0 || a.batch <= 0 || a.batch > 1000000 || a.seconds <= 0 ||
+      a.seconds > 3600 || a.latency_rate < 1000 || a.latency_rate > 1e7 || a.lead <= 0 || a.lead > 10000) {
+    std::fprintf(stderr,
+                 "federation_bench: --owner-port and --importer-port are required; --batch 1..1000000, "
+                 "--seconds up to 3600, --latency-rate 1000..1e7, --lead 1..10000\n");
+    return 2;
+  }
+  auto want = [&](const char* n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
+  if (!create_stream(a, kOwnerStream) || !create_stream(a, kLocalStream) || !create_import(a)) return 1;
+  // Latency first, on a quiet node: after the throughput run the owner's and
+  // the importer's stores flush and trim hundreds of MB, which would show
+  // up in both paths' tails.
+  if (want("latency")) bench_latency(a);
+  if (want("throughput")) bench_throughput(a);
+  return 0;
+}
