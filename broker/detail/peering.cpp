@@ -99,7 +99,8 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   void on_record(const RecordPtr& rec) override {
     std::lock_guard lock(mu_);
     if (closed_ || !live_ || rec->last < next_) return;
-    if (rec->first > next_ || !send_locked(*rec->batch, next_ - rec->first)) {
+    if (rec->first > next_ || !send_locked(*rec->batch, next_ - rec->first,
+                                           rec->first == next_ ? rec->encoded.get() : nullptr)) {
       // Out of credit (or a gap, which in-order publication rules out):
       // continue from the log when credit comes back.
       live_ = false;
@@ -149,9 +150,29 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   // REQUIRES: mu_. Sends rows offset.. of `b` as DATA frames while credit
   // lasts; false when credit (or the link) ran out first. next_ advances
   // past what was sent.
-  bool send_locked(const engine::Batch& b, size_t offset) {
+  // `whole`, when given, is the encoding of all of `b` (a committed
+  // record's bytes), sent as it is when it fits one frame.
+  bool send_locked(const engine::Batch& b, size_t offset, const std::string* whole = nullptr) {
     auto* links = p_.links();
     if (links == nullptr) return false;
+    if (whole != nullptr && offset == 0 && projection_.empty() && b.rows() <= chunk_rows_ &&
+        whole->size() + kDataOverhead <= max_payload_) {
+      federation::Data d;
+      d.first_seq = next_;
+      d.count = static_cast<uint32_t>(b.rows());
+      d.body = *whole;
+      std::string payload = federation::encode(d);
+      if (!credit_.can_send(payload.size())) return false;
+      if (links->send(peer_, FrameType::data, channel_, payload).ok()) {
+        credit_.consume(payload.size());
+        next_ += b.rows();
+        if (tuples_out_) tuples_out_->inc(b.rows());
+        p_.count_tuples(peer_uri_, 0, b.rows());
+        return true;
+      }
+      // Over the peer's frame limit (or the link is down): the general path
+      // below splits, or fails the same way.
+    }
     while (offset < b.rows()) {
       size_t count = std::min(b.rows() - offset, chunk_rows_);
       engine::Batch part;
@@ -236,7 +257,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
           reset_locked(WireError::internal, "the stream's log is corrupt");
           return;
         }
-        if (!send_locked(*b, next_ - rec.first)) return;
+        if (!send_locked(*b, next_ - rec.first, rec.first == next_ ? &rec.payload : nullptr)) return;
       }
     }
   }
@@ -277,6 +298,7 @@ struct Import {
   bool asked_from_start = false;     // REQUIRES: mu; OPEN had from_seq 0
   size_t node_index = 0;             // REQUIRES: mu; next node of the domain to try
   uint64_t next_expected = 0;        // REQUIRES: mu; next seq to accept (incl. in flight)
+  uint64_t window = 0;               // REQUIRES: mu; credit the owner still has
   uint64_t acked = 0;                // REQUIRES: mu
   uint64_t tuples = 0;               // REQUIRES: mu
   Clock::time_point retry_at{};      // REQUIRES: mu; re-open then, when set
@@ -722,6 +744,7 @@ void Peering::open_import(const std::shared_ptr<Import>& imp) {
   const bool fresh = !imp->mirror || imp->mirror->committed_next() <= 1;
   open.from_seq = fresh ? 0 : imp->next_expected;
   open.credit = config_.import_window;
+  imp->window = open.credit;
   imp->asked_from_start = fresh;
   imp->owner = owner;
   imp->channel = *channel;
@@ -895,6 +918,15 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
   }
 
   if (type != FrameType::data || imp->state != "active" || !imp->mirror) return;
+  // The owner may not send beyond the credit it was given (docs/protocol.md §8).
+  if (payload.size() > imp->window) {
+    reset_and_retry(WireError::flow_control,
+                    "DATA of " + std::to_string(payload.size()) + " bytes with a credit of " +
+                        std::to_string(imp->window),
+                    std::chrono::seconds(1));
+    return;
+  }
+  imp->window -= payload.size();
   auto d = federation::decode_data(payload);
   if (!d.ok()) {
     reset_and_retry(WireError::protocol, d.error().message, std::chrono::seconds(1));
@@ -916,11 +948,21 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
   const uint64_t last = first + d->count - 1;
   if (last < imp->next_expected) {
     // All duplicates (a resend after a reconnect): drop, return the credit.
-    (void)links_->send(owner, FrameType::credit, channel,
-                       federation::encode(federation::Credit{credit_back}));
+    if (links_->send(owner, FrameType::credit, channel,
+                     federation::encode(federation::Credit{credit_back}))
+            .ok()) {
+      imp->window += credit_back;
+    }
     return;
   }
   engine::Batch rows = std::move(*batch);
+  // The owner's bytes are stored as they are when they hold exactly the
+  // tuples first..last under those numbers (no duplicate prefix to cut).
+  std::shared_ptr<const std::string> as_received;
+  if (first >= imp->next_expected && rows.rows() > 0 && rows.seq[0] == first &&
+      rows.seq[rows.rows() - 1] == last) {
+    as_received = std::make_shared<const std::string>(std::move(d->body));
+  }
   if (first < imp->next_expected) {
     std::vector<uint32_t> keep(last - imp->next_expected + 1);
     std::iota(keep.begin(), keep.end(), static_cast<uint32_t>(imp->next_expected - first));
@@ -937,7 +979,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
   std::weak_ptr<Import> weak = imp;
   Status s = imp->mirror->append_at(
       first, std::move(rows), node_.gc(), store::Admission::reject,
-      [this, weak, generation, owner, channel, last, credit_back](const Status& st, const RecordPtr&) {
+      [this, weak, generation, owner, channel, last](const Status& st, const RecordPtr&) {
         auto imp = weak.lock();
         if (!imp) return;
         std::lock_guard lock(imp->mu);
@@ -947,11 +989,11 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
         }
         imp->acked = std::max(imp->acked, last);
         if (imp->generation != generation) return;  // the channel is gone
+        // Durable now: the owner may release everything through `last`.
         (void)links_->send(owner, FrameType::ack, channel,
                            federation::encode(federation::Ack{last}));
-        (void)links_->send(owner, FrameType::credit, channel,
-                           federation::encode(federation::Credit{credit_back}));
-      });
+      },
+      std::move(as_received));
   if (!s.ok()) {
     // The group commit is full (or the mirror is going): start over from
     // what is stored, a little later; the owner keeps everything unacked.
@@ -959,6 +1001,13 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
                     std::chrono::milliseconds(200));
     imp->next_expected = imp->mirror->next_seq();
     return;
+  }
+  // Credit comes back as soon as the group commit holds the batch (its own
+  // queue bound caps memory; a full queue resets the channel above), so the
+  // owner keeps sending while the sync runs. ACK waits for durability.
+  if (links_->send(owner, FrameType::credit, channel, federation::encode(federation::Credit{credit_back}))
+          .ok()) {
+    imp->window += credit_back;
   }
   imp->tuples += last - first + 1;
   imp->next_expected = last + 1;

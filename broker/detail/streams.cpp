@@ -34,7 +34,7 @@ Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admiss
 }
 
 Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
-                         Done done) {
+                         Done done, std::shared_ptr<const std::string> encoded) {
   if (batch.rows() == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
   std::lock_guard lock(append_mu_);
   if (first != next_seq_) {
@@ -45,7 +45,8 @@ Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit
     next_seq_ = first;
     committed_next_.store(first, std::memory_order_release);
   }
-  return append_locked(first, std::move(batch), gc, admission, store::WriteBatch(), std::move(done));
+  return append_locked(first, std::move(batch), gc, admission, store::WriteBatch(), std::move(done),
+                       std::move(encoded));
 }
 
 uint64_t Stream::next_seq() const {
@@ -54,15 +55,19 @@ uint64_t Stream::next_seq() const {
 }
 
 Status Stream::append_locked(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
-                             store::Admission admission, store::WriteBatch extra, Done done) {
+                             store::Admission admission, store::WriteBatch extra, Done done,
+                             std::shared_ptr<const std::string> encoded) {
   const size_t n = batch.rows();
   if (closed()) return make_error(Errc::not_found, "stream '" + meta_.name + "' was deleted");
   const uint64_t last = first + n - 1;
-  auto& seq = batch.seq.reset();
-  seq.resize(n);
-  for (size_t i = 0; i < n; ++i) seq[i] = first + i;
-  auto encoded = std::make_shared<std::string>();
-  engine::encode_batch(batch, *encoded);
+  if (!encoded) {
+    auto& seq = batch.seq.reset();
+    seq.resize(n);
+    for (size_t i = 0; i < n; ++i) seq[i] = first + i;
+    auto fresh = std::make_shared<std::string>();
+    engine::encode_batch(batch, *fresh);
+    encoded = std::move(fresh);
+  }
   auto record = std::make_shared<Record>();
   record->first = first;
   record->last = last;

@@ -86,8 +86,12 @@ class Stream final {
   // numbering. `first` must be the next number, except while the stream has
   // never held a tuple, when it may start anywhere (the owner had trimmed
   // what came before). conflict otherwise.
+  // `encoded`, when given, is the engine encoding of `batch` exactly as it
+  // is (sequence numbers first.. included), e.g. the bytes that arrived from
+  // the owner: stored as they are instead of encoding the batch again.
   Status append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
-                   store::Admission admission, Done done);
+                   store::Admission admission, Done done,
+                   std::shared_ptr<const std::string> encoded = nullptr);
   // Next sequence number append_at expects.
   uint64_t next_seq() const;
 
@@ -106,7 +110,8 @@ class Stream final {
   // REQUIRES: append_mu_. Appends with sequence numbers first.., first
   // being next_seq_.
   Status append_locked(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
-                       store::Admission admission, store::WriteBatch extra, Done done);
+                       store::Admission admission, store::WriteBatch extra, Done done,
+                       std::shared_ptr<const std::string> encoded = nullptr);
 
   StreamMeta meta_;
   mutable std::mutex append_mu_;        // orders seq assignment with submission
