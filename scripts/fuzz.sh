@@ -64,11 +64,16 @@ echo "fuzz: running for ${seconds}s"
 # libFuzzer exits non-zero on a crash, a sanitizer report, an abort from an
 # invariant check, a leak, a timeout or running out of memory; the input
 # that did it is left in build-fuzz/artifacts/.
+# Its progress lines go to a log; the summary (or the whole report on a
+# finding) is printed.
+log="$out/fuzz.log"
 status=0
 "$out/frame_fuzz" -max_total_time="$seconds" -max_len=70000 -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" || status=$?
+  -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" >"$log" 2>&1 || status=$?
 if [[ $status -ne 0 ]]; then
-  echo "fuzz: FAILED (exit $status); reproduce with: $out/frame_fuzz $artifacts/<file>" >&2
+  tail -n 80 "$log" >&2
+  echo "fuzz: FAILED (exit $status); reproduce with: $out/frame_fuzz $artifacts/<file>; log in $log" >&2
   exit 1
 fi
-echo "fuzz: no findings in ${seconds}s"
+grep -E '^(stat::|Done )' "$log" || true
+echo "fuzz: no findings in ${seconds}s (log in $log)"
