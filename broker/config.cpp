@@ -324,9 +324,11 @@ bool is_loopback(const std::string& host) {
   return false;
 }
 
-// "host:port" with host an IPv4 address, "[IPv6]" or "localhost" (bound as
-// 127.0.0.1). Host names are not resolved: a listener binds an address.
-Status read_listen(const Value& v, const std::string& path, NodeConfig& cfg) {
+// "host:port": the host an IPv4 address, "[IPv6]" or "localhost" (as
+// 127.0.0.1), or, when `names` (a peer's address, resolved when dialing), a
+// DNS name. A listener binds an address, so its host is never a name.
+Status read_endpoint(const Value& v, const std::string& path, bool names, std::string& host_out,
+                     uint16_t& port_out) {
   ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
   const std::string expected = "expected \"host:port\", got " + show(s);
   std::string host, port;
@@ -353,7 +355,15 @@ Status read_listen(const Value& v, const std::string& path, NodeConfig& cfg) {
     if (host == "localhost") {
       host = "127.0.0.1";
     } else if (inet_pton(AF_INET, host.c_str(), &a4) != 1) {
-      return config_error(path, "the host must be an IP address or localhost, got " + show(host));
+      const bool dns = names && !host.empty() && host.size() <= 253 &&
+                       std::all_of(host.begin(), host.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                c == '-' || c == '.';
+                       });
+      if (!dns) {
+        return config_error(path, names ? "the host must be an IP address or a DNS name, got " + show(host)
+                                        : "the host must be an IP address or localhost, got " + show(host));
+      }
     }
   }
   if (port.empty() || port.size() > 5 ||
@@ -362,9 +372,14 @@ Status read_listen(const Value& v, const std::string& path, NodeConfig& cfg) {
   }
   const unsigned long p = std::stoul(port);
   if (p > 65535) return config_error(path, "the port must be 0..65535, got " + port);
-  cfg.listen_address = host;
-  cfg.listen_port = static_cast<uint16_t>(p);
+  if (names && p == 0) return config_error(path, "a peer's port cannot be 0");
+  host_out = host;
+  port_out = static_cast<uint16_t>(p);
   return {};
+}
+
+Status read_listen(const Value& v, const std::string& path, NodeConfig& cfg) {
+  return read_endpoint(v, path, false, cfg.listen_address, cfg.listen_port);
 }
 
 Status read_api_limits(const Value& v, const std::string& path, ApiLimits& lim) {
@@ -557,57 +572,6 @@ Status read_node_limits(const Value& v, const std::string& path, NodeConfig& cfg
   if (const Value* x = r.get("max_queries")) {
     ENTENTE_ASSIGN_OR_RETURN(cfg.max_queries, read_uint(*x, r.path_of("max_queries"), 1, 100'000));
   }
-  return {};
-}
-
-// "host:port" for the federation: the host an IP address (IPv6 in
-// brackets) or, when `names` (a peer's address, resolved when dialing), a
-// DNS name.
-Status read_endpoint(const Value& v, const std::string& path, bool names, std::string& host_out,
-                     uint16_t& port_out) {
-  ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
-  const std::string expected = "expected \"host:port\", got " + show(s);
-  std::string host, port;
-  if (!s.empty() && s[0] == '[') {
-    const size_t close = s.find(']');
-    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') {
-      return config_error(path, expected);
-    }
-    host = s.substr(1, close - 1);
-    port = s.substr(close + 2);
-    in6_addr a6{};
-    if (inet_pton(AF_INET6, host.c_str(), &a6) != 1) {
-      return config_error(path, show(host) + " is not an IPv6 address");
-    }
-  } else {
-    const size_t colon = s.rfind(':');
-    if (colon == std::string::npos) return config_error(path, expected);
-    host = s.substr(0, colon);
-    port = s.substr(colon + 1);
-    in_addr a4{};
-    if (host == "localhost") {
-      host = "127.0.0.1";
-    } else if (inet_pton(AF_INET, host.c_str(), &a4) != 1) {
-      const bool dns = names && !host.empty() && host.size() <= 253 &&
-                       std::all_of(host.begin(), host.end(), [](char c) {
-                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                                c == '-' || c == '.';
-                       });
-      if (!dns) {
-        return config_error(path, names ? "the host must be an IP address or a DNS name, got " + show(host)
-                                        : "the host must be an IP address or localhost, got " + show(host));
-      }
-    }
-  }
-  if (port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return config_error(path, expected);
-  }
-  const unsigned long p = std::stoul(port);
-  if (p > 65535) return config_error(path, "the port must be 0..65535, got " + port);
-  if (names && p == 0) return config_error(path, "a peer's port cannot be 0");
-  host_out = host;
-  port_out = static_cast<uint16_t>(p);
   return {};
 }
 

@@ -288,6 +288,7 @@ struct Import {
   std::string domain;  // "beta"
   StreamPtr mirror;    // null until the owner first accepted
   engine::SchemaPtr expected;  // a query's declared schema, for a new import
+  Counter* tuples_in = nullptr;  // entente_import_tuples_total{stream}, set once
 
   std::mutex mu;
   std::string state = "connecting";  // REQUIRES: mu
@@ -393,6 +394,7 @@ Status Peering::start() {
     if (!parts) continue;
     auto imp = std::make_shared<Import>();
     imp->name = s->meta().name;
+    imp->tuples_in = &import_counter(imp->name);
     imp->domain = parts->first;
     imp->mirror = s;
     imp->next_expected = s->next_seq();
@@ -436,14 +438,15 @@ uint16_t Peering::port() const { return links_ ? links_->port() : 0; }
 // Link events.
 
 void Peering::on_link_up(const certs::Identity& peer) {
-  std::vector<std::shared_ptr<Import>> todo;
+  // Imports of the peer's domain without a channel open one now.
+  std::vector<std::shared_ptr<Import>> of_domain;
   {
     std::lock_guard lock(mu_);
     for (auto& [name, imp] : imports_) {
-      if (imp->domain == peer.domain) todo.push_back(imp);
+      if (imp->domain == peer.domain) of_domain.push_back(imp);
     }
   }
-  for (auto& imp : todo) {
+  for (auto& imp : of_domain) {
     {
       std::lock_guard lock(imp->mu);
       if (imp->channel != 0) continue;
@@ -626,6 +629,11 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   sender->start();
 }
 
+Counter& Peering::import_counter(const std::string& stream) {
+  return node_.metrics().counter("entente_import_tuples_total",
+                                 "Tuples received from another domain's stream", {{"stream", stream}});
+}
+
 void Peering::count_tuples(const std::string& peer, uint64_t in, uint64_t out) {
   std::lock_guard lock(count_mu_);
   auto& c = tuples_[peer];
@@ -695,6 +703,7 @@ void Peering::create_import(const std::string& stream, engine::SchemaPtr expecte
     if (!exists) {
       imp = std::make_shared<Import>();
       imp->name = stream;
+      imp->tuples_in = &import_counter(stream);
       imp->domain = parts->first;
       imp->expected = std::move(expected);
       imports_[stream] = imp;
@@ -1012,10 +1021,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
   imp->tuples += last - first + 1;
   imp->next_expected = last + 1;
   count_tuples(owner.uri(), last - first + 1, 0);
-  node_.metrics()
-      .counter("entente_import_tuples_total", "Tuples received from another domain's stream",
-               {{"stream", imp->name}})
-      .inc(last - first + 1);
+  if (imp->tuples_in) imp->tuples_in->inc(last - first + 1);
 }
 
 std::vector<ImportInfo> Peering::imports() const {

@@ -98,6 +98,7 @@ class Peering final : public federation::LinkHandler {
   void record_ack(const std::string& stream, const std::string& domain, uint64_t through);
   // Tuples received from / sent to a peer node, for GET /v1/peers.
   void count_tuples(const std::string& peer, uint64_t in, uint64_t out);
+  Counter& import_counter(const std::string& stream);
   void log(const std::string& line) const;
 
  private:

@@ -2,6 +2,7 @@
 // the files' modes, refusals, and what read_certificate / describe report.
 
 #include "certs/certs.h"
+#include "certs/detail/ossl.h"
 
 #include <gtest/gtest.h>
 #include <openssl/err.h>
@@ -21,14 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using detail::PkeyPtr;
+using detail::X509Ptr;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -1,6 +1,7 @@
 // TrustStore: per-domain CA pins and the checks a peer certificate must pass,
 // with the refusal label and reason for each way it can fail.
 
+#include "certs/detail/ossl.h"
 #include "certs/trust.h"
 
 #include <gtest/gtest.h>
@@ -24,14 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using detail::PkeyPtr;
+using detail::X509Ptr;
 struct StackFree {
   void operator()(STACK_OF(X509) * s) const { sk_X509_pop_free(s, X509_free); }
 };

@@ -1,6 +1,7 @@
 // Store against a real RocksDB in a temporary directory.
 
 #include "store/store.h"
+#include "tests/store/temp_store.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,11 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string make_temp_dir() {
-  std::string tmpl = (fs::temp_directory_path() / "entente-store-test-XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  return tmpl;
-}
+using testing::make_temp_dir;
 
 class StoreTest : public ::testing::Test {
  protected:

@@ -12,13 +12,23 @@
 
 namespace entente::store::testing {
 
+// A fresh directory "entente-store-test-<unique suffix>" under the system's
+// temporary directory (mkdtemp); empty, with a test failure, when it cannot
+// be made.
+inline std::string make_temp_dir() {
+  std::string path = (std::filesystem::temp_directory_path() / "entente-store-test-XXXXXX").string();
+  if (mkdtemp(path.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << path << " failed";
+    return {};
+  }
+  return path;
+}
+
 class TempStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // mkdtemp replaces the trailing XXXXXX with a unique suffix.
-    std::string tmpl = (std::filesystem::temp_directory_path() / "entente-store-test-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = make_temp_dir();
+    ASSERT_FALSE(dir_.empty());
     reopen();
   }
   void TearDown() override {

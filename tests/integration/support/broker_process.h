@@ -91,6 +91,10 @@ class BrokerProcess {
   std::string error_;
 };
 
+// A fresh directory under the system's temporary directory, named
+// "<prefix>-<unique suffix>" (mkdtemp). Throws when it cannot be made.
+std::string make_temp_dir(const std::string& prefix);
+
 // Runs a command, returns its exit status and stdout.
 int run_command(const std::string& command, std::string& output);
 

@@ -169,12 +169,7 @@ std::string FedNode::last_error() const { return error_; }
 
 // ---------------------------------------------------------------- Federation
 
-Federation::Federation() {
-  char tmpl[] = "/tmp/entente-fed-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  if (!d) throw std::runtime_error("mkdtemp failed");
-  dir_ = d;
-}
+Federation::Federation() : dir_(make_temp_dir("entente-fed")) {}
 
 Federation::~Federation() {
   nodes_.clear();  // kill the processes before their certificates go
