@@ -293,8 +293,19 @@ void NodeImpl::enforce_retention() {
       for (size_t i = 0; i < ins.size(); ++i)
         if (ins[i] == s->meta().name) pin = std::min(pin, q->pin(i));
     }
-    auto r = store::StreamLog::trim(*store_, s->meta().id, s->meta().retention, pin, wall_clock_ms());
-    if (!r.ok()) log_line("retention of stream '" + s->meta().name + "': " + r.error().message);
+    const auto known = s->log_bytes();
+    auto r = store::StreamLog::trim(*store_, s->meta().id, s->meta().retention, pin,
+                                    wall_clock_ms(), known);
+    if (!r.ok()) {
+      log_line("retention of stream '" + s->meta().name + "': " + r.error().message);
+      continue;
+    }
+    if (s->meta().retention.max_bytes == 0) continue;
+    if (known) {
+      s->trimmed_log_bytes(r->bytes_removed);
+    } else {
+      s->set_log_bytes(r->bytes_retained);
+    }
   }
 }
 

@@ -374,11 +374,34 @@ class Link : public std::enable_shared_from_this<Link> {
       last_rx_ = SteadyClock::now();
       last_heartbeat_ms.store(unix_ms(), std::memory_order_relaxed);
       if (f.channel != 0) {
+        if (f.type == FrameType::open && !check_peer_open(f.channel)) return false;
         impl_.handler.on_frame(peer_, f.type, f.channel, f.payload);
         continue;
       }
       if (!on_link_frame(f)) return false;
     }
+  }
+
+  // The peer opens channels of its own parity (odd when it dialed), each
+  // number above the last it opened, so no number is used twice on a link.
+  bool check_peer_open(uint32_t channel) {
+    const bool peer_dialed = !dialed_;
+    const bool odd = (channel % 2) == 1;
+    std::string problem;
+    if (odd != peer_dialed) {
+      problem = "OPEN on channel " + std::to_string(channel) + " of the wrong parity (the " +
+                (peer_dialed ? "dialer opens odd" : "acceptor opens even") + " channels)";
+    } else if (channel <= last_peer_open_) {
+      problem = "OPEN on channel " + std::to_string(channel) + " reuses a number (last was " +
+                std::to_string(last_peer_open_) + ")";
+    }
+    if (problem.empty()) {
+      last_peer_open_ = channel;
+      return true;
+    }
+    close_with(WireError::protocol, problem);
+    impl_.log("federation: link to " + uri_ + ": " + problem);
+    return false;
   }
 
   bool on_link_frame(const FrameView& f) {
@@ -489,6 +512,7 @@ class Link : public std::enable_shared_from_this<Link> {
   net::steady_timer heartbeat_timer_;
   FrameDecoder decoder_;
   SteadyClock::time_point last_rx_;
+  uint32_t last_peer_open_ = 0;         // highest channel the peer opened
   uint64_t peer_sent_ns_ = 0;           // the peer's last heartbeat, its clock
   int64_t peer_sent_received_ns_ = 0;   // when it arrived, our clock
   bool failed_ = false;

@@ -191,7 +191,8 @@ Result<std::optional<LogRecord>> StreamLog::last(const Store& store, StreamId st
 }
 
 Result<TrimResult> StreamLog::trim(Store& store, StreamId stream, const Retention& retention,
-                                   uint64_t pin, int64_t now_ms) {
+                                   uint64_t pin, int64_t now_ms,
+                                   std::optional<uint64_t> retained_bytes) {
   if (retention.max_age_ms < 0) {
     return make_error(Errc::invalid_argument,
                       "retention max_age_ms must be >= 0, got " +
@@ -202,11 +203,11 @@ Result<TrimResult> StreamLog::trim(Store& store, StreamId stream, const Retentio
   if (!newest) return result;
   const std::string prefix = log_prefix(stream);
 
-  // Payload bytes retained now. Only counted when bounded: it reads the
-  // whole log, which is why trim runs periodically rather than per append.
-  uint64_t bytes = 0;
+  // Payload bytes retained now. Only counted when bounded and the caller
+  // does not know them: it reads the whole log.
+  uint64_t bytes = retained_bytes.value_or(0);
   Status failure;
-  if (retention.max_bytes != 0) {
+  if (retention.max_bytes != 0 && !retained_bytes) {
     ENTENTE_RETURN_IF_ERROR(store.scan(Cf::log, prefix, [&](std::string_view k, std::string_view v) {
       auto r = decode_header(stream, k, v);
       if (!r.ok()) {
@@ -250,6 +251,7 @@ Result<TrimResult> StreamLog::trim(Store& store, StreamId stream, const Retentio
     return true;
   }));
   ENTENTE_RETURN_IF_ERROR(failure);
+  if (retention.max_bytes != 0) result.bytes_retained = bytes;
   if (!last_removed_first) return result;
 
   // One range ending just after the last removed record's key: a record

@@ -45,6 +45,10 @@ struct TrimResult {
   uint64_t tuples_removed = 0;
   uint64_t bytes_removed = 0;
   uint64_t first_retained = 0;  // first seq still in the log (0 when empty)
+  // Payload bytes of the records still in the log that were counted (those
+  // committed before the trim began): the caller's running count when it
+  // passed one, else what the trim counted. 0 when retention has no byte bound.
+  uint64_t bytes_retained = 0;
 };
 
 class StreamLog {
@@ -68,8 +72,13 @@ class StreamLog {
   // Removes the oldest records while any retention bound is exceeded, never
   // removing a record whose last seq >= `pin` (the smallest position a
   // consumer still needs; pass UINT64_MAX when nothing pins). Synced.
+  // With a byte bound the payload bytes in the log must be known: pass the
+  // caller's running count as `retained_bytes`, or nullopt to have them
+  // counted by reading the whole log (then keep result.bytes_retained and
+  // add what is appended, so later checks read only what they remove).
   static Result<TrimResult> trim(Store& store, StreamId stream, const Retention& retention,
-                                 uint64_t pin, int64_t now_ms);
+                                 uint64_t pin, int64_t now_ms,
+                                 std::optional<uint64_t> retained_bytes = std::nullopt);
 
   // Removes the whole log of a stream (stream deleted). Synced.
   static Status drop(Store& store, StreamId stream);

@@ -49,6 +49,26 @@ Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit
                        std::move(encoded));
 }
 
+std::optional<uint64_t> Stream::log_bytes() const {
+  const int64_t b = log_bytes_.load(std::memory_order_relaxed);
+  if (b < 0) return std::nullopt;
+  return static_cast<uint64_t>(b);
+}
+
+void Stream::set_log_bytes(uint64_t bytes) {
+  log_bytes_.store(static_cast<int64_t>(std::min<uint64_t>(bytes, INT64_MAX)),
+                   std::memory_order_relaxed);
+}
+
+void Stream::trimmed_log_bytes(uint64_t bytes) {
+  // Never below zero: the first count may have missed a record that is now removed.
+  int64_t cur = log_bytes_.load(std::memory_order_relaxed);
+  while (cur >= 0) {
+    const int64_t next = cur - std::min<int64_t>(cur, static_cast<int64_t>(bytes));
+    if (log_bytes_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return;
+  }
+}
+
 uint64_t Stream::next_seq() const {
   std::lock_guard lock(append_mu_);
   return next_seq_;
@@ -84,6 +104,8 @@ Status Stream::append_locked(uint64_t first, engine::Batch batch, store::GroupCo
           committed_next_.store(record->last + 1, std::memory_order_release);
           if (tuples_in) tuples_in->inc(record->rows());
           if (bytes_in) bytes_in->inc(bytes);
+          if (log_bytes_.load(std::memory_order_relaxed) >= 0)
+            log_bytes_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
           publish(record);
         }
         if (done) done(st, record);

@@ -105,6 +105,15 @@ class Stream final {
   Counter* tuples_in = nullptr;   // set by the registry
   Counter* bytes_in = nullptr;
 
+  // Payload bytes in the stream's log, for retention by bytes, so that a
+  // retention check reads only the records it removes. Unknown (nullopt)
+  // until the first check has counted them; then kept up to date by every
+  // commit and trim. Approximate by the records committed while the first
+  // count ran (they are left out, so retention keeps slightly more).
+  std::optional<uint64_t> log_bytes() const;
+  void set_log_bytes(uint64_t bytes);
+  void trimmed_log_bytes(uint64_t bytes);
+
  private:
   void publish(const RecordPtr& record);
   // REQUIRES: append_mu_. Appends with sequence numbers first.., first
@@ -118,6 +127,7 @@ class Stream final {
   uint64_t next_seq_;                   // REQUIRES: append_mu_
   bool ever_appended_;                  // REQUIRES: append_mu_
   std::atomic<uint64_t> committed_next_;
+  std::atomic<int64_t> log_bytes_{-1};  // -1: not counted yet
   std::atomic<bool> closed_{false};
   std::mutex taps_mu_;
   std::vector<std::weak_ptr<Tap>> taps_;

@@ -209,6 +209,27 @@ TEST_F(StreamLogTest, TrimByBytes) {
   EXPECT_EQ(r->records_removed, 3u);  // 500 → 400 → 300 → 200 bytes
   EXPECT_EQ(r->bytes_removed, 300u);
   EXPECT_EQ(r->first_retained, 31u);
+  EXPECT_EQ(r->bytes_retained, 200u);  // what the caller keeps counting from
+}
+
+// With the caller's running count the log is not read to count bytes: the
+// count alone decides, so a check costs only the records it removes.
+TEST_F(StreamLogTest, TrimByBytesUsesTheCallersCount) {
+  const StreamId s{2};
+  append_records(s, 5, 10, 100);
+  Retention keep;
+  keep.max_bytes = 250;
+  auto r = StreamLog::trim(*store_, s, keep, kNoPin, 0, /*retained_bytes=*/250);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->records_removed, 0u) << "250 bytes by the caller's count is within the bound";
+  EXPECT_EQ(r->bytes_retained, 250u);
+
+  r = StreamLog::trim(*store_, s, keep, kNoPin, 0, /*retained_bytes=*/350);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->records_removed, 1u);  // 350 → 250
+  EXPECT_EQ(r->bytes_removed, 100u);
+  EXPECT_EQ(r->bytes_retained, 250u);
+  EXPECT_EQ(r->first_retained, 11u);
 }
 
 TEST_F(StreamLogTest, TrimByAgeAndEmptyingTheLog) {
