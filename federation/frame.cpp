@@ -34,6 +34,7 @@ bool known_frame_type(uint8_t type) {
     case FrameType::data:
     case FrameType::ack:
     case FrameType::credit:
+    case FrameType::control:
       return true;
   }
   return false;
@@ -59,6 +60,8 @@ std::string_view frame_type_name(FrameType type) {
       return "ack";
     case FrameType::credit:
       return "credit";
+    case FrameType::control:
+      return "control";
   }
   return "unknown";
 }

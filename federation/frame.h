@@ -40,6 +40,7 @@ enum class FrameType : uint8_t {
   data = 0x13,       // owner → subscriber: tuples with sequence numbers
   ack = 0x14,        // subscriber → owner: durable through a sequence number
   credit = 0x15,     // subscriber → owner: more bytes may be sent
+  control = 0x20,    // channel 0, either side: a JSON message for the layer above (contracts)
 };
 
 // True for the values of FrameType.

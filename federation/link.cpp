@@ -374,12 +374,24 @@ class Link : public std::enable_shared_from_this<Link> {
       last_rx_ = SteadyClock::now();
       last_heartbeat_ms.store(unix_ms(), std::memory_order_relaxed);
       if (f.channel != 0) {
+        if (is_link_frame(f.type)) {
+          const std::string problem = "frame type " + std::string(frame_type_name(f.type)) +
+                                      " is only allowed on channel 0";
+          close_with(WireError::protocol, problem);
+          impl_.log("federation: link to " + uri_ + ": " + problem);
+          return false;
+        }
         if (f.type == FrameType::open && !check_peer_open(f.channel)) return false;
         impl_.handler.on_frame(peer_, f.type, f.channel, f.payload);
         continue;
       }
       if (!on_link_frame(f)) return false;
     }
+  }
+
+  static bool is_link_frame(FrameType t) {
+    return t == FrameType::hello || t == FrameType::heartbeat || t == FrameType::goaway ||
+           t == FrameType::control;
   }
 
   // The peer opens channels of its own parity (odd when it dialed), each
@@ -423,6 +435,10 @@ class Link : public std::enable_shared_from_this<Link> {
         }
         return true;
       }
+      case FrameType::control:
+        // Link-wide messages of the layer above (contract negotiation).
+        impl_.handler.on_frame(peer_, f.type, 0, f.payload);
+        return true;
       case FrameType::goaway: {
         auto g = decode_goaway(f.payload);
         close_reason_ = g ? "peer went away (" + std::string(wire_error_name(g->code)) +

@@ -95,7 +95,9 @@ class LinkHandler {
   // The link to `peer` ended (closed, failed, replaced). Every channel on it
   // is gone; the layer above re-opens what it needs when the link is back.
   virtual void on_link_down(const certs::Identity& peer, std::string_view reason) = 0;
-  // A frame on a channel other than 0. The payload is valid during the call.
+  // A frame on a channel other than 0, or a CONTROL frame (channel 0: a
+  // link-wide message such as contract negotiation). The payload is valid
+  // during the call.
   virtual void on_frame(const certs::Identity& peer, FrameType type, uint32_t channel,
                         std::string_view payload) = 0;
 };

@@ -494,6 +494,13 @@ void Peering::on_link_down(const certs::Identity& peer, std::string_view reason)
 void Peering::on_frame(const certs::Identity& peer, FrameType type, uint32_t channel,
                        std::string_view payload) {
   const ChannelKey key{peer.uri(), channel};
+  if (type == FrameType::control) {
+    // No CONTROL message is handled yet (contract negotiation comes next):
+    // ignored and logged, as docs/protocol.md 5.10 says.
+    log("federation: ignored a CONTROL message from " + peer.uri() + " (" +
+        std::to_string(payload.size()) + " bytes)");
+    return;
+  }
   if (type == FrameType::open) {
     on_open(peer, channel, payload);
     return;

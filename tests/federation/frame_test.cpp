@@ -63,7 +63,7 @@ std::vector<Frame> sample_frames() {
   };
 }
 
-TEST(FrameTypes, ExactlyTheNineTypesAreKnown) {
+TEST(FrameTypes, ExactlyTheTenTypesAreKnown) {
   int known = 0;
   for (int t = 0; t < 256; ++t) {
     if (known_frame_type(static_cast<uint8_t>(t))) {
@@ -73,7 +73,8 @@ TEST(FrameTypes, ExactlyTheNineTypesAreKnown) {
       EXPECT_EQ(frame_type_name(static_cast<FrameType>(t)), "unknown") << t;
     }
   }
-  EXPECT_EQ(known, 9);
+  EXPECT_EQ(known, 10);
+  EXPECT_EQ(frame_type_name(FrameType::control), "control");
   EXPECT_EQ(frame_type_name(FrameType::open_ok), "open_ok");
   EXPECT_EQ(frame_type_name(FrameType::credit), "credit");
 }
