@@ -19,13 +19,9 @@ std::string_view openapi_json();  // generated from docs/api/openapi.yaml
 
 namespace entente::broker::detail {
 
-namespace {
-
 using http::Request;
 using http::Respond;
 using http::Response;
-
-constexpr const char* kVersion = "0.1.0";
 
 Response problem_for(const Error& e) {
   switch (e.code) {
@@ -44,6 +40,10 @@ Response problem_for(const Error& e) {
     default: return Response::problem(400, "Bad Request", e.message);
   }
 }
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
 
 std::string diagnostics_members(const Diagnostics& diag) {
   JsonOut j;
@@ -237,6 +237,14 @@ const std::vector<RouteInfo>& api_routes() {
       {"POST", "/v1/imports", false},
       {"GET", "/v1/imports/{domain}/{name}", false},
       {"DELETE", "/v1/imports/{domain}/{name}", false},
+      {"GET", "/v1/contracts", false},
+      {"POST", "/v1/contracts", false},
+      {"GET", "/v1/contracts/{id}", false},
+      {"POST", "/v1/contracts/{id}/counter", false},
+      {"POST", "/v1/contracts/{id}/accept", false},
+      {"POST", "/v1/contracts/{id}/reject", false},
+      {"POST", "/v1/contracts/{id}/revoke", false},
+      {"GET", "/v1/contracts/{id}/usage", false},
   };
   return routes;
 }
@@ -255,6 +263,15 @@ std::string match_route(std::string_view path, std::string& param) {
     if (seg[1] == "checkpoints") return "/v1/checkpoints";
     if (seg[1] == "peers") return "/v1/peers";
     if (seg[1] == "imports") return "/v1/imports";
+    if (seg[1] == "contracts") return "/v1/contracts";
+    return "";
+  }
+  if (seg[1] == "contracts" && (seg.size() == 3 || seg.size() == 4)) {
+    param = percent_decode(seg[2]);
+    if (seg.size() == 3) return "/v1/contracts/{id}";
+    for (const char* action : {"counter", "accept", "reject", "revoke", "usage"}) {
+      if (seg[3] == action) return "/v1/contracts/{id}/" + std::string(action);
+    }
     return "";
   }
   if (seg.size() == 4 && seg[1] == "imports") {
@@ -562,6 +579,10 @@ void NodeImpl::handle(Request&& req, Respond respond) {
       return;
     }
     answer(Response::json(200, peering_->peers_json()));
+    return;
+  }
+  if (route.starts_with("/v1/contracts")) {
+    handle_contracts(route, param, req, need, answer);  // `need` answers through `answer` too
     return;
   }
   if (route == "/v1/imports" && method == "GET") {

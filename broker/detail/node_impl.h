@@ -86,6 +86,11 @@ class NodeImpl final : public http::Handler {
   };
   using IngestDone = std::function<void(Result<IngestOk>, unsigned status, std::string problem_json_members)>;
 
+  // The /v1/contracts routes (api_contracts.cpp). `need` answers 401/403
+  // itself and returns false when the token lacks the role.
+  void handle_contracts(const std::string& route, const std::string& id, const http::Request& req,
+                        const std::function<bool(Role)>& need, http::Respond answer);
+
   const NodeConfig& config() const { return config_; }
   Registry& metrics() { return metrics_; }
   store::Store& store() { return *store_; }
@@ -121,5 +126,8 @@ class NodeImpl final : public http::Handler {
 };
 
 int64_t wall_clock_ms();
+
+// The API's answer for an error: 404, 409, 403, 503 (Retry-After), 500 or 400.
+http::Response problem_for(const Error& e);
 
 }  // namespace entente::broker::detail

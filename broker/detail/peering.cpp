@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <numeric>
 
+#include "broker/detail/contracting.h"
+#include "contracts/canonical.h"
+#include "contracts/contract.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
@@ -70,7 +73,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
  public:
   ExportSender(Peering& p, certs::Identity peer, uint32_t channel, StreamPtr stream,
                std::vector<size_t> projection, engine::SchemaPtr schema, uint64_t next,
-               uint64_t credit, size_t max_payload, Counter* tuples_out)
+               uint64_t credit, size_t max_payload, Counter* tuples_out, std::string contract)
       : p_(p),
         peer_(std::move(peer)),
         peer_uri_(peer_.uri()),
@@ -78,10 +81,12 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
         stream_(std::move(stream)),
         projection_(std::move(projection)),
         schema_(std::move(schema)),
+        start_(next),
         next_(next),
         credit_(credit),
         max_payload_(max_payload),
-        tuples_out_(tuples_out) {}
+        tuples_out_(tuples_out),
+        contract_(std::move(contract)) {}
 
   void start() {
     stream_->add_tap(shared_from_this());
@@ -135,8 +140,32 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   }
 
   const certs::Identity& peer() const { return peer_; }
+  const StreamPtr& stream() const { return stream_; }
+  // The stream contract the channel runs under; empty under a configured export.
+  const std::string& contract() const { return contract_; }
+  // The first sequence number the importer has not acknowledged.
+  uint64_t unacknowledged_from() {
+    std::lock_guard lock(mu_);
+    return acked_ != 0 ? acked_ + 1 : start_;
+  }
+
+  // Ends the channel (its contract is no longer in force).
+  void end(WireError code, const std::string& reason) {
+    {
+      std::lock_guard lock(mu_);
+      reset_locked(code, reason);
+    }
+    stream_->remove_tap(this);
+  }
 
  private:
+  // REQUIRES: mu_. Counts tuples that left for the peer.
+  void sent_locked(size_t n) {
+    if (tuples_out_) tuples_out_->inc(n);
+    p_.count_tuples(peer_uri_, 0, n);
+    if (!contract_.empty()) p_.count_contract_tuples(contract_, n);
+  }
+
   // REQUIRES: mu_. Ends the channel with RESET.
   void reset_locked(WireError code, const std::string& reason) {
     if (closed_) return;
@@ -166,8 +195,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
       if (links->send(peer_, FrameType::data, channel_, payload).ok()) {
         credit_.consume(payload.size());
         next_ += b.rows();
-        if (tuples_out_) tuples_out_->inc(b.rows());
-        p_.count_tuples(peer_uri_, 0, b.rows());
+        sent_locked(b.rows());
         return true;
       }
       // Over the peer's frame limit (or the link is down): the general path
@@ -219,8 +247,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
       credit_.consume(payload.size());
       next_ += count;
       offset += count;
-      if (tuples_out_) tuples_out_->inc(count);
-      p_.count_tuples(peer_uri_, 0, count);
+      sent_locked(count);
     }
     return true;
   }
@@ -270,6 +297,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   const std::vector<size_t> projection_;  // empty: every column
   const engine::SchemaPtr schema_;        // what the importer sees
   std::mutex mu_;
+  const uint64_t start_;           // where the channel started
   uint64_t next_;                  // REQUIRES: mu_
   federation::CreditWindow credit_;  // REQUIRES: mu_
   uint64_t acked_ = 0;             // REQUIRES: mu_
@@ -278,6 +306,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   size_t chunk_rows_ = 1u << 14;   // REQUIRES: mu_; rows per DATA frame
   const size_t max_payload_;
   Counter* tuples_out_;
+  const std::string contract_;
 };
 
 // ---------------------------------------------------------------------------
@@ -372,7 +401,33 @@ Status Peering::start() {
                           (info->identity ? info->identity->uri() : std::string("no entente identity")) +
                           ", not of this node " + self_.uri());
   }
+  trust_ = trust;
   lo.trust = std::move(trust);
+
+  // Contracts: this node signs with its own key; the ledger is in the store.
+  auto signer = certs::Signer::load(config_.key_file, config_.cert_file);
+  if (!signer.ok()) return make_error(Errc::invalid_argument, "federation.key_file: " + signer.error().message);
+  std::vector<std::string> peer_domains;
+  for (const PeerDomainConfig& d : config_.peers) {
+    if (d.domain != self_.domain &&
+        std::find(peer_domains.begin(), peer_domains.end(), d.domain) == peer_domains.end()) {
+      peer_domains.push_back(d.domain);
+    }
+  }
+  Contracting::Hooks hooks;
+  hooks.send_to_domain = [this](const std::string& domain, const std::string& message) {
+    return send_to_domain(domain, message);
+  };
+  hooks.send_to_peer = [this](const certs::Identity& peer, const std::string& message) {
+    auto* links = this->links();
+    return links != nullptr && links->send(peer, FrameType::control, 0, message).ok();
+  };
+  hooks.changed = [this](const contracts::Contract&) { recheck_contracts(); };
+  hooks.log = [this](const std::string& line) { log(line); };
+  auto contracting = Contracting::open(node_.store(), std::move(*signer), trust_,
+                                       std::move(peer_domains), node_.metrics(), std::move(hooks));
+  if (!contracting.ok()) return contracting.error();
+  contracting_ = std::move(*contracting);
 
   // What importing domains acknowledged before the restart.
   Status scanned = node_.store().scan(store::Cf::meta, kAckPrefix, [this](std::string_view key,
@@ -430,6 +485,7 @@ void Peering::stop() {
   }
   for (auto& s : senders) s->stop();
   if (links_) links_->stop();
+  if (contracting_) contracting_->flush_usage();
 }
 
 uint16_t Peering::port() const { return links_ ? links_->port() : 0; }
@@ -438,6 +494,7 @@ uint16_t Peering::port() const { return links_ ? links_->port() : 0; }
 // Link events.
 
 void Peering::on_link_up(const certs::Identity& peer) {
+  if (contracting_) contracting_->on_link_up(peer);
   // Imports of the peer's domain without a channel open one now.
   std::vector<std::shared_ptr<Import>> of_domain;
   {
@@ -495,10 +552,7 @@ void Peering::on_frame(const certs::Identity& peer, FrameType type, uint32_t cha
                        std::string_view payload) {
   const ChannelKey key{peer.uri(), channel};
   if (type == FrameType::control) {
-    // No CONTROL message is handled yet (contract negotiation comes next):
-    // ignored and logged, as docs/protocol.md 5.10 says.
-    log("federation: ignored a CONTROL message from " + peer.uri() + " (" +
-        std::to_string(payload.size()) + " bytes)");
+    if (contracting_) contracting_->on_control(peer, payload);
     return;
   }
   if (type == FrameType::open) {
@@ -561,20 +615,36 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
     return;
   }
   const std::string& name = parts->second;
-  // Deny by default, and before saying whether the stream exists.
+  // Deny by default, and before saying whether the stream exists: an
+  // in-force stream contract covers it, or else a configured export.
+  std::string contract_id;
+  std::vector<std::string> fields;
+  auto covered = contracting_ ? contracting_->ledger().find_stream_contract(
+                                    self_.domain, peer.domain, name, wall_clock_ms())
+                              : Result<contracts::Contract>(Error{Errc::not_found, ""});
   const ExportConfig* rule = nullptr;
-  for (const auto& e : config_.exports) {
-    if (e.stream == name && std::find(e.to.begin(), e.to.end(), peer.domain) != e.to.end()) {
-      rule = &e;
-      break;
+  if (covered.ok()) {
+    contract_id = covered->id;
+    fields = covered->current().terms.stream.fields;
+  } else {
+    for (const auto& e : config_.exports) {
+      if (e.stream == name && std::find(e.to.begin(), e.to.end(), peer.domain) != e.to.end()) {
+        rule = &e;
+        break;
+      }
     }
-  }
-  if (rule == nullptr) {
-    reset(WireError::not_exported,
-          "stream " + open->stream + " is not exported to domain " + peer.domain);
-    log("federation: refused " + peer.uri() + " opening " + open->stream + ": not exported to " +
-        peer.domain);
-    return;
+    if (rule == nullptr) {
+      // Say why a contract does not cover it when one exists (expired,
+      // revoked, not yet active); else the plain refusal.
+      const std::string why = covered.error().code == Errc::permission_denied
+                                  ? covered.error().message
+                                  : "stream " + open->stream + " is not exported to domain " +
+                                        peer.domain + " (no stream contract covers it)";
+      reset(WireError::not_exported, why);
+      log("federation: refused " + peer.uri() + " opening " + open->stream + ": " + why);
+      return;
+    }
+    fields = rule->fields;
   }
   StreamPtr stream = node_.find_stream(name);
   if (!stream) {
@@ -583,20 +653,22 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   }
   std::vector<size_t> projection;
   engine::SchemaPtr schema = stream->meta().schema;
-  if (!rule->fields.empty()) {
-    std::vector<engine::Field> fields;
-    for (const auto& f : rule->fields) {
+  if (!fields.empty()) {
+    std::vector<engine::Field> kept;
+    for (const auto& f : fields) {
       auto idx = schema->index_of(f);
       if (!idx) {
-        reset(WireError::not_exported, "the export of " + open->stream + " names field '" + f +
-                                           "', which the stream does not have (" +
-                                           schema->to_string() + ")");
+        reset(WireError::not_exported,
+              (contract_id.empty() ? "the export of " + open->stream
+                                   : "stream contract " + contract_id) +
+                  " names field '" + f + "', which the stream does not have (" +
+                  schema->to_string() + ")");
         return;
       }
       projection.push_back(*idx);
-      fields.push_back(schema->field(*idx));
+      kept.push_back(schema->field(*idx));
     }
-    schema = engine::make_schema(std::move(fields));
+    schema = engine::make_schema(std::move(kept));
   }
   // Where to start: from_seq 0 is the oldest retained tuple.
   const uint64_t head = stream->committed_next();
@@ -627,12 +699,14 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   auto sender = std::make_shared<ExportSender>(
       *this, peer, channel, stream, std::move(projection), schema, from, open->credit, max_payload,
       &node_.metrics().counter("entente_export_tuples_total", "Tuples sent to an importing domain",
-                               {{"stream", name}, {"peer", peer.uri()}}));
+                               {{"stream", name}, {"peer", peer.uri()}}),
+      contract_id);
   {
     std::lock_guard lock(mu_);
     senders_[key] = sender;
   }
-  log("federation: " + peer.uri() + " opened " + open->stream + " from " + std::to_string(from));
+  log("federation: " + peer.uri() + " opened " + open->stream + " from " + std::to_string(from) +
+      (contract_id.empty() ? " (configured export)" : " under contract " + contract_id));
   sender->start();
 }
 
@@ -662,20 +736,45 @@ void Peering::record_ack(const std::string& stream, const std::string& domain, u
 }
 
 std::optional<uint64_t> Peering::retention_pin(const std::string& stream) const {
-  std::lock_guard lock(mu_);
-  std::optional<uint64_t> pin;
-  auto it = acks_.find(stream);
+  // The domains the stream is shared with now: configured exports and
+  // in-force stream contracts. A domain no longer shared with pins nothing.
+  std::vector<std::string> domains;
   for (const auto& e : config_.exports) {
-    if (e.stream != stream) continue;
-    for (const auto& domain : e.to) {
-      // A domain that never imported has been promised nothing.
-      if (it == acks_.end()) continue;
-      auto a = it->second.find(domain);
-      if (a == it->second.end()) continue;
-      const uint64_t need = a->second + 1;
-      pin = pin ? std::min(*pin, need) : need;
+    if (e.stream == stream) domains.insert(domains.end(), e.to.begin(), e.to.end());
+  }
+  if (contracting_) {
+    contracts::ContractFilter f;
+    f.state = contracts::State::active;
+    f.kind = contracts::Kind::stream;
+    const int64_t now = wall_clock_ms();
+    for (const auto& c : contracting_->ledger().list(f, now)) {
+      const auto& t = c.current().terms.stream;
+      if (t.provider == self_.domain && c.in_force(now) &&
+          std::find(t.streams.begin(), t.streams.end(), stream) != t.streams.end()) {
+        domains.push_back(t.consumer);
+      }
     }
   }
+  std::optional<uint64_t> pin;
+  auto lower = [&pin](uint64_t need) { pin = pin ? std::min(*pin, need) : need; };
+  std::vector<std::shared_ptr<ExportSender>> open;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = acks_.find(stream); it != acks_.end()) {
+      for (const auto& domain : domains) {
+        // A domain that never acknowledged was promised only what its open
+        // channel was sent (below).
+        auto a = it->second.find(domain);
+        if (a != it->second.end()) lower(a->second + 1);
+      }
+    }
+    for (const auto& [key, sender] : senders_) {
+      if (sender->stream()->meta().name == stream) open.push_back(sender);
+    }
+  }
+  // An open channel keeps what it may still have to send again: everything
+  // after its last acknowledgement, or from where it started.
+  for (const auto& sender : open) lower(sender->unacknowledged_from());
   return pin;
 }
 
@@ -1082,12 +1181,72 @@ Status Peering::forget_import(const std::string& stream) {
   return {};
 }
 
+bool Peering::send_to_domain(const std::string& domain, const std::string& message) {
+  auto* links = this->links();
+  if (links == nullptr) return false;
+  for (const PeerDomainConfig& d : config_.peers) {
+    if (d.domain != domain) continue;
+    for (const PeerNodeConfig& n : d.nodes) {
+      const certs::Identity id{d.domain, n.node};
+      if (links->send(id, FrameType::control, 0, message).ok()) return true;
+    }
+  }
+  return false;
+}
+
+void Peering::count_contract_tuples(const std::string& contract, uint64_t tuples) {
+  if (contracting_) (void)contracting_->ledger().add_usage(contract, tuples);
+}
+
+void Peering::recheck_contracts() {
+  if (!contracting_) return;
+  std::vector<std::pair<ChannelKey, std::shared_ptr<ExportSender>>> under_contract;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [k, s] : senders_) {
+      if (!s->contract().empty()) under_contract.emplace_back(k, s);
+    }
+  }
+  const int64_t now = wall_clock_ms();
+  for (auto& [key, sender] : under_contract) {
+    const std::string& stream = sender->stream()->meta().name;
+    auto mine = contracting_->ledger().get(sender->contract());
+    if (mine.ok() && mine->in_force(now)) continue;
+    // Its contract ended: the channel ends with the reason, which the
+    // importing domain shows in its import's (and query's) status.
+    std::string why = "stream contract " + sender->contract() + " is no longer in force";
+    if (mine.ok() && mine->state_at(now) == contracts::State::revoked) {
+      const auto& v = mine->current();
+      why = "stream contract " + sender->contract() + " was revoked by " + v.by +
+            (v.reason.empty() ? "" : ": " + v.reason);
+    } else if (mine.ok() && mine->state_at(now) == contracts::State::expired) {
+      why = "stream contract " + sender->contract() + " expired at " +
+            contracts::format_time(mine->current().terms.valid_until_ms);
+    }
+    {
+      std::lock_guard lock(mu_);
+      auto it = senders_.find(key);
+      if (it == senders_.end() || it->second != sender) continue;
+      senders_.erase(it);
+    }
+    sender->end(WireError::not_exported, why);
+    log("federation: ended " + stream + " to " + sender->peer().uri() + ": " + why);
+  }
+}
+
 void Peering::timer_loop() {
   std::unique_lock lock(timer_mu_);
+  auto next_usage_flush = Clock::now() + std::chrono::seconds(1);
   while (!stopping_) {
     timer_cv_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_) break;
     lock.unlock();
+    // Contracts end on time: within one timer tick of valid_until.
+    recheck_contracts();
+    if (contracting_ && Clock::now() >= next_usage_flush) {
+      contracting_->flush_usage();
+      next_usage_flush = Clock::now() + std::chrono::seconds(1);
+    }
     std::vector<std::shared_ptr<Import>> all;
     {
       std::lock_guard maps(mu_);

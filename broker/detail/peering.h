@@ -39,6 +39,7 @@
 namespace entente::broker::detail {
 
 class NodeImpl;
+class Contracting;
 class ExportSender;
 class Deferred;
 struct Import;
@@ -92,6 +93,9 @@ class Peering final : public federation::LinkHandler {
   void on_frame(const certs::Identity& peer, federation::FrameType type, uint32_t channel,
                 std::string_view payload) override;
 
+  // Contract negotiation (null before start()).
+  Contracting* contracting() { return contracting_.get(); }
+
   // For ExportSender and Import.
   NodeImpl& node() { return node_; }
   federation::LinkManager* links() { return links_.get(); }
@@ -99,6 +103,8 @@ class Peering final : public federation::LinkHandler {
   // Tuples received from / sent to a peer node, for GET /v1/peers.
   void count_tuples(const std::string& peer, uint64_t in, uint64_t out);
   Counter& import_counter(const std::string& stream);
+  // Tuples delivered under a stream contract (metering).
+  void count_contract_tuples(const std::string& contract, uint64_t tuples);
   void log(const std::string& line) const;
 
  private:
@@ -113,12 +119,18 @@ class Peering final : public federation::LinkHandler {
   std::shared_ptr<Import> find_import_by_channel(const ChannelKey& key) const;
   ImportInfo info_of(const Import& imp) const;
   void timer_loop();
+  // Ends every channel whose stream contract is no longer in force.
+  void recheck_contracts();
+  // Sends a CONTROL message to the first node of `domain` whose link is up.
+  bool send_to_domain(const std::string& domain, const std::string& message);
   void register_collectors();
 
   NodeImpl& node_;
   FederationConfig config_;
   certs::Identity self_;
   std::unique_ptr<federation::LinkManager> links_;
+  std::shared_ptr<const certs::TrustStore> trust_;
+  std::unique_ptr<Contracting> contracting_;
 
   mutable std::mutex mu_;
   std::map<ChannelKey, std::shared_ptr<ExportSender>> senders_;

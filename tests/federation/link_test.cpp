@@ -453,6 +453,79 @@ TEST_F(LinkTest, FrameOverTheMaximumEndsTheLink) {
   EXPECT_TRUE(rb.frames_.empty()) << "nothing of the oversized frame reaches the layer above";
 }
 
+// The dialer opens odd channels, each above the last (docs/protocol.md 8.1).
+TEST_F(LinkTest, OpenOnAChannelOfTheWrongParityOrReusedEndsTheLink) {
+  for (const std::vector<uint32_t>& opens : {std::vector<uint32_t>{2}, std::vector<uint32_t>{3, 1},
+                                            std::vector<uint32_t>{5, 5}}) {
+    Recorder rb;
+    auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+    TlsClient c(b->port(), node_dir("acme", "n1"));
+    Hello h;
+    h.domain = "acme";
+    h.node = "n1";
+    h.max_frame = kDefaultMaxFrame;
+    h.heartbeat_ms = 250;
+    std::string bytes;
+    append_frame(bytes, FrameType::hello, 0, encode(h));
+    for (uint32_t ch : opens) append_frame(bytes, FrameType::open, ch, "x");
+    c.send(bytes);
+    auto g = find_goaway(c.read_until_closed());
+    ASSERT_TRUE(g.has_value()) << "opens " << opens.size();
+    EXPECT_EQ(g->code, WireError::protocol);
+    EXPECT_NE(g->reason.find("OPEN on channel " + std::to_string(opens.back())), std::string::npos)
+        << g->reason;
+    ASSERT_TRUE(rb.wait([](auto& r) { return !r.downs_.empty(); }));
+    // Only the valid first OPEN (if any) reached the layer above.
+    EXPECT_EQ(rb.frames_.size(), opens.size() - 1);
+  }
+}
+
+// CONTROL frames (contract negotiation) travel on channel 0 and reach the
+// layer above; a link-level type on another channel ends the link.
+TEST_F(LinkTest, ControlFramesReachTheHandlerOnlyOnChannelZero) {
+  Recorder rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  {
+    TlsClient c(b->port(), node_dir("acme", "n1"));
+    Hello h;
+    h.domain = "acme";
+    h.node = "n1";
+    h.max_frame = kDefaultMaxFrame;
+    h.heartbeat_ms = 250;
+    std::string bytes;
+    append_frame(bytes, FrameType::hello, 0, encode(h));
+    append_frame(bytes, FrameType::control, 0, R"({"type":"sync"})");
+    c.send(bytes);
+    ASSERT_TRUE(rb.wait([](auto& r) { return !r.frames_.empty(); }));
+  }
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.downs_.empty(); }));
+  ASSERT_EQ(rb.frames_.size(), 1u);
+  EXPECT_EQ(rb.frames_[0].type, FrameType::control);
+  EXPECT_EQ(rb.frames_[0].channel, 0u);
+  EXPECT_EQ(rb.frames_[0].payload, R"({"type":"sync"})");
+
+  for (FrameType t : {FrameType::control, FrameType::heartbeat}) {
+    Recorder rc;
+    auto c2 = start(options("beta", "n2", node_dir("beta", "n2"), trust({"acme", "beta"})), rc);
+    TlsClient c(c2->port(), node_dir("acme", "n1"));
+    Hello h;
+    h.domain = "acme";
+    h.node = "n1";
+    h.max_frame = kDefaultMaxFrame;
+    h.heartbeat_ms = 250;
+    std::string bytes;
+    append_frame(bytes, FrameType::hello, 0, encode(h));
+    append_frame(bytes, t, 5, "{}");
+    c.send(bytes);
+    auto g = find_goaway(c.read_until_closed());
+    ASSERT_TRUE(g.has_value());
+    EXPECT_EQ(g->code, WireError::protocol);
+    EXPECT_NE(g->reason.find("only allowed on channel 0"), std::string::npos) << g->reason;
+    ASSERT_TRUE(rc.wait([](auto& r) { return !r.downs_.empty(); }));
+    EXPECT_TRUE(rc.frames_.empty());
+  }
+}
+
 TEST_F(LinkTest, SilentPeerIsDeclaredFailedAndTheLinkComesBack) {
   testing::TcpProxy proxy;
   Recorder ra, rb;
@@ -514,6 +587,98 @@ TEST_F(LinkTest, StartRejectsBadOptions) {
   auto bad_listen = o;
   bad_listen.listen_host = "not-an-address";
   EXPECT_NE(LinkManager::start(bad_listen, r).error().message.find("listen"), std::string::npos);
+}
+
+// Nodes of one domain link as nodes of two domains do, each trusting only
+// its own domain's CA (issue 4: "with their own domain's CA").
+TEST_F(LinkTest, NodesOfOneDomainLinkWithTheirOwnDomainsCa) {
+  Recorder r1, r2;
+  auto own = trust({"acme"});  // no other domain is pinned
+  auto n1 = start(options("acme", "n1", node_dir("acme", "n1"), own), r1);
+  auto o2 = options("acme", "n2", node_dir("acme", "n2"), own);
+  o2.peers.push_back({{"acme", "n1"}, "127.0.0.1", n1->port()});
+  auto n2 = start(std::move(o2), r2);
+
+  ASSERT_TRUE(r1.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(r2.wait([](auto& r) { return !r.ups_.empty(); }));
+  EXPECT_EQ(r1.ups_[0], "entente://acme/n2");
+  EXPECT_EQ(r2.ups_[0], "entente://acme/n1");
+
+  // Frames both ways, on the dialer's odd and the acceptor's even channels.
+  auto up = n2->new_channel({"acme", "n1"});
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(*up % 2, 1u);
+  ASSERT_TRUE(n2->send({"acme", "n1"}, FrameType::ack, *up, encode(Ack{7})).ok());
+  auto down = n1->new_channel({"acme", "n2"});
+  ASSERT_TRUE(down.ok());
+  EXPECT_EQ(*down % 2, 0u);
+  ASSERT_TRUE(n1->send({"acme", "n2"}, FrameType::credit, *down, encode(Credit{4096})).ok());
+  ASSERT_TRUE(r1.wait([](auto& r) { return !r.frames_.empty(); }));
+  ASSERT_TRUE(r2.wait([](auto& r) { return !r.frames_.empty(); }));
+  EXPECT_EQ(r1.frames_[0].peer, "entente://acme/n2");
+  EXPECT_EQ(r1.frames_[0].type, FrameType::ack);
+  EXPECT_EQ(r1.frames_[0].channel, *up);
+  EXPECT_EQ(decode_ack(r1.frames_[0].payload)->through, 7u);
+  EXPECT_EQ(r2.frames_[0].peer, "entente://acme/n1");
+  EXPECT_EQ(r2.frames_[0].type, FrameType::credit);
+  EXPECT_EQ(r2.frames_[0].channel, *down);
+  EXPECT_EQ(decode_credit(r2.frames_[0].payload)->bytes, 4096u);
+
+  ASSERT_TRUE(eventually([&] {
+    auto s = status_of(*n2, "entente://acme/n1");
+    return s && s->state == "up" && s->rtt_us >= 0;
+  }));
+  EXPECT_TRUE(status_of(*n2, "entente://acme/n1")->dialed);
+  auto accepted = status_of(*n1, "entente://acme/n2");
+  ASSERT_TRUE(accepted.has_value()) << "an accepted peer of the same domain is listed";
+  EXPECT_EQ(accepted->state, "up");
+  EXPECT_FALSE(accepted->dialed);
+  EXPECT_TRUE(n1->refusals().empty());
+  EXPECT_TRUE(n2->refusals().empty());
+}
+
+// A certificate that claims the node's own domain but that another CA
+// issued is refused on a same-domain link, whichever side dialed.
+TEST_F(LinkTest, SameDomainLinkRefusesACertificateOfAnotherCa) {
+  const fs::path evil = dir_ / "evil";
+  ASSERT_TRUE(certs::init_domain("acme", evil / "ca").ok());
+  certs::NodeOptions evil_node;
+  evil_node.sans = {"127.0.0.1"};
+  ASSERT_TRUE(certs::issue_node("acme", "n2", evil / "ca", evil / "n2", evil_node).ok());
+
+  // The impostor dials acme/n1.
+  Recorder r1, re;
+  auto n1 = start(options("acme", "n1", node_dir("acme", "n1"), trust({"acme"})), r1);
+  auto oe = options("acme", "n2", evil / "n2", trust({"acme"}));
+  oe.peers.push_back({{"acme", "n1"}, "127.0.0.1", n1->port()});
+  auto e = start(std::move(oe), re);
+  ASSERT_TRUE(eventually([&] { return refusals(*n1, "untrusted_chain") >= 1; }));
+  EXPECT_TRUE(logged("does not chain to the pinned CA of domain acme"));
+  EXPECT_TRUE(r1.ups_.empty());
+  EXPECT_FALSE(n1->is_up({"acme", "n2"}));
+
+  // acme/n3 dials the impostor's address, believing it is acme/n2.
+  Recorder r3;
+  auto o3 = options("acme", "n3", node_dir("acme", "n3"), trust({"acme"}));
+  o3.peers.push_back({{"acme", "n2"}, "127.0.0.1", e->port()});
+  auto n3 = start(std::move(o3), r3);
+  ASSERT_TRUE(eventually([&] { return refusals(*n3, "untrusted_chain") >= 1; }));
+  EXPECT_TRUE(r3.ups_.empty());
+  EXPECT_NE(status_of(*n3, "entente://acme/n2")->state, "up");
+
+  // The refusal is about the CA, not about linking within the domain: the
+  // real acme/n2 links with acme/n1.
+  Recorder r2;
+  auto o2 = options("acme", "n2", node_dir("acme", "n2"), trust({"acme"}));
+  o2.peers.push_back({{"acme", "n1"}, "127.0.0.1", n1->port()});
+  auto n2 = start(std::move(o2), r2);
+  ASSERT_TRUE(r2.wait([](auto& r) { return !r.ups_.empty(); }));
+  EXPECT_TRUE(eventually([&] { return n1->is_up({"acme", "n2"}); }));
+  // The impostor keeps dialing; its refused attempts never displace the
+  // real acme/n2.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(n1->is_up({"acme", "n2"}));
+  EXPECT_GE(refusals(*n1, "untrusted_chain"), 2u);
 }
 
 }  // namespace

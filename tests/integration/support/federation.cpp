@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -15,6 +17,8 @@
 #include "rapidjson/document.h"
 
 namespace entente::testing {
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -196,6 +200,15 @@ FedNode& Federation::add(const std::string& domain, const std::string& node) {
   entente_certs("issue-node " + domain + " " + node + " --ca " + ca_dir + " --san 127.0.0.1,localhost --out " +
                 node_dir);
   return nodes_.emplace_back(domain, node, node_dir, ca_file(domain), free_loopback_port());
+}
+
+FedNode& Federation::add_impostor(const std::string& domain, const std::string& node) {
+  const std::string ca = impostor_ca(domain);
+  const std::string ca_dir = dir_ + "/" + domain + "-impostor-ca";
+  const std::string node_dir = dir_ + "/" + domain + "-" + node + "-impostor";
+  entente_certs("issue-node " + domain + " " + node + " --ca " + ca_dir + " --san 127.0.0.1,localhost --out " +
+                node_dir);
+  return nodes_.emplace_back(domain, node, node_dir, ca, free_loopback_port());
 }
 
 void Federation::link(FedNode& a, FedNode& b) {
@@ -387,6 +400,80 @@ void Feeder::run() {
     acked_count_ += last - first + 1;
     if (pause_.count() > 0) std::this_thread::sleep_for(pause_);
   }
+}
+
+// ---------------------------------------------------------------- bids
+
+int64_t price_of(uint64_t i) { return static_cast<int64_t>((i * 7919) % 1000); }
+std::string bid(uint64_t i) {
+  return "{\"auction\":" + std::to_string(1000 + i % 37) + ",\"bidder\":" + std::to_string(i) +
+         ",\"price\":" + std::to_string(price_of(i)) + ",\"date_time\":" + std::to_string(kBidTimeZero + 10 * i) + "}";
+}
+
+void create_stream(const FedNode& n, const std::string& name, const std::string& schema_json) {
+  auto r = n.process().request("POST", "/v1/streams", "{\"name\":\"" + name +
+                                                         "\",\"event_time\":\"date_time\",\"schema\":" +
+                                                         schema_json + "}");
+  ASSERT_EQ(r.status, 201u) << n.identity() << " POST /v1/streams " << name << ": " << r.body;
+}
+
+// Publishes rows [from, from + count) to `stream` in batches of 200.
+void publish(const FedNode& n, const std::string& stream, uint64_t from, uint64_t count) {
+  for (uint64_t i = from; i < from + count;) {
+    std::string body;
+    for (uint64_t end = std::min(from + count, i + 200); i < end; ++i) body += bid(i) + "\n";
+    auto r = n.process().request("POST", "/v1/streams/" + stream + "/tuples", body, kPublisherToken,
+                                 "application/x-ndjson");
+    ASSERT_EQ(r.status, 200u) << n.identity() << " publish to " << stream << ": " << r.body;
+  }
+}
+
+// Both nodes see each other up in GET /v1/peers.
+void wait_linked(const FedNode& a, const FedNode& b, std::chrono::milliseconds timeout) {
+  PeersView va, vb;
+  const bool up = eventually(timeout, [&] {
+    va = get_peers(a.process());
+    vb = get_peers(b.process());
+    return va.state_of(b.identity()) == "up" && vb.state_of(a.identity()) == "up";
+  });
+  ASSERT_TRUE(up) << a.identity() << " GET /v1/peers -> " << va.status << " " << va.body << "\n"
+                  << b.identity() << " GET /v1/peers -> " << vb.status << " " << vb.body << "\n"
+                  << a.identity() << " stderr:\n" << a.process().stderr_text() << "\n"
+                  << b.identity() << " stderr:\n" << b.process().stderr_text();
+}
+
+// An admin POST that the node may answer only after hearing from the owner
+// (at most 10 s); a status of 0 and the error in the body when no answer came.
+broker::http::ClientResponse post_slow(const FedNode& n, const std::string& target, const std::string& body) {
+  auto r = slow_request(n.process(), "POST", target, body);
+  if (r.ok()) return std::move(r).value();
+  broker::http::ClientResponse none;
+  none.body = "no answer to POST " + target + ": " + r.error().message;
+  return none;
+}
+
+// POST /v1/imports; a 503 (no link up yet) is retried for 10 s as its
+// Retry-After invites.
+broker::http::ClientResponse import_stream(const FedNode& n, const std::string& stream) {
+  broker::http::ClientResponse r;
+  eventually(10s, [&] {
+    r = post_slow(n, "/v1/imports", "{\"stream\":\"" + stream + "\"}");
+    return r.status != 503;
+  });
+  return r;
+}
+
+// The import's next_seq reaches `next` (the owner's next_seq).
+void wait_caught_up(const FedNode& importer, const std::string& stream, uint64_t next,
+                    std::chrono::milliseconds timeout) {
+  ImportView v;
+  const bool done = eventually(timeout, [&] {
+    v = get_import(importer.process(), stream);
+    return v.status == 200 && v.next_seq >= next;
+  });
+  ASSERT_TRUE(done) << importer.identity() << " GET /v1/imports/" << stream << " -> " << v.status << " " << v.body
+                    << "; waited for next_seq " << next;
+  ASSERT_EQ(v.next_seq, next) << "the mirror is ahead of its owner: " << v.body;
 }
 
 }  // namespace entente::testing

@@ -58,6 +58,10 @@ class FedNode {
   uint16_t federation_port() const { return federation_port_; }
   std::string federation_address() const { return "127.0.0.1:" + std::to_string(federation_port_); }
   const std::string& ca_file() const { return ca_file_; }  // this domain's CA certificate
+  // The node's certificate chain and key, e.g. for a hand-driven peer in
+  // the test process that plays this node instead of starting it.
+  std::string cert_file() const { return cert_dir_ + "/node.crt"; }
+  std::string key_file() const { return cert_dir_ + "/node.key"; }
 
   // Configuration, before the first start().
   // Pins `peer`'s domain with its CA and lists it at its federation address.
@@ -114,6 +118,9 @@ class Federation {
   // A second CA that also calls itself `domain` but signed none of its
   // nodes (what an attacker would make); returns its ca.crt.
   std::string impostor_ca(const std::string& domain);
+  // A node that claims `domain` but whose certificate impostor_ca(domain)
+  // issued; its own configuration trusts that CA as its domain's.
+  FedNode& add_impostor(const std::string& domain, const std::string& node);
   // `a` and `b` pin each other.
   void link(FedNode& a, FedNode& b);
   // Starts every node that is not running; false (see last_error()) at the
@@ -219,5 +226,34 @@ class Feeder {
   std::map<uint64_t, uint64_t> rows_;
   std::string last_failure_;
 };
+
+// ---------------------------------------------------------------- bids
+// The stream most federation tests share, and the steps they repeat.
+
+inline constexpr int64_t kBidTimeZero = 1'700'000'000'000;
+inline constexpr const char* kBidsSchema =
+    R"([{"name":"auction","type":"int64"},{"name":"bidder","type":"int64"},)"
+    R"({"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
+
+// Row i of bids: bidder i makes each row unique; the price spreads over 0..999.
+int64_t price_of(uint64_t i);
+std::string bid(uint64_t i);
+
+// POST /v1/streams NAME with `schema_json` and event time `date_time`.
+void create_stream(const FedNode& n, const std::string& name, const std::string& schema_json = kBidsSchema);
+// Publishes bids [from, from + count) to `stream` in batches of 200.
+void publish(const FedNode& n, const std::string& stream, uint64_t from, uint64_t count);
+// Both nodes see each other up in GET /v1/peers.
+void wait_linked(const FedNode& a, const FedNode& b,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(20));
+// An admin POST that the node may answer only after hearing from the owner
+// (at most 10 s); a status of 0 and the error in the body when no answer came.
+broker::http::ClientResponse post_slow(const FedNode& n, const std::string& target, const std::string& body);
+// POST /v1/imports; a 503 (no link up yet) is retried for 10 s as its
+// Retry-After invites.
+broker::http::ClientResponse import_stream(const FedNode& n, const std::string& stream);
+// The import's next_seq reaches `next` (the owner's next_seq), and no further.
+void wait_caught_up(const FedNode& importer, const std::string& stream, uint64_t next,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace entente::testing

@@ -1,0 +1,252 @@
+// The /v1/contracts routes (docs/api.md "Contracts", docs/contracts.md):
+// the admin's side of negotiating with another domain. Reading needs a
+// reader token; every action that changes a contract needs an admin token.
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include "broker/detail/contracting.h"
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "broker/detail/peering.h"
+#include "contracts/contract.h"
+
+namespace entente::broker::detail {
+namespace {
+
+using http::Response;
+
+constexpr size_t kMaxReasonBytes = 1024;
+
+// The contract as the API shows it, with whether the last change reached
+// the other domain yet.
+std::string outcome_json(const Contracting::Outcome& o) {
+  std::string body = contracts::contract_to_json(o.contract, wall_clock_ms());
+  // contract_to_json is one object: add "delivered" before its closing brace.
+  body.pop_back();
+  body += o.delivered ? ",\"delivered\":true}" : ",\"delivered\":false}";
+  return body;
+}
+
+// 409 for a stale version carries the current one, so that a client can
+// read it and act again.
+Response answer_error(const Error& e, Contracting& c, const std::string& id) {
+  if (e.code == Errc::conflict) {
+    auto current = c.ledger().get(id);
+    if (current.ok()) {
+      return Response::problem(409, "Conflict", e.message,
+                               "\"current_version\":" +
+                                   std::to_string(current->current().number));
+    }
+  }
+  return problem_for(e);
+}
+
+Result<rapidjson::Document> parse_body(const http::Request& req) {
+  rapidjson::Document doc;
+  doc.Parse(req.body.data(), req.body.size());
+  if (doc.HasParseError()) {
+    return make_error(Errc::invalid_argument,
+                      std::string("the body is not JSON: ") +
+                          rapidjson::GetParseError_En(doc.GetParseError()) + " at offset " +
+                          std::to_string(doc.GetErrorOffset()));
+  }
+  if (!doc.IsObject()) return make_error(Errc::invalid_argument, "$: the body must be a JSON object");
+  return doc;
+}
+
+// $.version: the version the admin acted on (required, so that acting on
+// something that changed meanwhile is a 409, never a surprise).
+Result<uint64_t> version_of(const rapidjson::Document& doc) {
+  if (!doc.HasMember("version") || !doc["version"].IsUint64() || doc["version"].GetUint64() == 0) {
+    return make_error(Errc::invalid_argument,
+                      "$.version: required, the version number this action answers (an integer >= 1)");
+  }
+  return doc["version"].GetUint64();
+}
+
+Result<std::string> reason_of(const rapidjson::Document& doc) {
+  if (!doc.HasMember("reason")) return std::string();
+  if (!doc["reason"].IsString()) return make_error(Errc::invalid_argument, "$.reason: must be a string");
+  if (doc["reason"].GetStringLength() > kMaxReasonBytes) {
+    return make_error(Errc::invalid_argument,
+                      "$.reason: longer than " + std::to_string(kMaxReasonBytes) + " bytes");
+  }
+  return std::string(doc["reason"].GetString(), doc["reason"].GetStringLength());
+}
+
+Status only_members(const rapidjson::Document& doc, std::initializer_list<std::string_view> allowed) {
+  for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
+    const std::string_view name(it->name.GetString(), it->name.GetStringLength());
+    bool ok = false;
+    for (auto a : allowed) ok |= a == name;
+    if (!ok) {
+      std::string list;
+      for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      return make_error(Errc::invalid_argument,
+                        "$." + std::string(name.substr(0, 64)) + ": unknown member (allowed: " + list + ")");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
+                                const http::Request& req, const std::function<bool(Role)>& need,
+                                http::Respond answer) {
+  const bool reading = req.method == "GET";
+  if (!need(reading ? Role::reader : Role::admin)) return;
+  if (!reading && req.content_type != "application/json") {
+    answer(Response::problem(415, "Unsupported Media Type",
+                             "the body must be application/json, not '" +
+                                 req.content_type.substr(0, 100) + "'"));
+    return;
+  }
+  Contracting* c = peering_ ? peering_->contracting() : nullptr;
+  if (c == nullptr) {
+    answer(Response::problem(404, "Not Found",
+                             "this node has no federation section in its configuration, so it "
+                             "negotiates no contracts"));
+    return;
+  }
+  const int64_t now = wall_clock_ms();
+
+  if (route == "/v1/contracts" && reading) {
+    contracts::ContractFilter f;
+    if (auto state = req.param("state")) {
+      auto s = contracts::state_from_name(*state);
+      if (!s.ok()) {
+        answer(Response::problem(400, "Bad Request", "state: " + s.error().message));
+        return;
+      }
+      f.state = *s;
+    }
+    if (auto peer = req.param("peer")) f.peer = std::string(peer->substr(0, 64));
+    if (auto kind = req.param("kind")) {
+      if (*kind == "stream") f.kind = contracts::Kind::stream;
+      else if (*kind == "hosting") f.kind = contracts::Kind::hosting;
+      else {
+        answer(Response::problem(400, "Bad Request", "kind: must be stream or hosting"));
+        return;
+      }
+    }
+    JsonOut j;
+    j.begin_object().key("contracts").begin_array();
+    for (const auto& k : c->ledger().list(f, now)) j.raw(contracts::contract_to_json(k, now));
+    j.end_array().end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+  if (!reading && !id.empty() && !contracts::valid_contract_id(id)) {
+    answer(Response::problem(404, "Not Found", "no contract " + id.substr(0, 64)));
+    return;
+  }
+  if (route == "/v1/contracts/{id}") {
+    auto k = c->ledger().get(id);
+    if (!k.ok()) {
+      answer(problem_for(k.error()));
+      return;
+    }
+    answer(Response::json(200, contracts::contract_to_json(*k, now)));
+    return;
+  }
+  if (route == "/v1/contracts/{id}/usage") {
+    auto k = c->ledger().get(id);
+    auto u = c->ledger().usage(id);
+    if (!k.ok() || !u.ok()) {
+      answer(problem_for(k.ok() ? u.error() : k.error()));
+      return;
+    }
+    const auto& terms = k->current().terms;
+    JsonOut j;
+    j.begin_object().key("id").str(id).key("kind").str(contracts::kind_name(terms.kind));
+    j.key("tuples").u64(u->tuples).key("load_seconds").u64(u->load_seconds);
+    if (terms.kind == contracts::Kind::stream) {
+      j.key("price_per_million").u64(terms.stream.price_per_million);
+    } else {
+      j.key("price_min").u64(terms.hosting.price_min).key("price_max").u64(terms.hosting.price_max);
+    }
+    j.key("cost_credits").dbl(u->cost_credits).end_object();
+    answer(Response::json(200, j.take()));
+    return;
+  }
+
+  // Actions.
+  auto doc = parse_body(req);
+  if (!doc.ok()) {
+    answer(Response::problem(400, "Bad Request", doc.error().message));
+    return;
+  }
+  Result<Contracting::Outcome> out = Error{Errc::invalid_argument, "no action"};
+  if (route == "/v1/contracts") {
+    if (Status s = only_members(*doc, {"terms"}); !s.ok()) {
+      answer(Response::problem(400, "Bad Request", s.error().message));
+      return;
+    }
+    if (!doc->HasMember("terms")) {
+      answer(Response::problem(400, "Bad Request", "$.terms: required"));
+      return;
+    }
+    auto terms = contracts::terms_from_json((*doc)["terms"]);
+    if (!terms.ok()) {
+      answer(Response::problem(400, "Bad Request", terms.error().message));
+      return;
+    }
+    out = c->propose(*terms);
+    if (out.ok()) {
+      Response r = Response::json(201, outcome_json(*out));
+      r.headers.emplace_back("Location", "/v1/contracts/" + out->contract.id);
+      answer(std::move(r));
+      return;
+    }
+    answer(problem_for(out.error()));
+    return;
+  }
+  auto version = version_of(*doc);
+  if (!version.ok()) {
+    answer(Response::problem(400, "Bad Request", version.error().message));
+    return;
+  }
+  if (route == "/v1/contracts/{id}/counter") {
+    if (Status s = only_members(*doc, {"version", "terms"}); !s.ok()) {
+      answer(Response::problem(400, "Bad Request", s.error().message));
+      return;
+    }
+    if (!doc->HasMember("terms")) {
+      answer(Response::problem(400, "Bad Request", "$.terms: required"));
+      return;
+    }
+    auto terms = contracts::terms_from_json((*doc)["terms"]);
+    if (!terms.ok()) {
+      answer(Response::problem(400, "Bad Request", terms.error().message));
+      return;
+    }
+    out = c->counter(id, *version, *terms);
+  } else if (route == "/v1/contracts/{id}/accept") {
+    if (Status s = only_members(*doc, {"version"}); !s.ok()) {
+      answer(Response::problem(400, "Bad Request", s.error().message));
+      return;
+    }
+    out = c->accept(id, *version);
+  } else {
+    if (Status s = only_members(*doc, {"version", "reason"}); !s.ok()) {
+      answer(Response::problem(400, "Bad Request", s.error().message));
+      return;
+    }
+    auto reason = reason_of(*doc);
+    if (!reason.ok()) {
+      answer(Response::problem(400, "Bad Request", reason.error().message));
+      return;
+    }
+    out = route == "/v1/contracts/{id}/reject" ? c->reject(id, *version, std::move(*reason))
+                                               : c->revoke(id, *version, std::move(*reason));
+  }
+  if (!out.ok()) {
+    answer(answer_error(out.error(), *c, id));
+    return;
+  }
+  answer(Response::json(200, outcome_json(*out)));
+}
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,325 @@
+// Contracts between two real brokers (issue 5, docs/contracts.md): the
+// domains' admins negotiate over each broker's REST API, the brokers carry
+// the versions over the federation link, and a stream crosses only under an
+// active, doubly-signed contract.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+#include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/federation.h"
+
+namespace entente::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Whole seconds, as the terms require.
+int64_t seconds_from_now(int64_t s) { return (now_ms() / 1000 + s) * 1000; }
+
+std::string stream_terms(int64_t price, int64_t from_ms, int64_t until_ms,
+                         const std::string& fields = R"(["auction","price"])") {
+  return R"({"kind":"stream","provider":"acme","consumer":"beta","streams":["bids"],"fields":)" + fields +
+         R"(,"price_per_million":)" + std::to_string(price) + R"(,"valid_from":)" + std::to_string(from_ms) +
+         R"(,"valid_until":)" + std::to_string(until_ms) + "}";
+}
+
+// A contract as GET /v1/contracts/{id} shows it.
+struct ContractView {
+  unsigned status = 0;
+  std::string body;
+  std::string id, state;
+  uint64_t version = 0;
+  bool in_force = false;
+  std::string history;  // the "history" array, re-serialised
+  std::vector<std::string> states;  // of each version
+  size_t last_signatures = 0;
+};
+
+ContractView parse_contract(unsigned status, const std::string& body) {
+  ContractView v;
+  v.status = status;
+  v.body = body;
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  if (d.HasParseError() || !d.IsObject()) return v;
+  if (d.HasMember("id") && d["id"].IsString()) v.id = d["id"].GetString();
+  if (d.HasMember("state") && d["state"].IsString()) v.state = d["state"].GetString();
+  if (d.HasMember("version") && d["version"].IsUint64()) v.version = d["version"].GetUint64();
+  if (d.HasMember("in_force") && d["in_force"].IsBool()) v.in_force = d["in_force"].GetBool();
+  if (d.HasMember("history") && d["history"].IsArray()) {
+    rapidjson::StringBuffer sb;
+    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+    d["history"].Accept(w);
+    v.history = sb.GetString();
+    for (const auto& h : d["history"].GetArray()) {
+      if (h.IsObject() && h.HasMember("state") && h["state"].IsString()) v.states.push_back(h["state"].GetString());
+      if (h.IsObject() && h.HasMember("signatures") && h["signatures"].IsArray())
+        v.last_signatures = h["signatures"].Size();
+    }
+  }
+  return v;
+}
+
+ContractView get_contract(const FedNode& n, const std::string& id, const std::string& token = kReaderToken) {
+  auto r = n.process().request("GET", "/v1/contracts/" + id, "", token);
+  return parse_contract(r.status, r.body);
+}
+
+// Waits until `n` holds version `version` of contract `id`.
+ContractView wait_version(const FedNode& n, const std::string& id, uint64_t version,
+                          std::chrono::milliseconds timeout = 10s) {
+  ContractView v;
+  eventually(timeout, [&] {
+    v = get_contract(n, id);
+    return v.status == 200 && v.version >= version;
+  });
+  return v;
+}
+
+ContractView act(const FedNode& n, const std::string& id, const std::string& action, const std::string& body,
+                 const std::string& token = kAdminToken) {
+  auto r = n.process().request("POST", "/v1/contracts/" + id + "/" + action, body, token);
+  return parse_contract(r.status, r.body);
+}
+
+uint64_t uint_field(const std::string& body, const char* key) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember(key) || !d[key].IsUint64()) return 0;
+  return d[key].GetUint64();
+}
+
+// Two linked domains; acme has a stream "bids" and no configured exports:
+// only a contract can share it.
+struct TwoDomains {
+  Federation fed;
+  FedNode* acme = nullptr;
+  FedNode* beta = nullptr;
+
+  void start() {
+    acme = &fed.add("acme");
+    beta = &fed.add("beta");
+    fed.link(*acme, *beta);
+    ASSERT_TRUE(fed.start_all()) << fed.last_error();
+    ASSERT_NO_FATAL_FAILURE(create_stream(*acme, "bids"));
+    ASSERT_NO_FATAL_FAILURE(wait_linked(*acme, *beta));
+  }
+
+  // Proposes on acme; returns the new contract's id once beta holds it.
+  std::string propose(const std::string& terms) {
+    auto r = acme->process().request("POST", "/v1/contracts", "{\"terms\":" + terms + "}");
+    EXPECT_EQ(r.status, 201u) << r.body;
+    auto v = parse_contract(r.status, r.body);
+    EXPECT_EQ(v.state, "proposed") << r.body;
+    EXPECT_NE(r.body.find("\"delivered\":true"), std::string::npos) << r.body;
+    auto seen = wait_version(*beta, v.id, 1);
+    EXPECT_EQ(seen.status, 200u) << "beta never received " << v.id << ": " << seen.body;
+    return v.id;
+  }
+
+  // propose -> accept by beta -> countersigned by acme: active on both.
+  std::string agree(const std::string& terms) {
+    const std::string id = propose(terms);
+    auto accepted = act(*beta, id, "accept", R"({"version":1})");
+    EXPECT_EQ(accepted.status, 200u) << accepted.body;
+    auto on_acme = wait_version(*acme, id, 3);
+    EXPECT_EQ(on_acme.state, "active") << on_acme.body;
+    auto on_beta = wait_version(*beta, id, 3);
+    EXPECT_EQ(on_beta.state, "active") << on_beta.body;
+    return id;
+  }
+};
+
+TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
+  TwoDomains d;
+  ASSERT_NO_FATAL_FAILURE(d.start());
+  FedNode& acme = *d.acme;
+  FedNode& beta = *d.beta;
+
+  // Without a contract the import is refused, naming why.
+  auto refused = import_stream(beta, "acme/bids");
+  EXPECT_EQ(refused.status, 403u) << refused.body;
+  EXPECT_NE(problem_detail(refused.body).find("no stream contract covers it"), std::string::npos) << refused.body;
+
+  const int64_t from = seconds_from_now(-60), until = seconds_from_now(3600);
+  const std::string id = d.propose(stream_terms(5, from, until));
+
+  // beta counters (3), acme counters (4), beta accepts; acme countersigns.
+  auto c2 = act(beta, id, "counter", "{\"version\":1,\"terms\":" + stream_terms(3, from, until) + "}");
+  ASSERT_EQ(c2.status, 200u) << c2.body;
+  EXPECT_EQ(c2.state, "countered");
+  ASSERT_EQ(wait_version(acme, id, 2).version, 2u);
+  auto c3 = act(acme, id, "counter", "{\"version\":2,\"terms\":" + stream_terms(4, from, until) + "}");
+  ASSERT_EQ(c3.status, 200u) << c3.body;
+  ASSERT_EQ(wait_version(beta, id, 3).version, 3u);
+  // Not acme's turn: it made the offer on the table.
+  auto own = act(acme, id, "accept", R"({"version":3})");
+  EXPECT_EQ(own.status, 403u) << own.body;
+  // A reader token may not negotiate.
+  auto reader = act(beta, id, "accept", R"({"version":3})", kReaderToken);
+  EXPECT_EQ(reader.status, 403u) << reader.body;
+  // A stale version is a 409 naming the current one.
+  auto stale = beta.process().request("POST", "/v1/contracts/" + id + "/accept", R"({"version":2})");
+  EXPECT_EQ(stale.status, 409u) << stale.body;
+  EXPECT_EQ(uint_field(stale.body, "current_version"), 3u) << stale.body;
+
+  auto c4 = act(beta, id, "accept", R"({"version":3})");
+  ASSERT_EQ(c4.status, 200u) << c4.body;
+  EXPECT_EQ(c4.state, "accepted");
+  auto on_acme = wait_version(acme, id, 5);
+  auto on_beta = wait_version(beta, id, 5);
+  ASSERT_EQ(on_acme.version, 5u) << on_acme.body;
+  ASSERT_EQ(on_beta.version, 5u) << on_beta.body;
+  EXPECT_EQ(on_acme.state, "active");
+  EXPECT_TRUE(on_acme.in_force);
+  EXPECT_EQ(on_acme.states,
+            (std::vector<std::string>{"proposed", "countered", "countered", "accepted", "active"}));
+  EXPECT_EQ(on_acme.last_signatures, 2u) << "active carries both signatures";
+  EXPECT_EQ(on_acme.history, on_beta.history) << "both ledgers hold the same versions";
+
+  // The stream now flows, projected to the contract's fields.
+  auto imported = import_stream(beta, "acme/bids");
+  ASSERT_EQ(imported.status, 201u) << imported.body;
+  EXPECT_EQ(schema_names(imported.body), (std::vector<std::string>{"auction", "price"})) << imported.body;
+  constexpr uint64_t kN = 1000;
+  ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", 0, kN));
+  ASSERT_NO_FATAL_FAILURE(wait_caught_up(beta, "acme/bids", kN + 1));
+
+  // Metered on the provider, at the agreed price.
+  std::string usage;
+  EXPECT_TRUE(eventually(5s, [&] {
+    usage = acme.process().request("GET", "/v1/contracts/" + id + "/usage", "", kReaderToken).body;
+    return uint_field(usage, "tuples") == kN;
+  })) << usage;
+  EXPECT_NE(usage.find("\"price_per_million\":4"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("\"cost_credits\":0.004"), std::string::npos) << usage;
+
+  // acme revokes: the flow stops, and beta's import says why.
+  auto revoked = act(acme, id, "revoke", R"({"version":5,"reason":"audit"})");
+  ASSERT_EQ(revoked.status, 200u) << revoked.body;
+  EXPECT_EQ(revoked.state, "revoked");
+  ImportView iv;
+  EXPECT_TRUE(eventually(5s, [&] {
+    iv = get_import(beta.process(), "acme/bids");
+    return iv.state == "refused";
+  })) << iv.body;
+  EXPECT_NE(iv.reason.find("revoked by acme: audit"), std::string::npos) << iv.body;
+  ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", kN, 200));
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(get_import(beta.process(), "acme/bids").next_seq, kN + 1) << "nothing crosses after the revoke";
+  auto after = wait_version(beta, id, 6);
+  EXPECT_EQ(after.state, "revoked") << after.body;
+  EXPECT_EQ(after.history, get_contract(acme, id).history);
+
+  // A new import is refused with the contract's reason.
+  ASSERT_EQ(beta.process().request("DELETE", "/v1/imports/acme/bids").status / 100, 2u);
+  auto again = import_stream(beta, "acme/bids");
+  EXPECT_EQ(again.status, 403u) << again.body;
+  EXPECT_NE(problem_detail(again.body).find("revoked"), std::string::npos) << again.body;
+}
+
+TEST(Contracts, BadRequestsAreRefusedWithClearErrors) {
+  TwoDomains d;
+  ASSERT_NO_FATAL_FAILURE(d.start());
+  FedNode& acme = *d.acme;
+  const int64_t from = seconds_from_now(-60), until = seconds_from_now(3600);
+  struct Case {
+    std::string body;
+    unsigned status;
+    std::string detail;
+  };
+  const std::vector<Case> cases = {
+      {"{\"terms\":" + stream_terms(1, until, from) + "}", 400, "valid_until"},
+      {R"({"terms":{"kind":"stream","provider":"acme","consumer":"gamma","streams":["bids"],)"
+       R"("valid_from":0,"valid_until":1000}})",
+       404, "gamma is not a peer"},
+      {R"({"terms":{"kind":"stream","provider":"gamma","consumer":"beta","streams":["bids"],)"
+       R"("valid_from":0,"valid_until":1000}})",
+       403, "not a party"},
+      {R"({"terms":{}, "extra":1})", 400, "$.extra"},
+      {"not json", 400, "not JSON"},
+  };
+  for (const auto& c : cases) {
+    auto r = acme.process().request("POST", "/v1/contracts", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    EXPECT_NE(problem_detail(r.body).find(c.detail), std::string::npos) << c.body << " -> " << r.body;
+  }
+  EXPECT_EQ(acme.process().request("GET", "/v1/contracts/c-0123456789abcdef", "", kReaderToken).status, 404u);
+  EXPECT_EQ(acme.process().request("POST", "/v1/contracts", "{}", kReaderToken).status, 403u);
+  auto list = acme.process().request("GET", "/v1/contracts?state=bogus", "", kReaderToken);
+  EXPECT_EQ(list.status, 400u) << list.body;
+  // Nothing was recorded by any of these.
+  auto all = acme.process().request("GET", "/v1/contracts", "", kReaderToken);
+  EXPECT_EQ(all.body, R"({"contracts":[]})");
+  EXPECT_EQ(acme.process().request("GET", "/v1/health").status, 200u);
+}
+
+TEST(Contracts, AProposalMadeWhileTheLinkIsDownArrivesWhenItIsBack) {
+  Federation fed;
+  FedNode& acme = fed.add("acme");
+  FedNode& beta = fed.add("beta");
+  fed.link(acme, beta);
+  ASSERT_TRUE(fed.start_all()) << fed.last_error();
+  ASSERT_NO_FATAL_FAILURE(create_stream(acme, "bids"));
+  ASSERT_NO_FATAL_FAILURE(wait_linked(acme, beta));
+  beta.process().kill();
+
+  const std::string terms = stream_terms(2, seconds_from_now(-60), seconds_from_now(3600));
+  auto r = acme.process().request("POST", "/v1/contracts", "{\"terms\":" + terms + "}");
+  ASSERT_EQ(r.status, 201u) << r.body;
+  EXPECT_NE(r.body.find("\"delivered\":false"), std::string::npos) << r.body;
+  const std::string id = parse_contract(r.status, r.body).id;
+
+  ASSERT_TRUE(beta.process().start()) << beta.process().last_error();
+  auto seen = wait_version(beta, id, 1, 20s);
+  ASSERT_EQ(seen.version, 1u) << seen.body;
+  EXPECT_EQ(seen.state, "proposed");
+
+  // beta accepts and restarts before acme could answer... acme answers on
+  // the next link: both end active, and the ledgers survive the restarts.
+  auto accepted = act(beta, id, "accept", R"({"version":1})");
+  ASSERT_EQ(accepted.status, 200u) << accepted.body;
+  ASSERT_TRUE(beta.process().restart_after_kill());
+  ASSERT_TRUE(acme.process().restart_after_kill());
+  auto on_beta = wait_version(beta, id, 3, 20s);
+  auto on_acme = wait_version(acme, id, 3, 20s);
+  EXPECT_EQ(on_beta.state, "active") << on_beta.body;
+  EXPECT_EQ(on_acme.state, "active") << on_acme.body;
+  EXPECT_EQ(on_beta.history, on_acme.history);
+}
+
+TEST(Contracts, AnExpiredContractStopsTheFlow) {
+  TwoDomains d;
+  ASSERT_NO_FATAL_FAILURE(d.start());
+  FedNode& acme = *d.acme;
+  FedNode& beta = *d.beta;
+  // In force for a few seconds only.
+  const std::string id = d.agree(stream_terms(1, seconds_from_now(-60), seconds_from_now(4), "[]"));
+  auto imported = import_stream(beta, "acme/bids");
+  ASSERT_EQ(imported.status, 201u) << imported.body;
+  ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", 0, 100));
+  ASSERT_NO_FATAL_FAILURE(wait_caught_up(beta, "acme/bids", 101));
+  ImportView iv;
+  EXPECT_TRUE(eventually(10s, [&] {
+    iv = get_import(beta.process(), "acme/bids");
+    return iv.state == "refused";
+  })) << iv.body;
+  EXPECT_NE(iv.reason.find("expired"), std::string::npos) << iv.body;
+  EXPECT_EQ(get_contract(acme, id).state, "expired");
+}
+
+}  // namespace
+}  // namespace entente::testing
