@@ -227,6 +227,14 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
     refused(peer, "'" + id.substr(0, 64) + "' is not a contract id", "malformed");
     return;
   }
+  // Only contracts between the peer's domain and this one are this node's business.
+  if (auto [a, b] = contracts::parties(v->terms);
+      !((a == self_ && b == peer.domain) || (b == self_ && a == peer.domain))) {
+    refused(peer, "contract " + id + " binds " + a + " and " + b + ", not " + peer.domain +
+                      " and " + self_,
+            "not_a_party");
+    return;
+  }
   // Already held (a resend after a sync), or a gap to be filled first.
   if (auto held = ledger_->get(id); held.ok()) {
     const uint64_t current = held->current().number;
@@ -249,8 +257,7 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
   auto recorded = ledger_->apply(id, *v, peer.domain, *trust_);
   if (!recorded.ok()) {
     const Errc code = recorded.error().code;
-    refused(peer, "contract " + id + " version " + std::to_string(v->number) + ": " +
-                      recorded.error().message,
+    refused(peer, recorded.error().message,
             code == Errc::permission_denied ? "not_permitted"
             : code == Errc::conflict        ? "conflict"
                                             : "invalid");
