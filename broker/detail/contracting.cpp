@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "broker/detail/json_out.h"
 #include "contracts/contract.h"
@@ -56,7 +57,36 @@ Contracting::Contracting(std::unique_ptr<contracts::Ledger> ledger, certs::Signe
       self_(signer_.identity().domain),
       peer_domains_(std::move(peer_domains)),
       metrics_(metrics),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)) {
+  collector_ = metrics_.add_collector([this](MetricsWriter& w) {
+    const int64_t now = unix_now_ms();
+    std::map<State, uint64_t> by_state;
+    for (const Contract& c : ledger_->list({}, now)) {
+      ++by_state[c.state_at(now)];
+      auto u = ledger_->usage(c.id);
+      if (!u.ok()) continue;
+      const Labels labels{{"contract", c.id}, {"peer", other_party(c, self_)}};
+      if (c.kind() == contracts::Kind::stream) {
+        w.counter("entente_contract_tuples_total",
+                  "Tuples delivered under a stream contract (this node's side)", labels,
+                  static_cast<double>(u->tuples));
+      } else {
+        w.counter("entente_contract_load_seconds_total", "CPU-seconds hosted under a hosting contract",
+                  labels, static_cast<double>(u->load_seconds));
+      }
+      w.counter("entente_contract_cost_credits_total",
+                "What a contract's usage costs at its price, in credits", labels, u->cost_credits);
+    }
+    for (State st : {State::proposed, State::countered, State::accepted, State::active,
+                     State::rejected, State::revoked, State::expired}) {
+      w.gauge("entente_contracts", "Contracts in the ledger by state",
+              {{"state", std::string(contracts::state_name(st))}},
+              static_cast<double>(by_state[st]));
+    }
+  });
+}
+
+Contracting::~Contracting() { metrics_.remove_collector(collector_); }
 
 bool Contracting::is_peer_domain(std::string_view domain) const {
   return std::find(peer_domains_.begin(), peer_domains_.end(), domain) != peer_domains_.end();

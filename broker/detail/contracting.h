@@ -77,6 +77,10 @@ class Contracting final {
   Result<Outcome> reject(const std::string& id, uint64_t on_version, std::string reason);
   Result<Outcome> revoke(const std::string& id, uint64_t on_version, std::string reason);
 
+  ~Contracting();
+  Contracting(const Contracting&) = delete;
+  Contracting& operator=(const Contracting&) = delete;
+
   contracts::Ledger& ledger() { return *ledger_; }
   const std::string& domain() const { return self_; }
 
@@ -108,6 +112,7 @@ class Contracting final {
   std::vector<std::string> peer_domains_;
   Registry& metrics_;
   Hooks hooks_;
+  uint64_t collector_ = 0;  // /metrics: contracts by state, usage per contract
 };
 
 // The other party of a contract, seen from `self`.

@@ -193,6 +193,11 @@ TEST(ContractsTamper, ForgedOrAlteredVersionsAreRefusedAndNothingChanges) {
   auto end = acme_contract(acme, id);
   EXPECT_EQ(end.version, 3u) << end.body;
   EXPECT_EQ(end.state, "active") << end.body;
+  EXPECT_EQ(metric(acme.process(), "entente_contracts{state=\"active\"}"), 1);
+  const std::string metrics = acme.process().request("GET", "/metrics", "", kReaderToken).body;
+  EXPECT_NE(metrics.find("\nentente_contract_tuples_total{contract=\"" + id + "\",peer=\"beta\"} 0\n"),
+            std::string::npos)
+      << metrics;
   EXPECT_TRUE(beta_side.errors().empty()) << beta_side.errors().front();
   EXPECT_EQ(acme.process().request("GET", "/v1/health").status, 200u);
 }
