@@ -18,19 +18,13 @@
 #include "contracts/ledger.h"
 #include "contracts/terms.h"
 #include "store/store.h"
+#include "tests/store/temp_store.h"
 
 namespace entente::contracts::testing {
 
 namespace fs = std::filesystem;
 
-inline std::string make_temp_dir(const char* what) {
-  std::string path = (fs::temp_directory_path() / (std::string("entente-") + what + "-XXXXXX")).string();
-  if (mkdtemp(path.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << path << " failed";
-    return {};
-  }
-  return path;
-}
+using store::testing::make_temp_dir;
 
 // 2027-01-01T00:00:00Z and 2028-01-01T00:00:00Z.
 inline constexpr int64_t kJan2027 = 1798761600000;

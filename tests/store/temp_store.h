@@ -12,11 +12,11 @@
 
 namespace entente::store::testing {
 
-// A fresh directory "entente-store-test-<unique suffix>" under the system's
+// A fresh directory "entente-<what>-<unique suffix>" under the system's
 // temporary directory (mkdtemp); empty, with a test failure, when it cannot
 // be made.
-inline std::string make_temp_dir() {
-  std::string path = (std::filesystem::temp_directory_path() / "entente-store-test-XXXXXX").string();
+inline std::string make_temp_dir(const std::string& what = "store-test") {
+  std::string path = (std::filesystem::temp_directory_path() / ("entente-" + what + "-XXXXXX")).string();
   if (mkdtemp(path.data()) == nullptr) {
     ADD_FAILURE() << "mkdtemp " << path << " failed";
     return {};
