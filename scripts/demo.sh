@@ -4,10 +4,12 @@
 #      hand-written references;
 #   2. two domains on loopback, acme and beta, one broker node each, linked
 #      by mutually authenticated TLS with certificates made by `entente
-#      certs`: acme ingests the NEXMark bids into its stream `bids` and
-#      exports it to beta; beta runs the hot-items query (NEXMark q5) on
-#      `acme/bids`, fed across the link, and its results arrive on beta over
-#      a WebSocket subscription.
+#      certs`: the two admins negotiate a stream contract over their own
+#      brokers' REST APIs (propose, counter, accept; both sign it); acme
+#      ingests the NEXMark bids into its stream `bids`; beta runs the
+#      hot-items query (NEXMark q5) on `acme/bids`, fed across the link under
+#      the contract, and its results arrive on beta over a WebSocket
+#      subscription; acme meters what crossed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -43,8 +45,9 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 acme_link=127.0.0.1:$(free_port)
 beta_link=127.0.0.1:$(free_port)
 
-# node_config DOMAIN LISTEN PEER PEER_LISTEN EXPORTS: each node pins the other
-# domain's CA (no CA is shared between them) and lists its address.
+# node_config DOMAIN LISTEN PEER PEER_LISTEN: each node pins the other
+# domain's CA (no CA is shared between them) and lists its address. Nothing
+# is exported by configuration: the stream crosses under a contract.
 node_config() {
   cat <<JSON
 {
@@ -56,15 +59,14 @@ node_config() {
   "federation": {
     "listen": "$2",
     "cert_file": "certs/$1-n1/node.crt", "key_file": "certs/$1-n1/node.key", "ca_file": "certs/$1-ca/ca.crt",
-    "peers": [{"domain": "$3", "ca_file": "certs/$3-ca/ca.crt", "nodes": [{"node": "n1", "address": "$4"}]}],
-    "exports": [$5]
+    "peers": [{"domain": "$3", "ca_file": "certs/$3-ca/ca.crt", "nodes": [{"node": "n1", "address": "$4"}]}]
   }
 }
 JSON
 }
-node_config acme "$acme_link" beta "$beta_link" '{"stream": "bids", "to": ["beta"]}' >"$out/acme.json"
-node_config beta "$beta_link" acme "$acme_link" '' >"$out/beta.json"
-echo "-- acme's federation section: it pins beta's CA and exports 'bids' to beta"
+node_config acme "$acme_link" beta "$beta_link" >"$out/acme.json"
+node_config beta "$beta_link" acme "$acme_link" >"$out/beta.json"
+echo "-- acme's federation section: its certificate, and beta's pinned CA and address"
 sed -n '/"federation"/,/^  }/p' "$out/acme.json"
 
 pids=()
@@ -104,7 +106,49 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-echo "-- beta: import acme/bids (acme checks its exports; beta keeps a mirror with acme's sequence numbers)"
+# show_contract: one line with a contract's id, version and state, from a
+# node's JSON answer.
+show_contract() {
+  { cat; echo; } | sed -n 's/.*"id":"\(c-[0-9a-f]*\)".*"state":"\([a-z]*\)".*"version":\([0-9]*\).*/   \1 version \3: \2/p'
+}
+version_of() { api "$1/v1/contracts/$2" | sed -n 's/.*"version":\([0-9]*\).*/\1/p'; }
+wait_version() {
+  for _ in $(seq 100); do
+    [ "$(version_of "$1" "$2" 2>/dev/null)" = "$3" ] && return 0
+    sleep 0.1
+  done
+  echo "contract $2 never reached version $3 on $1" >&2
+  return 1
+}
+
+echo "-- acme's admin proposes a stream contract to beta: bids, 5 credits per million tuples, for a day"
+from=$(date -u -d '-1 min' +%Y-%m-%dT%H:%M:%SZ)
+until=$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ)
+terms() {
+  echo '{"kind": "stream", "provider": "acme", "consumer": "beta", "streams": ["bids"],
+         "price_per_million": '"$1"', "valid_from": "'"$from"'", "valid_until": "'"$until"'"}'
+}
+proposed=$(api -H 'Content-Type: application/json' "$acme/v1/contracts" --data "{\"terms\": $(terms 5)}")
+id=$(echo "$proposed" | sed -n 's/.*"id":"\(c-[0-9a-f]*\)".*/\1/p')
+echo "$proposed" | show_contract
+wait_version "$beta" "$id" 1
+echo "-- beta's admin sees the proposal on its own broker, and counters at 3 credits"
+api "$beta/v1/contracts?state=proposed" | grep -o "\"$id\"" | sed 's/^/   received /'
+api -H 'Content-Type: application/json' "$beta/v1/contracts/$id/counter" \
+  --data "{\"version\": 1, \"terms\": $(terms 3)}" | show_contract
+wait_version "$acme" "$id" 2
+echo "-- acme's admin accepts (signs with acme's node key); beta countersigns on receipt"
+api -H 'Content-Type: application/json' "$acme/v1/contracts/$id/accept" --data '{"version": 2}' | show_contract
+wait_version "$beta" "$id" 4
+wait_version "$acme" "$id" 4
+for side in acme beta; do
+  url=$acme; [ $side = beta ] && url=$beta
+  c=$(api "$url/v1/contracts/$id")
+  echo "   on $side: $(echo "$c" | show_contract | sed 's/^ *//'), $(echo "$c" | grep -o '"in_force":[a-z]*'), signed by: $(echo "$c" | grep -o '"domain":"[a-z0-9-]*"' | sort -u | sed 's/"domain":"\(.*\)"/\1/' | tr '\n' ' ')"
+done
+echo
+
+echo "-- beta: import acme/bids (acme checks the contract; beta keeps a mirror with acme's sequence numbers)"
 api -H 'Content-Type: application/json' "$beta/v1/imports" --data '{"stream": "acme/bids"}' \
   | sed -e 's/"schema":\[[^]]*\]/"schema":[...]/'
 echo
@@ -160,4 +204,7 @@ for node in acme beta; do
   echo "-- GET /v1/peers on $node:"
   api "$base/v1/peers" | python3 -m json.tool
 done
+echo "-- acme's metering of the contract:"
+api "$acme/v1/contracts/$id/usage" | sed 's/^/   /'
+echo
 echo "-- all rows in $out/hot_items.ndjson; the nodes' data in $out/acme-data and $out/beta-data"
