@@ -92,9 +92,11 @@ struct Reset {
   std::string reason;
 };
 
-// Tuples first_seq .. first_seq + count - 1 of the channel's stream, in
-// order. `body` is the engine's binary batch encoding (engine/codec.h);
-// the link does not look inside.
+// Covers tuples first_seq .. first_seq + count - 1 of the channel's stream:
+// `body` (the engine's binary batch encoding, engine/codec.h) holds 0..count
+// of them, in order, each with its own sequence number; the others were
+// filtered out by the contract's predicate (docs/protocol.md §5.7, §9.5).
+// The link does not look inside.
 struct Data {
   uint64_t first_seq = 0;
   uint32_t count = 0;

@@ -134,16 +134,24 @@ struct WriteBatch::Impl {
     return *parts.back();
   }
 
-  void add(Op op, Cf cf, std::string_view key, const std::string_view* value) {
+  // `value` is null for an erase; `value_tail` continues the value.
+  void add(Op op, Cf cf, std::string_view key, const std::string_view* value,
+           std::string_view value_tail = {}) {
     std::string& rep = tail();
     const size_t before = rep.size();
+    const size_t value_size = value != nullptr ? value->size() + value_tail.size() : 0;
+    // One growth step for the whole operation, not one per piece.
+    if (rep.capacity() < before + 24 + key.size() + value_size) {
+      rep.reserve(std::max(2 * rep.capacity(), before + 24 + key.size() + value_size));
+    }
     rep.push_back(static_cast<char>(op));
     rep.push_back(static_cast<char>(cf));
     put_varint(rep, key.size());
     rep.append(key);
     if (value != nullptr) {
-      put_varint(rep, value->size());
+      put_varint(rep, value_size);
       rep.append(*value);
+      rep.append(value_tail);
     }
     bytes += rep.size() - before;
     ++count;
@@ -160,6 +168,11 @@ WriteBatch& WriteBatch::operator=(WriteBatch&& other) noexcept = default;
 void WriteBatch::put(Cf cf, std::string_view key, std::string_view value) {
   if (!impl_) impl_ = std::make_unique<Impl>();
   impl_->add(Op::put, cf, key, &value);
+}
+void WriteBatch::put(Cf cf, std::string_view key, std::string_view value_head,
+                     std::string_view value_tail) {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  impl_->add(Op::put, cf, key, &value_head, value_tail);
 }
 void WriteBatch::erase(Cf cf, std::string_view key) {
   if (!impl_) impl_ = std::make_unique<Impl>();

@@ -43,6 +43,9 @@ class WriteBatch final {
   WriteBatch& operator=(WriteBatch&&) noexcept;
 
   void put(Cf cf, std::string_view key, std::string_view value);
+  // The same with the value given as two pieces, written one after the
+  // other without first joining them (a header and a large payload).
+  void put(Cf cf, std::string_view key, std::string_view value_head, std::string_view value_tail);
   void erase(Cf cf, std::string_view key);
   // Erases keys in [begin, end).
   void erase_range(Cf cf, std::string_view begin, std::string_view end);

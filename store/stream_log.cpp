@@ -127,12 +127,10 @@ Error corrupt_checkpoint(std::string_view owner, uint64_t id, const std::string&
 void StreamLog::add_append(WriteBatch& batch, StreamId stream, uint64_t first, uint64_t last,
                            int64_t append_ms, std::string_view payload) {
   assert(last >= first);
-  std::string value;
-  value.reserve(kLogHeaderBytes + payload.size());
-  put_key_u64(value, last);
-  put_key_u64(value, static_cast<uint64_t>(append_ms));
-  value.append(payload);
-  batch.put(Cf::log, log_key(stream, first), value);
+  std::string header;
+  put_key_u64(header, last);
+  put_key_u64(header, static_cast<uint64_t>(append_ms));
+  batch.put(Cf::log, log_key(stream, first), header, payload);
 }
 
 Status StreamLog::read(const Store& store, StreamId stream, uint64_t from, size_t max_records,

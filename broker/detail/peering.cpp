@@ -12,6 +12,7 @@
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
+#include "engine/expr.h"
 #include "federation/messages.h"
 #include "store/stream_log.h"
 
@@ -26,10 +27,19 @@ constexpr size_t kCatchupRecords = 64;
 // DATA payload = first_seq (8) + count (4) + body length (4) + body.
 constexpr size_t kDataOverhead = 16;
 constexpr const char* kAckPrefix = "export-ack/";
+// meta: "import-pos/DOMAIN/NAME" -> the owner's next sequence number an
+// import expects (8 bytes big-endian), kept while the mirror's own numbers
+// differ from the owner's (a predicate filtered tuples out).
+constexpr const char* kImportPosPrefix = "import-pos/";
+// The most filtered-out tuples a sender leaves uncovered before it sends an
+// empty DATA for them, so the importer acknowledges and the log can trim.
+constexpr uint64_t kMaxFilteredRun = 1u << 16;
 
 std::string ack_key(const std::string& stream, const std::string& domain) {
   return std::string(kAckPrefix) + stream + "/" + domain;
 }
+
+std::string import_pos_key(const std::string& mirror) { return std::string(kImportPosPrefix) + mirror; }
 
 // "beta/bids" -> {"beta", "bids"}; nullopt without a slash.
 std::optional<std::pair<std::string, std::string>> split_stream(std::string_view s) {
@@ -66,27 +76,106 @@ class Deferred {
   std::vector<std::function<void()>> calls_;
 };
 
+// A stream contract's rate cap (tuples per second, across all its channels):
+// a token bucket holding at most one second of tokens, starting empty (a new
+// contract has saved nothing up). Senders look at available() before they
+// send and consume() what they sent, under their own lock; two channels
+// that looked at once may both send, leaving a debt that later refills pay
+// back, so the long-run rate never exceeds the cap.
+//
+// Also keeps how long a sender waited for tokens, for /metrics.
+// Threading: any thread; one mutex, never held while calling out.
+class RateLimiter final {
+ public:
+  explicit RateLimiter(uint64_t per_second) : rate_(per_second), last_(Clock::now()) {}
+
+  uint64_t rate() const { return rate_; }
+
+  // Whole tokens there are now (0 while in debt).
+  uint64_t available() {
+    std::lock_guard lock(mu_);
+    refill_locked();
+    return tokens_ < 1 ? 0 : static_cast<uint64_t>(tokens_);
+  }
+  void consume(uint64_t n) {
+    std::lock_guard lock(mu_);
+    tokens_ -= static_cast<double>(n);
+  }
+  // A sender stopped with rows to send and no token.
+  void throttled() {
+    std::lock_guard lock(mu_);
+    if (throttled_since_ == Clock::time_point{}) throttled_since_ = Clock::now();
+  }
+  // A sender caught up with its stream, or its channel ended: it waits for
+  // nothing any more. (With several channels waiting, the first to stop
+  // ends the period; the next refusal starts another.)
+  void waiting_over() {
+    std::lock_guard lock(mu_);
+    if (throttled_since_ == Clock::time_point{}) return;
+    throttled_total_ += Clock::now() - throttled_since_;
+    throttled_since_ = {};
+  }
+  double throttled_seconds() const {
+    std::lock_guard lock(mu_);
+    auto total = throttled_total_;
+    if (throttled_since_ != Clock::time_point{}) total += Clock::now() - throttled_since_;
+    return std::chrono::duration<double>(total).count();
+  }
+
+ private:
+  void refill_locked() {
+    const auto now = Clock::now();
+    const double add = std::chrono::duration<double>(now - last_).count() * static_cast<double>(rate_);
+    last_ = now;
+    tokens_ = std::min(static_cast<double>(rate_), tokens_ + add);
+  }
+
+  const uint64_t rate_;
+  mutable std::mutex mu_;
+  double tokens_ = 0;               // REQUIRES: mu_; below 0 is a debt
+  Clock::time_point last_;          // REQUIRES: mu_; last refill
+  Clock::time_point throttled_since_{};  // REQUIRES: mu_; {} when no one waits
+  Clock::duration throttled_total_{};    // REQUIRES: mu_
+};
+
 // ---------------------------------------------------------------------------
 // Owner side: one open channel of an exported stream.
+//
+// Positions: next_ is the first tuple not yet dealt with; covered_ the first
+// not yet covered by a DATA sent. Tuples covered_ .. next_-1 were all
+// filtered out by the predicate: the next DATA starts at covered_ and so
+// covers them too, or flush_gap_locked sends an empty DATA for them (every
+// kMaxFilteredRun tuples, and on the timer when the stream goes quiet), so
+// the importer can acknowledge them and the log be trimmed.
 
 class ExportSender final : public Tap, public std::enable_shared_from_this<ExportSender> {
  public:
-  ExportSender(Peering& p, certs::Identity peer, uint32_t channel, StreamPtr stream,
-               std::vector<size_t> projection, engine::SchemaPtr schema, uint64_t next,
-               uint64_t credit, size_t max_payload, Counter* tuples_out, std::string contract)
+  struct Terms {
+    std::vector<size_t> projection;          // empty: every column
+    engine::SchemaPtr schema;                // what the importer sees
+    std::optional<engine::Expr> predicate;   // over the stream's own schema
+    std::shared_ptr<RateLimiter> limiter;    // null: no rate cap
+    std::string contract;                    // empty under a configured export
+  };
+
+  ExportSender(Peering& p, certs::Identity peer, uint32_t channel, StreamPtr stream, Terms terms,
+               uint64_t next, uint64_t credit, size_t max_payload, Counter* tuples_out)
       : p_(p),
         peer_(std::move(peer)),
         peer_uri_(peer_.uri()),
         channel_(channel),
         stream_(std::move(stream)),
-        projection_(std::move(projection)),
-        schema_(std::move(schema)),
+        projection_(std::move(terms.projection)),
+        schema_(std::move(terms.schema)),
+        predicate_(std::move(terms.predicate)),
+        limiter_(std::move(terms.limiter)),
         start_(next),
         next_(next),
+        covered_(next),
         credit_(credit),
         max_payload_(max_payload),
         tuples_out_(tuples_out),
-        contract_(std::move(contract)) {}
+        contract_(std::move(terms.contract)) {}
 
   void start() {
     stream_->add_tap(shared_from_this());
@@ -97,6 +186,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
     {
       std::lock_guard lock(mu_);
       closed_ = true;
+      if (waiting_tokens_) limiter_->waiting_over();
     }
     stream_->remove_tap(this);
   }
@@ -106,8 +196,8 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
     if (closed_ || !live_ || rec->last < next_) return;
     if (rec->first > next_ || !send_locked(*rec->batch, next_ - rec->first,
                                            rec->first == next_ ? rec->encoded.get() : nullptr)) {
-      // Out of credit (or a gap, which in-order publication rules out):
-      // continue from the log when credit comes back.
+      // Out of credit or tokens (or a gap, which in-order publication rules
+      // out): continue from the log when they come back.
       live_ = false;
     }
   }
@@ -139,6 +229,20 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
     p_.record_ack(stream_->meta().name, peer_.domain, through);
   }
 
+  // The Peering timer: covers a run of filtered-out tuples the stream left
+  // behind, and sends again once the rate cap has new tokens.
+  void tick() {
+    bool resume = false;
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return;
+      (void)flush_gap_locked();
+      resume = waiting_tokens_;
+      waiting_tokens_ = false;
+    }
+    if (resume) pump();
+  }
+
   const certs::Identity& peer() const { return peer_; }
   const StreamPtr& stream() const { return stream_; }
   // The stream contract the channel runs under; empty under a configured export.
@@ -154,6 +258,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
     {
       std::lock_guard lock(mu_);
       reset_locked(code, reason);
+      if (waiting_tokens_) limiter_->waiting_over();
     }
     stream_->remove_tap(this);
   }
@@ -164,6 +269,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
     if (tuples_out_) tuples_out_->inc(n);
     p_.count_tuples(peer_uri_, 0, n);
     if (!contract_.empty()) p_.count_contract_tuples(contract_, n);
+    if (limiter_) limiter_->consume(n);
   }
 
   // REQUIRES: mu_. Ends the channel with RESET.
@@ -176,40 +282,99 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
     }
   }
 
-  // REQUIRES: mu_. Sends rows offset.. of `b` as DATA frames while credit
-  // lasts; false when credit (or the link) ran out first. next_ advances
-  // past what was sent.
+  // REQUIRES: mu_. Covers tuples covered_ .. next_-1 (all filtered out)
+  // with a DATA holding no row; false when credit or the link is lacking.
+  bool flush_gap_locked() {
+    if (covered_ >= next_) return true;
+    auto* links = p_.links();
+    if (links == nullptr) return false;
+    if (empty_body_.empty()) engine::encode_batch(engine::BatchBuilder(schema_).finish(), empty_body_);
+    federation::Data d;
+    d.first_seq = covered_;
+    d.count = static_cast<uint32_t>(next_ - covered_);
+    d.body = empty_body_;
+    const std::string payload = federation::encode(d);
+    if (!credit_.can_send(payload.size())) return false;
+    if (!links->send(peer_, FrameType::data, channel_, payload).ok()) return false;
+    credit_.consume(payload.size());
+    covered_ = next_;
+    return true;
+  }
+
+  // REQUIRES: mu_. Deals with rows offset.. of `b` (tuples next_..): sends
+  // the rows the predicate passes, projected, as DATA frames while credit
+  // and the rate cap's tokens last; rows filtered out are covered by the
+  // next DATA. false when credit, tokens or the link ran out first; next_
+  // then names the first tuple not dealt with.
   // `whole`, when given, is the encoding of all of `b` (a committed
-  // record's bytes), sent as it is when it fits one frame.
+  // record's bytes), sent as it is when nothing filters, projects or splits.
   bool send_locked(const engine::Batch& b, size_t offset, const std::string* whole = nullptr) {
     auto* links = p_.links();
     if (links == nullptr) return false;
-    if (whole != nullptr && offset == 0 && projection_.empty() && b.rows() <= chunk_rows_ &&
-        whole->size() + kDataOverhead <= max_payload_) {
+    const uint64_t base = next_ - offset;  // the sequence number of row 0
+    const size_t rows = b.rows();
+    if (whole != nullptr && offset == 0 && !predicate_ && projection_.empty() && covered_ == next_ &&
+        rows <= chunk_rows_ && whole->size() + kDataOverhead <= max_payload_ &&
+        (!limiter_ || limiter_->available() >= rows)) {
       federation::Data d;
       d.first_seq = next_;
-      d.count = static_cast<uint32_t>(b.rows());
+      d.count = static_cast<uint32_t>(rows);
       d.body = *whole;
       std::string payload = federation::encode(d);
       if (!credit_.can_send(payload.size())) return false;
       if (links->send(peer_, FrameType::data, channel_, payload).ok()) {
         credit_.consume(payload.size());
-        next_ += b.rows();
-        sent_locked(b.rows());
+        next_ += rows;
+        covered_ = next_;
+        sent_locked(rows);
         return true;
       }
       // Over the peer's frame limit (or the link is down): the general path
       // below splits, or fails the same way.
     }
-    while (offset < b.rows()) {
-      size_t count = std::min(b.rows() - offset, chunk_rows_);
-      engine::Batch part;
-      if (offset == 0 && count == b.rows()) {
-        part = b;
+    // The rows that may leave, in order.
+    std::vector<uint32_t> pass;
+    if (predicate_) {
+      if (offset == 0) {
+        predicate_->select(b, pass);
       } else {
-        std::vector<uint32_t> rows(count);
-        std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(offset));
-        part = b.take(rows);
+        std::vector<uint32_t> candidates(rows - offset);
+        std::iota(candidates.begin(), candidates.end(), static_cast<uint32_t>(offset));
+        predicate_->select(b, pass, &candidates);
+      }
+    } else {
+      pass.resize(rows - offset);
+      std::iota(pass.begin(), pass.end(), static_cast<uint32_t>(offset));
+    }
+    size_t i = 0;
+    while (true) {
+      if (i == pass.size()) {
+        // The rest of the batch is filtered out: a later DATA covers it.
+        next_ = base + rows;
+        return next_ - covered_ < kMaxFilteredRun || flush_gap_locked();
+      }
+      // Everything before the next row that passes is filtered out.
+      next_ = base + pass[i];
+      if (next_ - covered_ >= kMaxFilteredRun && !flush_gap_locked()) return false;
+      size_t n = std::min(pass.size() - i, chunk_rows_);
+      if (limiter_) {
+        const uint64_t tokens = limiter_->available();
+        if (tokens == 0) {
+          // The timer (tick) resumes once the bucket refilled.
+          waiting_tokens_ = true;
+          limiter_->throttled();
+          return false;
+        }
+        n = static_cast<size_t>(std::min<uint64_t>(n, tokens));
+      }
+      // A DATA with the batch's last passing row also covers the filtered
+      // rows after it.
+      const uint64_t end = i + n == pass.size() ? base + rows : base + pass[i + n - 1] + 1;
+      engine::Batch part;
+      if (n == rows) {
+        part = b;  // every row of the batch passes
+      } else {
+        part = b.take(std::span<const uint32_t>(pass).subspan(i, n));
       }
       if (!projection_.empty()) {
         std::vector<engine::ColumnPtr> cols;
@@ -218,41 +383,40 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
         part = part.project(schema_, std::move(cols));
       }
       federation::Data d;
-      d.first_seq = next_;
-      d.count = static_cast<uint32_t>(count);
+      d.first_seq = covered_;
+      d.count = static_cast<uint32_t>(end - covered_);
       engine::encode_batch(part, d.body);
       std::string payload = federation::encode(d);
       if (payload.size() > max_payload_) {
-        if (count == 1) {
+        if (n == 1) {
           reset_locked(WireError::frame_too_large,
                        "tuple " + std::to_string(next_) + " encodes to " +
                            std::to_string(payload.size()) + " bytes, over the link's maximum frame");
           return false;
         }
-        chunk_rows_ = std::max<size_t>(1, count / 2);
+        chunk_rows_ = std::max<size_t>(1, n / 2);
         continue;
       }
       if (!credit_.can_send(payload.size())) return false;
       if (Status sent = links->send(peer_, FrameType::data, channel_, payload); !sent.ok()) {
         if (sent.error().code != Errc::limit_exceeded) return false;  // link down or full
         // Over the peer's maximum frame, which may be below ours.
-        if (count == 1) {
+        if (n == 1) {
           reset_locked(WireError::frame_too_large, "tuple " + std::to_string(next_) +
                                                        " is larger than the peer's maximum frame");
           return false;
         }
-        chunk_rows_ = std::max<size_t>(1, count / 2);
+        chunk_rows_ = std::max<size_t>(1, n / 2);
         continue;
       }
       credit_.consume(payload.size());
-      next_ += count;
-      offset += count;
-      sent_locked(count);
+      next_ = covered_ = end;
+      i += n;
+      sent_locked(n);
     }
-    return true;
   }
 
-  // Catch-up from the log until the live head, bounded by credit.
+  // Catch-up from the log until the live head, bounded by credit and tokens.
   void pump() {
     std::lock_guard lock(mu_);
     while (!closed_ && !live_) {
@@ -260,6 +424,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
         // Records committed after this point reach on_record, which needs
         // mu_ and runs after the head moved: none is missed.
         live_ = true;
+        if (limiter_) limiter_->waiting_over();
         return;
       }
       if (credit_.available() <= kDataOverhead) return;  // CREDIT calls again
@@ -296,14 +461,19 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   const StreamPtr stream_;
   const std::vector<size_t> projection_;  // empty: every column
   const engine::SchemaPtr schema_;        // what the importer sees
+  const std::optional<engine::Expr> predicate_;   // null: every row
+  const std::shared_ptr<RateLimiter> limiter_;    // null: no rate cap
   std::mutex mu_;
   const uint64_t start_;           // where the channel started
-  uint64_t next_;                  // REQUIRES: mu_
+  uint64_t next_;                  // REQUIRES: mu_; first tuple not dealt with
+  uint64_t covered_;               // REQUIRES: mu_; first tuple no DATA covered
   federation::CreditWindow credit_;  // REQUIRES: mu_
   uint64_t acked_ = 0;             // REQUIRES: mu_
   bool live_ = false;              // REQUIRES: mu_
   bool closed_ = false;            // REQUIRES: mu_
+  bool waiting_tokens_ = false;    // REQUIRES: mu_; stopped by the rate cap
   size_t chunk_rows_ = 1u << 14;   // REQUIRES: mu_; rows per DATA frame
+  std::string empty_body_;         // REQUIRES: mu_; a batch of no row, encoded once
   const size_t max_payload_;
   Counter* tuples_out_;
   const std::string contract_;
@@ -327,7 +497,10 @@ struct Import {
   uint64_t generation = 0;           // REQUIRES: mu; bumps per OPEN
   bool asked_from_start = false;     // REQUIRES: mu; OPEN had from_seq 0
   size_t node_index = 0;             // REQUIRES: mu; next node of the domain to try
-  uint64_t next_expected = 0;        // REQUIRES: mu; next seq to accept (incl. in flight)
+  uint64_t next_expected = 0;        // REQUIRES: mu; next owner seq to accept (incl. in flight)
+  // REQUIRES: mu. The owner filtered tuples out: the mirror's numbers are
+  // its own, and the owner's position is kept under import-pos/NAME.
+  bool diverged = false;
   uint64_t window = 0;               // REQUIRES: mu; credit the owner still has
   uint64_t acked = 0;                // REQUIRES: mu
   uint64_t tuples = 0;               // REQUIRES: mu
@@ -441,6 +614,17 @@ Status Peering::start() {
     return true;
   });
   if (!scanned.ok()) return scanned;
+  // Where imports whose mirror numbers its own rows stand at their owner.
+  std::map<std::string, uint64_t> positions;
+  scanned = node_.store().scan(store::Cf::meta, kImportPosPrefix, [&positions](std::string_view key,
+                                                                                std::string_view value) {
+    if (value.size() >= 8) {
+      positions[std::string(key.substr(std::char_traits<char>::length(kImportPosPrefix)))] =
+          store::get_key_u64(value);
+    }
+    return true;
+  });
+  if (!scanned.ok()) return scanned;
 
   // Imports from the catalog resume when their owner's link comes up.
   for (auto& s : node_.list_streams()) {
@@ -453,6 +637,10 @@ Status Peering::start() {
     imp->domain = parts->first;
     imp->mirror = s;
     imp->next_expected = s->next_seq();
+    if (auto pos = positions.find(imp->name); pos != positions.end()) {
+      imp->next_expected = pos->second;
+      imp->diverged = true;
+    }
     imports_[imp->name] = imp;
   }
 
@@ -619,13 +807,18 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   // in-force stream contract covers it, or else a configured export.
   std::string contract_id;
   std::vector<std::string> fields;
+  std::string predicate_text;
+  uint64_t rate_cap = 0;
   auto covered = contracting_ ? contracting_->ledger().find_stream_contract(
                                     self_.domain, peer.domain, name, wall_clock_ms())
                               : Result<contracts::Contract>(Error{Errc::not_found, ""});
   const ExportConfig* rule = nullptr;
   if (covered.ok()) {
     contract_id = covered->id;
-    fields = covered->current().terms.stream.fields;
+    const contracts::StreamTerms& terms = covered->current().terms.stream;
+    fields = terms.fields;
+    predicate_text = terms.predicate;
+    rate_cap = terms.rate_cap;
   } else {
     for (const auto& e : config_.exports) {
       if (e.stream == name && std::find(e.to.begin(), e.to.end(), peer.domain) != e.to.end()) {
@@ -650,6 +843,26 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   if (!stream) {
     reset(WireError::not_found, "no stream " + open->stream + " on " + self_.uri());
     return;
+  }
+  // The predicate reads the stream's own fields, before the projection: it
+  // may test a field the consumer does not see.
+  std::optional<engine::Expr> predicate;
+  if (!predicate_text.empty()) {
+    auto compiled = engine::Expr::compile(predicate_text, *stream->meta().schema);
+    std::string problem;
+    if (!compiled.ok()) {
+      problem = compiled.error().message;
+    } else if (compiled->type() != engine::Type::Bool) {
+      problem = "it is of type " + std::string(engine::type_name(compiled->type())) + ", not bool";
+    }
+    if (!problem.empty()) {
+      const std::string why = "stream contract " + contract_id +
+                              " has a predicate that does not apply to " + open->stream + ": " + problem;
+      reset(WireError::not_exported, why);
+      log("federation: refused " + peer.uri() + " opening " + open->stream + ": " + why);
+      return;
+    }
+    predicate = std::move(*compiled);
   }
   std::vector<size_t> projection;
   engine::SchemaPtr schema = stream->meta().schema;
@@ -696,11 +909,16 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
   // The link refuses a frame over the peer's own limit; the sender then
   // halves its frames (send_locked).
   const size_t max_payload = config_.max_frame;
+  ExportSender::Terms terms;
+  terms.projection = std::move(projection);
+  terms.schema = schema;
+  terms.predicate = std::move(predicate);
+  if (rate_cap > 0) terms.limiter = limiter_for(contract_id, rate_cap);
+  terms.contract = contract_id;
   auto sender = std::make_shared<ExportSender>(
-      *this, peer, channel, stream, std::move(projection), schema, from, open->credit, max_payload,
+      *this, peer, channel, stream, std::move(terms), from, open->credit, max_payload,
       &node_.metrics().counter("entente_export_tuples_total", "Tuples sent to an importing domain",
-                               {{"stream", name}, {"peer", peer.uri()}}),
-      contract_id);
+                               {{"stream", name}, {"peer", peer.uri()}}));
   {
     std::lock_guard lock(mu_);
     senders_[key] = sender;
@@ -856,7 +1074,8 @@ void Peering::open_import(const std::shared_ptr<Import>& imp) {
   if (!channel.ok()) return;
   federation::Open open;
   open.stream = imp->name;
-  const bool fresh = !imp->mirror || imp->mirror->committed_next() <= 1;
+  // Nothing stored and no position kept: from the oldest the owner retains.
+  const bool fresh = !imp->mirror || (imp->mirror->committed_next() <= 1 && !imp->diverged);
   open.from_seq = fresh ? 0 : imp->next_expected;
   open.credit = config_.import_window;
   imp->window = open.credit;
@@ -971,6 +1190,11 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
       meta.producer = "import";
       const auto& r = node_.config().retention;
       meta.retention = {r.max_tuples, r.max_bytes, r.max_age_ms};
+      // A position left by an earlier import of this name (deleted just
+      // before a crash) does not belong to the new mirror.
+      if (auto stale = node_.store().get(store::Cf::meta, import_pos_key(imp->name)); !stale.ok() || *stale) {
+        (void)node_.store().erase(store::Cf::meta, import_pos_key(imp->name), store::Durability::synced);
+      }
       auto mirror = node_.create_stream(std::move(meta));
       if (!mirror.ok()) {
         (void)links_->send(owner, FrameType::reset, channel,
@@ -1049,18 +1273,32 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
   }
   std::string_view body = d->body;
   auto batch = engine::decode_batch(body);
-  if (!batch.ok() || !body.empty() || batch->rows() != d->count ||
+  uint64_t first = d->first_seq;
+  const uint64_t last = first + d->count - 1;
+  // The body holds the rows of first..last that passed the owner's filter
+  // (all of them when nothing filters), each with its own number, ascending.
+  bool numbered = batch.ok() && batch->seq.size() == batch->rows();
+  if (numbered) {
+    uint64_t prev = first - 1;
+    for (uint64_t seq : batch->seq) {
+      if (seq <= prev || seq > last) {
+        numbered = false;
+        break;
+      }
+      prev = seq;
+    }
+  }
+  if (!batch.ok() || !body.empty() || batch->rows() > d->count || !numbered ||
       !batch->validate(engine::Batch::Check::full).ok() ||
       !(*batch->schema == *imp->mirror->meta().schema)) {
     reset_and_retry(WireError::protocol,
-                    "DATA " + std::to_string(d->first_seq) + " of " + imp->name +
-                        " does not hold " + std::to_string(d->count) + " tuples of the stream's schema",
+                    "DATA " + std::to_string(d->first_seq) + " of " + imp->name + " does not hold tuples of " +
+                        std::to_string(d->first_seq) + ".." + std::to_string(last) +
+                        " in order, of the stream's schema",
                     std::chrono::seconds(1));
     return;
   }
   const uint32_t credit_back = static_cast<uint32_t>(payload.size());
-  uint64_t first = d->first_seq;
-  const uint64_t last = first + d->count - 1;
   if (last < imp->next_expected) {
     // All duplicates (a resend after a reconnect): drop, return the credit.
     if (links_->send(owner, FrameType::credit, channel,
@@ -1071,19 +1309,19 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     return;
   }
   engine::Batch rows = std::move(*batch);
-  // The owner's bytes are stored as they are when they hold exactly the
-  // tuples first..last under those numbers (no duplicate prefix to cut).
-  std::shared_ptr<const std::string> as_received;
-  if (first >= imp->next_expected && rows.rows() > 0 && rows.seq[0] == first &&
-      rows.seq[rows.rows() - 1] == last) {
-    as_received = std::make_shared<const std::string>(std::move(d->body));
-  }
+  // The tuples the DATA covers, every one of them there, under the owner's
+  // numbers: the mirror may take them under those same numbers.
+  bool whole = rows.rows() == d->count;
   if (first < imp->next_expected) {
-    std::vector<uint32_t> keep(last - imp->next_expected + 1);
-    std::iota(keep.begin(), keep.end(), static_cast<uint32_t>(imp->next_expected - first));
+    // Some are duplicates: keep those not stored yet.
+    std::vector<uint32_t> keep;
+    for (size_t i = 0; i < rows.rows(); ++i) {
+      if (rows.seq[i] >= imp->next_expected) keep.push_back(static_cast<uint32_t>(i));
+    }
     rows = rows.take(keep);
     first = imp->next_expected;
-  } else if (first > imp->next_expected && !(imp->asked_from_start && imp->tuples == 0 &&
+    whole = whole && rows.rows() == last - first + 1;
+  } else if (first > imp->next_expected && !(imp->asked_from_start && imp->tuples == 0 && !imp->diverged &&
                                               imp->mirror->committed_next() <= 1)) {
     reset_and_retry(WireError::protocol,
                     "DATA starts at " + std::to_string(first) + ", expected " +
@@ -1091,32 +1329,67 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
                     std::chrono::milliseconds(100));
     return;
   }
+  const size_t n = rows.rows();
   std::weak_ptr<Import> weak = imp;
-  Status s = imp->mirror->append_at(
-      first, std::move(rows), node_.gc(), store::Admission::reject,
-      [this, weak, generation, owner, channel, last](const Status& st, const RecordPtr&) {
-        auto imp = weak.lock();
-        if (!imp) return;
-        std::lock_guard lock(imp->mu);
-        if (!st.ok()) {
-          imp->reason = "storing " + imp->name + " failed: " + st.error().message;
-          return;
-        }
-        imp->acked = std::max(imp->acked, last);
-        if (imp->generation != generation) return;  // the channel is gone
-        // Durable now: the owner may release everything through `last`.
-        (void)links_->send(owner, FrameType::ack, channel,
-                           federation::encode(federation::Ack{last}));
-      },
-      std::move(as_received));
+  // ACK once the tuples (or the position past filtered ones) are durable.
+  auto on_durable = [this, weak, generation, owner, channel, last](const Status& st) {
+    auto imp = weak.lock();
+    if (!imp) return;
+    std::lock_guard lock(imp->mu);
+    if (!st.ok()) {
+      imp->reason = "storing " + imp->name + " failed: " + st.error().message;
+      return;
+    }
+    imp->acked = std::max(imp->acked, last);
+    if (imp->generation != generation) return;  // the channel is gone
+    // Durable now: the owner may release everything through `last`.
+    (void)links_->send(owner, FrameType::ack, channel, federation::encode(federation::Ack{last}));
+  };
+  // The owner's position is kept apart from the mirror whenever the two
+  // numberings differ, in the same atomic write as the rows.
+  store::WriteBatch position;
+  auto keep_position = [&] {
+    std::string v;
+    store::put_key_u64(v, last + 1);
+    position.put(store::Cf::meta, import_pos_key(imp->name), v);
+  };
+  Status s;
+  bool diverges = imp->diverged;
+  if (n == 0) {
+    // Every tuple of the range was filtered out: only the position moves,
+    // through the group commit so that ACKs keep the commit order.
+    keep_position();
+    diverges = true;
+    s = node_.gc().submit(std::move(position), std::move(on_durable), store::Admission::reject);
+  } else {
+    const uint64_t mirror_next = imp->mirror->next_seq();
+    // The owner's numbers are kept while they fit: the run continues the
+    // mirror (or starts an empty one that never diverged).
+    const bool same_numbers = whole && (first == mirror_next || (mirror_next == 1 && !imp->diverged));
+    const uint64_t at = same_numbers ? first : mirror_next;
+    std::shared_ptr<const std::string> as_received;
+    // The owner's bytes are stored as they are when they hold exactly the
+    // tuples first..last under those numbers (no duplicate prefix cut).
+    if (same_numbers && first == d->first_seq) {
+      as_received = std::make_shared<const std::string>(std::move(d->body));
+    }
+    if (at + n != last + 1) {
+      keep_position();
+      diverges = true;
+    }
+    s = imp->mirror->append_at(
+        at, std::move(rows), node_.gc(), store::Admission::reject, std::move(position),
+        [on_durable = std::move(on_durable)](const Status& st, const RecordPtr&) { on_durable(st); },
+        std::move(as_received));
+  }
   if (!s.ok()) {
     // The group commit is full (or the mirror is going): start over from
     // what is stored, a little later; the owner keeps everything unacked.
     reset_and_retry(WireError::internal, "importer busy: " + s.error().message,
                     std::chrono::milliseconds(200));
-    imp->next_expected = imp->mirror->next_seq();
     return;
   }
+  imp->diverged = diverges;
   // Credit comes back as soon as the group commit holds the batch (its own
   // queue bound caps memory; a full queue resets the channel above), so the
   // owner keeps sending while the sync runs. ACK waits for durability.
@@ -1124,10 +1397,10 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
           .ok()) {
     imp->window += credit_back;
   }
-  imp->tuples += last - first + 1;
+  imp->tuples += n;
   imp->next_expected = last + 1;
-  count_tuples(owner.uri(), last - first + 1, 0);
-  if (imp->tuples_in) imp->tuples_in->inc(last - first + 1);
+  count_tuples(owner.uri(), n, 0);
+  if (imp->tuples_in) imp->tuples_in->inc(n);
 }
 
 std::vector<ImportInfo> Peering::imports() const {
@@ -1178,6 +1451,7 @@ Status Peering::forget_import(const std::string& stream) {
   }
   imp->channel = 0;
   ++imp->generation;
+  (void)node_.store().erase(store::Cf::meta, import_pos_key(imp->name), store::Durability::synced);
   return {};
 }
 
@@ -1196,6 +1470,25 @@ bool Peering::send_to_domain(const std::string& domain, const std::string& messa
 
 void Peering::count_contract_tuples(const std::string& contract, uint64_t tuples) {
   if (contracting_) (void)contracting_->ledger().add_usage(contract, tuples);
+}
+
+std::shared_ptr<RateLimiter> Peering::limiter_for(const std::string& contract, uint64_t per_second) {
+  std::lock_guard lock(mu_);
+  auto& l = limiters_[contract];
+  // A contract's terms do not change once it is in force; the check only
+  // guards against a reused id.
+  if (!l || l->rate() != per_second) l = std::make_shared<RateLimiter>(per_second);
+  return l;
+}
+
+void Peering::tick_senders() {
+  std::vector<std::shared_ptr<ExportSender>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.reserve(senders_.size());
+    for (auto& [k, s] : senders_) all.push_back(s);
+  }
+  for (auto& s : all) s->tick();
 }
 
 void Peering::recheck_contracts() {
@@ -1243,6 +1536,7 @@ void Peering::timer_loop() {
     lock.unlock();
     // Contracts end on time: within one timer tick of valid_until.
     recheck_contracts();
+    tick_senders();
     if (contracting_ && Clock::now() >= next_usage_flush) {
       contracting_->flush_usage();
       next_usage_flush = Clock::now() + std::chrono::seconds(1);
@@ -1340,6 +1634,18 @@ std::string Peering::peers_json() const {
 
 void Peering::register_collectors() {
   node_.metrics().add_collector([this](MetricsWriter& w) {
+    std::vector<std::pair<std::string, std::shared_ptr<RateLimiter>>> limiters;
+    {
+      std::lock_guard lock(mu_);
+      limiters.assign(limiters_.begin(), limiters_.end());
+    }
+    for (const auto& [contract, l] : limiters) {
+      w.gauge("entente_contract_rate_cap", "A stream contract's rate cap, tuples per second",
+              {{"contract", contract}}, static_cast<double>(l->rate()));
+      w.counter("entente_contract_throttled_seconds_total",
+                "Time a stream contract's senders waited for its rate cap", {{"contract", contract}},
+                l->throttled_seconds());
+    }
     if (!links_) return;
     for (const auto& [label, n] : links_->refusals()) {
       w.counter("entente_federation_refusals_total",

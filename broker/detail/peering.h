@@ -5,13 +5,21 @@
 // mirror stream of another domain's stream, durable before it acknowledges.
 //
 // Owner side: one ExportSender per open channel, a Tap on the stream that
-// catches up from the log first. What an importing domain acknowledged is
+// catches up from the log first. Under a stream contract it sends only the
+// rows the contract's predicate passes, projected on its fields, and no
+// faster than its rate cap (a token bucket per contract, shared by all the
+// contract's channels); rows filtered out are covered by the next DATA
+// (docs/protocol.md §5.7, §9.2). What an importing domain acknowledged is
 // kept in the `meta` family and pins the stream's retention, so nothing it
 // has not stored durably is trimmed.
 //
-// Importer side: one Import per mirror, named DOMAIN/NAME, holding the
-// owner's sequence numbers. After a link drop or a restart it re-opens from
-// the mirror's next sequence number and drops anything it already has.
+// Importer side: one Import per mirror, named DOMAIN/NAME. While every
+// tuple arrives the mirror holds the owner's sequence numbers; once the
+// owner filtered some out, the mirror numbers its rows contiguously itself
+// and the owner's position (the next owner number expected) is kept in
+// `meta` under "import-pos/DOMAIN/NAME", written atomically with each
+// append. After a link drop or a restart it re-opens from that position
+// (else the mirror's next sequence number) and drops anything it already has.
 //
 // Threading: link callbacks arrive on the LinkManager's io thread; group
 // commit callbacks on the committer thread; the API on Asio threads. One
@@ -41,6 +49,7 @@ namespace entente::broker::detail {
 class NodeImpl;
 class Contracting;
 class ExportSender;
+class RateLimiter;
 class Deferred;
 struct Import;
 
@@ -121,6 +130,11 @@ class Peering final : public federation::LinkHandler {
   void timer_loop();
   // Ends every channel whose stream contract is no longer in force.
   void recheck_contracts();
+  // Every 100 ms: senders flush a run of filtered-out tuples, and those
+  // waiting for rate-cap tokens send again.
+  void tick_senders();
+  // The token bucket of stream contract `contract` (made on first use).
+  std::shared_ptr<RateLimiter> limiter_for(const std::string& contract, uint64_t per_second);
   // Sends a CONTROL message to the first node of `domain` whose link is up.
   bool send_to_domain(const std::string& domain, const std::string& message);
   void register_collectors();
@@ -138,6 +152,8 @@ class Peering final : public federation::LinkHandler {
   std::map<ChannelKey, std::shared_ptr<Import>> import_channels_;
   // stream -> domain -> last acknowledged sequence number (persisted).
   std::map<std::string, std::map<std::string, uint64_t>> acks_;
+  // Stream contract id -> its rate cap's token bucket (contracts with a cap).
+  std::map<std::string, std::shared_ptr<RateLimiter>> limiters_;
 
   mutable std::mutex count_mu_;
   std::map<std::string, std::pair<uint64_t, uint64_t>> tuples_;  // peer URI -> in, out

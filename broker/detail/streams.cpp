@@ -35,6 +35,12 @@ Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admiss
 
 Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
                          Done done, std::shared_ptr<const std::string> encoded) {
+  return append_at(first, std::move(batch), gc, admission, store::WriteBatch(), std::move(done),
+                   std::move(encoded));
+}
+
+Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
+                         store::WriteBatch extra, Done done, std::shared_ptr<const std::string> encoded) {
   if (batch.rows() == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
   std::lock_guard lock(append_mu_);
   if (first != next_seq_) {
@@ -45,7 +51,7 @@ Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit
     next_seq_ = first;
     committed_next_.store(first, std::memory_order_release);
   }
-  return append_locked(first, std::move(batch), gc, admission, store::WriteBatch(), std::move(done),
+  return append_locked(first, std::move(batch), gc, admission, std::move(extra), std::move(done),
                        std::move(encoded));
 }
 

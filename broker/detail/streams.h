@@ -92,6 +92,11 @@ class Stream final {
   Status append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
                    store::Admission admission, Done done,
                    std::shared_ptr<const std::string> encoded = nullptr);
+  // The same with `extra` operations (an import's position) written in the
+  // same atomic write.
+  Status append_at(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
+                   store::Admission admission, store::WriteBatch extra, Done done,
+                   std::shared_ptr<const std::string> encoded = nullptr);
   // Next sequence number append_at expects.
   uint64_t next_seq() const;
 

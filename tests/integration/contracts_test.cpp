@@ -9,139 +9,14 @@
 #include <thread>
 #include <vector>
 
-#include "rapidjson/document.h"
-#include "rapidjson/stringbuffer.h"
-#include "rapidjson/writer.h"
 #include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
 
 namespace entente::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Whole seconds, as the terms require.
-int64_t seconds_from_now(int64_t s) { return (now_ms() / 1000 + s) * 1000; }
-
-std::string stream_terms(int64_t price, int64_t from_ms, int64_t until_ms,
-                         const std::string& fields = R"(["auction","price"])") {
-  return R"({"kind":"stream","provider":"acme","consumer":"beta","streams":["bids"],"fields":)" + fields +
-         R"(,"price_per_million":)" + std::to_string(price) + R"(,"valid_from":)" + std::to_string(from_ms) +
-         R"(,"valid_until":)" + std::to_string(until_ms) + "}";
-}
-
-// A contract as GET /v1/contracts/{id} shows it.
-struct ContractView {
-  unsigned status = 0;
-  std::string body;
-  std::string id, state;
-  uint64_t version = 0;
-  bool in_force = false;
-  std::string history;  // the "history" array, re-serialised
-  std::vector<std::string> states;  // of each version
-  size_t last_signatures = 0;
-};
-
-ContractView parse_contract(unsigned status, const std::string& body) {
-  ContractView v;
-  v.status = status;
-  v.body = body;
-  rapidjson::Document d;
-  d.Parse(body.c_str());
-  if (d.HasParseError() || !d.IsObject()) return v;
-  if (d.HasMember("id") && d["id"].IsString()) v.id = d["id"].GetString();
-  if (d.HasMember("state") && d["state"].IsString()) v.state = d["state"].GetString();
-  if (d.HasMember("version") && d["version"].IsUint64()) v.version = d["version"].GetUint64();
-  if (d.HasMember("in_force") && d["in_force"].IsBool()) v.in_force = d["in_force"].GetBool();
-  if (d.HasMember("history") && d["history"].IsArray()) {
-    rapidjson::StringBuffer sb;
-    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-    d["history"].Accept(w);
-    v.history = sb.GetString();
-    for (const auto& h : d["history"].GetArray()) {
-      if (h.IsObject() && h.HasMember("state") && h["state"].IsString()) v.states.push_back(h["state"].GetString());
-      if (h.IsObject() && h.HasMember("signatures") && h["signatures"].IsArray())
-        v.last_signatures = h["signatures"].Size();
-    }
-  }
-  return v;
-}
-
-ContractView get_contract(const FedNode& n, const std::string& id, const std::string& token = kReaderToken) {
-  auto r = n.process().request("GET", "/v1/contracts/" + id, "", token);
-  return parse_contract(r.status, r.body);
-}
-
-// Waits until `n` holds version `version` of contract `id`.
-ContractView wait_version(const FedNode& n, const std::string& id, uint64_t version,
-                          std::chrono::milliseconds timeout = 10s) {
-  ContractView v;
-  eventually(timeout, [&] {
-    v = get_contract(n, id);
-    return v.status == 200 && v.version >= version;
-  });
-  return v;
-}
-
-ContractView act(const FedNode& n, const std::string& id, const std::string& action, const std::string& body,
-                 const std::string& token = kAdminToken) {
-  auto r = n.process().request("POST", "/v1/contracts/" + id + "/" + action, body, token);
-  return parse_contract(r.status, r.body);
-}
-
-uint64_t uint_field(const std::string& body, const char* key) {
-  rapidjson::Document d;
-  d.Parse(body.c_str());
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember(key) || !d[key].IsUint64()) return 0;
-  return d[key].GetUint64();
-}
-
-// Two linked domains; acme has a stream "bids" and no configured exports:
-// only a contract can share it.
-struct TwoDomains {
-  Federation fed;
-  FedNode* acme = nullptr;
-  FedNode* beta = nullptr;
-
-  void start() {
-    acme = &fed.add("acme");
-    beta = &fed.add("beta");
-    fed.link(*acme, *beta);
-    ASSERT_TRUE(fed.start_all()) << fed.last_error();
-    ASSERT_NO_FATAL_FAILURE(create_stream(*acme, "bids"));
-    ASSERT_NO_FATAL_FAILURE(wait_linked(*acme, *beta));
-  }
-
-  // Proposes on acme; returns the new contract's id once beta holds it.
-  std::string propose(const std::string& terms) {
-    auto r = acme->process().request("POST", "/v1/contracts", "{\"terms\":" + terms + "}");
-    EXPECT_EQ(r.status, 201u) << r.body;
-    auto v = parse_contract(r.status, r.body);
-    EXPECT_EQ(v.state, "proposed") << r.body;
-    EXPECT_NE(r.body.find("\"delivered\":true"), std::string::npos) << r.body;
-    auto seen = wait_version(*beta, v.id, 1);
-    EXPECT_EQ(seen.status, 200u) << "beta never received " << v.id << ": " << seen.body;
-    return v.id;
-  }
-
-  // propose -> accept by beta -> countersigned by acme: active on both.
-  std::string agree(const std::string& terms) {
-    const std::string id = propose(terms);
-    auto accepted = act(*beta, id, "accept", R"({"version":1})");
-    EXPECT_EQ(accepted.status, 200u) << accepted.body;
-    auto on_acme = wait_version(*acme, id, 3);
-    EXPECT_EQ(on_acme.state, "active") << on_acme.body;
-    auto on_beta = wait_version(*beta, id, 3);
-    EXPECT_EQ(on_beta.state, "active") << on_beta.body;
-    return id;
-  }
-};
 
 TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
   TwoDomains d;

@@ -272,6 +272,20 @@ TEST_F(StoreTest, WriteBatchIsAtomicAcrossFamilies) {
   EXPECT_EQ(get(Cf::catalog, "k"), "catalog");
 }
 
+TEST_F(StoreTest, WriteBatchPutInTwoPiecesStoresTheJoinedValue) {
+  Store& store = open();
+  WriteBatch b;
+  const std::string big(300000, 'p');  // larger than a first growth step
+  b.put(Cf::log, "joined", "head:", big);
+  b.put(Cf::log, "empty-tail", "only", "");
+  b.put(Cf::log, "after", "x");
+  EXPECT_EQ(b.count(), 3u);
+  ASSERT_TRUE(store.write(b, Durability::buffered).ok());
+  EXPECT_EQ(get(Cf::log, "joined"), "head:" + big);
+  EXPECT_EQ(get(Cf::log, "empty-tail"), "only");
+  EXPECT_EQ(get(Cf::log, "after"), "x");
+}
+
 TEST_F(StoreTest, WriteBatchAppendMoveAndEraseRange) {
   Store& store = open();
   WriteBatch a;
