@@ -1244,6 +1244,8 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
       imp->state = "refused";
       log("federation: " + why);
       finish_pending(imp, make_error(errc_for(code), why), later);
+      // The mirror's live subscribers learn why nothing more comes.
+      if (imp->mirror) later.add([mirror = imp->mirror, why] { mirror->end_feed(why); });
       if (!imp->mirror) {
         lock.unlock();
         std::lock_guard maps(mu_);

@@ -52,6 +52,9 @@ class Tap {
   virtual void on_record(const RecordPtr& record) = 0;
   // The stream is being deleted.
   virtual void on_stream_closed() = 0;
+  // No more records will come for now (an import's owner refused or ended
+  // it); the stream stays readable. `reason` says why.
+  virtual void on_feed_ended(const std::string& reason) { (void)reason; }
 };
 
 struct StreamMeta {
@@ -106,6 +109,9 @@ class Stream final {
   uint64_t add_tap(const std::shared_ptr<Tap>& tap);
   void remove_tap(const Tap* tap);
   void close();  // calls on_stream_closed on every tap, refuses appends
+  // Calls on_feed_ended(reason) on every tap (an import's mirror whose
+  // owner refused or ended the import).
+  void end_feed(const std::string& reason);
 
   Counter* tuples_in = nullptr;   // set by the registry
   Counter* bytes_in = nullptr;

@@ -19,6 +19,7 @@ std::string routing_path(const http::Request& req);                  // api.cpp
 namespace {
 
 constexpr uint16_t kCloseSlowConsumer = 4001;
+constexpr uint16_t kCloseFeedEnded = 4003;
 constexpr uint16_t kCloseStreamDeleted = 4004;
 constexpr uint16_t kCloseTooOld = 4008;
 constexpr uint16_t kCloseInternal = 1011;
@@ -88,6 +89,15 @@ class Subscriber final : public http::WebSocketSession,
   void on_stream_closed() override {
     std::lock_guard lock(mu_);
     close_locked(kCloseStreamDeleted, "stream '" + stream_->meta().name + "' was deleted");
+  }
+
+  // An imported stream's owner refused or ended the import (its contract
+  // was revoked or expired): say why, and where to resume.
+  void on_feed_ended(const std::string& reason) override {
+    std::lock_guard lock(mu_);
+    std::string text = "resume with from=" + std::to_string(next_) + "; " + reason;
+    if (text.size() > 123) text.resize(123);  // the WebSocket close reason's limit
+    close_locked(kCloseFeedEnded, std::move(text));
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
+#include "tests/integration/support/ws_reader.h"
 
 namespace entente::testing {
 namespace {
@@ -82,6 +84,28 @@ TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
   EXPECT_NE(usage.find("\"price_per_million\":4"), std::string::npos) << usage;
   EXPECT_NE(usage.find("\"cost_credits\":0.004"), std::string::npos) << usage;
 
+  // Outside the contract: another stream of acme, and a query on beta that
+  // expects a field the contract does not share.
+  ASSERT_NO_FATAL_FAILURE(create_stream(acme, "asks"));
+  auto other = import_stream(beta, "acme/asks");
+  EXPECT_EQ(other.status, 403u) << other.body;
+  EXPECT_NE(problem_detail(other.body).find("no stream contract covers it"), std::string::npos) << other.body;
+  const std::string query = std::string(R"({"name":"peek","inputs":[{"name":"bids","stream":"acme/bids",)") +
+                            R"("event_time":"date_time","schema":)" + kBidsSchema + R"(}],)" +
+                            R"("boxes":[{"id":"f1","type":"filter","options":{"predicates":["bidder > 1"]}}],)" +
+                            R"("arcs":[{"from":"bids","to":"f1"}],"outputs":[{"name":"peeked","from":"f1"}]})";
+  auto outside = post_slow(beta, "/v1/queries", query);
+  EXPECT_EQ(outside.status / 100, 4u) << outside.body;
+  EXPECT_NE(outside.body.find("$.inputs[0]"), std::string::npos) << outside.body;
+  // It names what the contract shares.
+  EXPECT_NE(outside.body.find("whose schema is auction:int64, price:int64"), std::string::npos) << outside.body;
+
+  // A subscriber of the mirror on beta, live when the contract ends.
+  auto live = std::async(std::launch::async, [&] {
+    return read_stream(beta.process(), "acme%2Fbids", kN + 1, kN + 100, 15000);
+  });
+  std::this_thread::sleep_for(300ms);
+
   // acme revokes: the flow stops, and beta's import says why.
   auto revoked = act(acme, id, "revoke", R"({"version":5,"reason":"audit"})");
   ASSERT_EQ(revoked.status, 200u) << revoked.body;
@@ -92,6 +116,14 @@ TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
     return iv.state == "refused";
   })) << iv.body;
   EXPECT_NE(iv.reason.find("revoked by acme: audit"), std::string::npos) << iv.body;
+  // ... and so does the subscriber: closed with 4003 and the reason.
+  const ReadResult ended = live.get();
+  EXPECT_TRUE(ended.closed) << ended.error;
+  EXPECT_EQ(ended.close_code, 4003) << ended.close_reason;
+  EXPECT_NE(ended.close_reason.find("resume with from=" + std::to_string(kN + 1)), std::string::npos)
+      << ended.close_reason;
+  EXPECT_NE(ended.close_reason.find("revoked by acme: audit"), std::string::npos) << ended.close_reason;
+  EXPECT_TRUE(ended.tuples.empty());
   ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", kN, 200));
   std::this_thread::sleep_for(500ms);
   EXPECT_EQ(get_import(beta.process(), "acme/bids").next_seq, kN + 1) << "nothing crosses after the revoke";
