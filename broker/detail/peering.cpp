@@ -595,7 +595,10 @@ Status Peering::start() {
     auto* links = this->links();
     return links != nullptr && links->send(peer, FrameType::control, 0, message).ok();
   };
-  hooks.changed = [this](const contracts::Contract&) { recheck_contracts(); };
+  hooks.changed = [this](const contracts::Contract& c) {
+    recheck_contracts();
+    retry_refused_imports(c);
+  };
   hooks.log = [this](const std::string& line) { log(line); };
   auto contracting = Contracting::open(node_.store(), std::move(*signer), trust_,
                                        std::move(peer_domains), node_.metrics(), std::move(hooks));
@@ -1468,6 +1471,35 @@ bool Peering::send_to_domain(const std::string& domain, const std::string& messa
     }
   }
   return false;
+}
+
+void Peering::retry_refused_imports(const contracts::Contract& c) {
+  const int64_t now = wall_clock_ms();
+  const auto& t = c.current().terms;
+  if (t.kind != contracts::Kind::stream || t.stream.consumer != self_.domain || !c.in_force(now)) return;
+  std::vector<std::shared_ptr<Import>> refused;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, imp] : imports_) {
+      if (imp->domain != t.stream.provider) continue;
+      auto parts = split_stream(name);
+      if (parts && std::find(t.stream.streams.begin(), t.stream.streams.end(), parts->second) !=
+                       t.stream.streams.end()) {
+        refused.push_back(imp);
+      }
+    }
+  }
+  // An import the owner refused is tried again under the new contract, from
+  // where its mirror stands.
+  for (auto& imp : refused) {
+    std::lock_guard lock(imp->mu);
+    if (imp->state != "refused" || imp->channel != 0) continue;
+    imp->state = "connecting";
+    imp->reason = "trying again under stream contract " + c.id;
+    imp->node_index = 0;
+    imp->retry_at = Clock::now();
+    log("federation: " + imp->name + ": " + imp->reason);
+  }
 }
 
 void Peering::count_contract_tuples(const std::string& contract, uint64_t tuples) {

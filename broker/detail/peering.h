@@ -44,6 +44,10 @@
 #include "engine/types.h"
 #include "federation/link.h"
 
+namespace entente::contracts {
+struct Contract;
+}
+
 namespace entente::broker::detail {
 
 class NodeImpl;
@@ -130,6 +134,9 @@ class Peering final : public federation::LinkHandler {
   void timer_loop();
   // Ends every channel whose stream contract is no longer in force.
   void recheck_contracts();
+  // Consumer side: refused imports that contract `c` (now in force) covers
+  // open again.
+  void retry_refused_imports(const contracts::Contract& c);
   // Every 100 ms: senders flush a run of filtered-out tuples, and those
   // waiting for rate-cap tokens send again.
   void tick_senders();

@@ -131,6 +131,14 @@ TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
   EXPECT_EQ(after.state, "revoked") << after.body;
   EXPECT_EQ(after.history, get_contract(acme, id).history);
 
+  // A new contract: the refused import resumes by itself where its mirror
+  // stands, and gets what was published meanwhile, once.
+  const std::string id2 = d.agree(stream_terms(4, from, until));
+  ASSERT_NO_FATAL_FAILURE(wait_caught_up(beta, "acme/bids", kN + 201));
+  EXPECT_EQ(get_import(beta.process(), "acme/bids").state, "active");
+  ASSERT_EQ(act(beta, id2, "revoke", R"({"version":3,"reason":"done"})").status, 200u);
+  EXPECT_TRUE(eventually(5s, [&] { return get_import(beta.process(), "acme/bids").state == "refused"; }));
+
   // A new import is refused with the contract's reason.
   ASSERT_EQ(beta.process().request("DELETE", "/v1/imports/acme/bids").status / 100, 2u);
   auto again = import_stream(beta, "acme/bids");
