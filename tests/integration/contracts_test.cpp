@@ -66,6 +66,15 @@ TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
             (std::vector<std::string>{"proposed", "countered", "countered", "accepted", "active"}));
   EXPECT_EQ(on_acme.last_signatures, 2u) << "active carries both signatures";
   EXPECT_EQ(on_acme.history, on_beta.history) << "both ledgers hold the same versions";
+  // Listing with filters.
+  auto listed = [&](const FedNode& n, const std::string& query) {
+    return n.process().request("GET", "/v1/contracts" + query, "", kReaderToken).body;
+  };
+  EXPECT_NE(listed(acme, "?state=active&peer=beta").find(id), std::string::npos);
+  EXPECT_NE(listed(beta, "?state=active&peer=acme&kind=stream").find(id), std::string::npos);
+  EXPECT_EQ(listed(acme, "?state=proposed"), R"({"contracts":[]})");
+  EXPECT_EQ(listed(acme, "?peer=gamma"), R"({"contracts":[]})");
+  EXPECT_EQ(listed(acme, "?kind=hosting"), R"({"contracts":[]})");
 
   // The stream now flows, projected to the contract's fields.
   auto imported = import_stream(beta, "acme/bids");
