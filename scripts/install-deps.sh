@@ -11,6 +11,7 @@ packages=(
   libssl-dev         # TLS, certificates
   libgtest-dev       # unit tests
   curl               # smoke tests against the API
+  jq                 # docs/contracts.md: the guide reads JSON answers with it
   python3 python3-yaml  # docs/api/openapi.yaml → the JSON the node serves
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
 )
