@@ -344,7 +344,8 @@ Result<Version> propose(std::string_view self, const Terms& terms, int64_t now_m
   v.at_ms = now_ms;
   v.terms = terms;
   v.offer = 1;
-  // A placeholder id: the rules do not depend on it.
+  // An empty contract, to check the first transition; the caller gives the
+  // real id when it records the version (the rules do not read the id).
   Contract fresh{"c-0000000000000000", {}};
   ENTENTE_RETURN_IF_ERROR(check_transition(fresh, v, self));
   return v;

@@ -65,6 +65,12 @@ Result<uint64_t> version_of(const rapidjson::Document& doc) {
   return doc["version"].GetUint64();
 }
 
+// $.terms (required) of a propose or counter body.
+Result<contracts::Terms> terms_of(const rapidjson::Document& doc) {
+  if (!doc.HasMember("terms")) return make_error(Errc::invalid_argument, "$.terms: required");
+  return contracts::terms_from_json(doc["terms"]);
+}
+
 Result<std::string> reason_of(const rapidjson::Document& doc) {
   if (!doc.HasMember("reason")) return std::string();
   if (!doc["reason"].IsString()) return make_error(Errc::invalid_argument, "$.reason: must be a string");
@@ -184,11 +190,7 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
       answer(Response::problem(400, "Bad Request", s.error().message));
       return;
     }
-    if (!doc->HasMember("terms")) {
-      answer(Response::problem(400, "Bad Request", "$.terms: required"));
-      return;
-    }
-    auto terms = contracts::terms_from_json((*doc)["terms"]);
+    auto terms = terms_of(*doc);
     if (!terms.ok()) {
       answer(Response::problem(400, "Bad Request", terms.error().message));
       return;
@@ -213,11 +215,7 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
       answer(Response::problem(400, "Bad Request", s.error().message));
       return;
     }
-    if (!doc->HasMember("terms")) {
-      answer(Response::problem(400, "Bad Request", "$.terms: required"));
-      return;
-    }
-    auto terms = contracts::terms_from_json((*doc)["terms"]);
+    auto terms = terms_of(*doc);
     if (!terms.ok()) {
       answer(Response::problem(400, "Bad Request", terms.error().message));
       return;

@@ -52,8 +52,9 @@ class Tap {
   virtual void on_record(const RecordPtr& record) = 0;
   // The stream is being deleted.
   virtual void on_stream_closed() = 0;
-  // No more records will come for now (an import's owner refused or ended
-  // it); the stream stays readable. `reason` says why.
+  // The stream's feed stopped: an import's owner refused or ended it, and
+  // records come again only if the import is opened again. The stream stays
+  // readable. `reason` says why.
   virtual void on_feed_ended(const std::string& reason) { (void)reason; }
 };
 
