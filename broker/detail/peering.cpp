@@ -227,6 +227,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
       acked_ = through;
     }
     p_.record_ack(stream_->meta().name, peer_.domain, through);
+    if (!contract_.empty()) p_.bill_through(stream_->meta().name, peer_.domain, through, false);
   }
 
   // The Peering timer: covers a run of filtered-out tuples the stream left
@@ -264,11 +265,12 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   }
 
  private:
-  // REQUIRES: mu_. Counts tuples that left for the peer.
-  void sent_locked(size_t n) {
+  // REQUIRES: mu_. Counts the n tuples of a DATA covering first..last that
+  // left for the peer; the contract is charged once they are acknowledged.
+  void sent_locked(uint64_t first, uint64_t last, size_t n) {
     if (tuples_out_) tuples_out_->inc(n);
     p_.count_tuples(peer_uri_, 0, n);
-    if (!contract_.empty()) p_.count_contract_tuples(contract_, n);
+    if (!contract_.empty()) p_.bill_sent(stream_->meta().name, peer_.domain, contract_, first, last, n);
     if (limiter_) limiter_->consume(n);
   }
 
@@ -324,9 +326,9 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
       if (!credit_.can_send(payload.size())) return false;
       if (links->send(peer_, FrameType::data, channel_, payload).ok()) {
         credit_.consume(payload.size());
+        sent_locked(next_, next_ + rows - 1, rows);
         next_ += rows;
         covered_ = next_;
-        sent_locked(rows);
         return true;
       }
       // Over the peer's frame limit (or the link is down): the general path
@@ -410,9 +412,9 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
         continue;
       }
       credit_.consume(payload.size());
+      sent_locked(covered_, end - 1, n);
       next_ = covered_ = end;
       i += n;
-      sent_locked(n);
     }
   }
 
@@ -903,6 +905,9 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
                                        std::to_string(first_retained));
     return;
   }
+  // The consumer holds everything before `from`: what it received of that
+  // on an earlier channel is charged now, what came after is sent again.
+  bill_through(name, peer.domain, from - 1, true);
   federation::OpenOk ok;
   ok.schema_json = engine::schema_to_json(*schema);
   ok.first_seq = std::max<uint64_t>(first_retained, 1);
@@ -1078,7 +1083,11 @@ void Peering::open_import(const std::shared_ptr<Import>& imp) {
   federation::Open open;
   open.stream = imp->name;
   // Nothing stored and no position kept: from the oldest the owner retains.
-  const bool fresh = !imp->mirror || (imp->mirror->committed_next() <= 1 && !imp->diverged);
+  // Appends still in the group commit count: next_seq(), not committed_next().
+  // Unless the numbering diverged (a predicate), the mirror's next number is
+  // where the owner resumes.
+  const bool fresh = !imp->mirror || (imp->mirror->next_seq() <= 1 && !imp->diverged);
+  if (imp->mirror && !imp->diverged) imp->next_expected = imp->mirror->next_seq();
   open.from_seq = fresh ? 0 : imp->next_expected;
   open.credit = config_.import_window;
   imp->window = open.credit;
@@ -1327,7 +1336,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     first = imp->next_expected;
     whole = whole && rows.rows() == last - first + 1;
   } else if (first > imp->next_expected && !(imp->asked_from_start && imp->tuples == 0 && !imp->diverged &&
-                                              imp->mirror->committed_next() <= 1)) {
+                                              imp->mirror->next_seq() <= 1)) {
     reset_and_retry(WireError::protocol,
                     "DATA starts at " + std::to_string(first) + ", expected " +
                         std::to_string(imp->next_expected),
@@ -1371,6 +1380,17 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     // The owner's numbers are kept while they fit: the run continues the
     // mirror (or starts an empty one that never diverged).
     const bool same_numbers = whole && (first == mirror_next || (mirror_next == 1 && !imp->diverged));
+    if (whole && !same_numbers && !imp->diverged) {
+      // The owner's numbers are the mirror's until a predicate first filters
+      // a row out: whole tuples at another number are a bookkeeping fault,
+      // never a reason to number them anew (that would store them twice).
+      imp->next_expected = mirror_next;
+      reset_and_retry(WireError::internal,
+                      "DATA " + std::to_string(first) + " of " + imp->name + " does not continue the mirror at " +
+                          std::to_string(mirror_next),
+                      std::chrono::milliseconds(100));
+      return;
+    }
     const uint64_t at = same_numbers ? first : mirror_next;
     std::shared_ptr<const std::string> as_received;
     // The owner's bytes are stored as they are when they hold exactly the
@@ -1502,8 +1522,41 @@ void Peering::retry_refused_imports(const contracts::Contract& c) {
   }
 }
 
-void Peering::count_contract_tuples(const std::string& contract, uint64_t tuples) {
-  if (contracting_) (void)contracting_->ledger().add_usage(contract, tuples);
+void Peering::bill_sent(const std::string& stream, const std::string& domain, const std::string& contract,
+                        uint64_t first, uint64_t last, uint64_t rows) {
+  std::lock_guard lock(billing_mu_);
+  auto& ranges = unbilled_[{stream, domain}];
+  // A range sent again (a second channel while a duplicate link lives)
+  // replaces what it overlaps: a position is charged at most once.
+  auto it = ranges.upper_bound(last);
+  while (it != ranges.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.last < first) break;
+    it = ranges.erase(prev);
+  }
+  ranges[first] = Unbilled{last, rows, contract};
+}
+
+void Peering::bill_through(const std::string& stream, const std::string& domain, uint64_t through,
+                           bool forget_after) {
+  std::map<std::string, uint64_t> charge;  // contract -> rows
+  {
+    std::lock_guard lock(billing_mu_);
+    auto found = unbilled_.find({stream, domain});
+    if (found == unbilled_.end()) return;
+    auto& ranges = found->second;
+    auto it = ranges.begin();
+    while (it != ranges.end() && it->second.last <= through) {
+      charge[it->second.contract] += it->second.rows;
+      it = ranges.erase(it);
+    }
+    if (forget_after) ranges.erase(it, ranges.end());
+    if (ranges.empty()) unbilled_.erase(found);
+  }
+  if (!contracting_) return;
+  for (const auto& [contract, rows] : charge) {
+    if (rows > 0) (void)contracting_->ledger().add_usage(contract, rows);
+  }
 }
 
 std::shared_ptr<RateLimiter> Peering::limiter_for(const std::string& contract, uint64_t per_second) {

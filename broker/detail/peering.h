@@ -116,8 +116,16 @@ class Peering final : public federation::LinkHandler {
   // Tuples received from / sent to a peer node, for GET /v1/peers.
   void count_tuples(const std::string& peer, uint64_t in, uint64_t out);
   Counter& import_counter(const std::string& stream);
-  // Tuples delivered under a stream contract (metering).
-  void count_contract_tuples(const std::string& contract, uint64_t tuples);
+  // Metering of stream contracts. A contract is charged for the rows a
+  // consumer acknowledged as durable, each once: sent DATA is noted with
+  // its range and rows (bill_sent); an ACK through N, or an OPEN from N+1
+  // (the consumer has everything before it), charges the noted ranges up
+  // to N (bill_through). An OPEN also forgets ranges after N: they are
+  // sent again on the new channel and noted again.
+  void bill_sent(const std::string& stream, const std::string& domain, const std::string& contract,
+                 uint64_t first, uint64_t last, uint64_t rows);
+  void bill_through(const std::string& stream, const std::string& domain, uint64_t through,
+                    bool forget_after);
   void log(const std::string& line) const;
 
  private:
@@ -161,6 +169,16 @@ class Peering final : public federation::LinkHandler {
   std::map<std::string, std::map<std::string, uint64_t>> acks_;
   // Stream contract id -> its rate cap's token bucket (contracts with a cap).
   std::map<std::string, std::shared_ptr<RateLimiter>> limiters_;
+
+  // Sent, not yet acknowledged DATA under a stream contract, per (stream,
+  // consumer domain): first -> {last, rows, contract}, ranges disjoint.
+  struct Unbilled {
+    uint64_t last;
+    uint64_t rows;
+    std::string contract;
+  };
+  std::mutex billing_mu_;
+  std::map<std::pair<std::string, std::string>, std::map<uint64_t, Unbilled>> unbilled_;
 
   mutable std::mutex count_mu_;
   std::map<std::string, std::pair<uint64_t, uint64_t>> tuples_;  // peer URI -> in, out

@@ -200,6 +200,13 @@ TEST(Contracts, AProposalMadeWhileTheLinkIsDownArrivesWhenItIsBack) {
   ASSERT_NO_FATAL_FAILURE(create_stream(acme, "bids"));
   ASSERT_NO_FATAL_FAILURE(wait_linked(acme, beta));
   beta.process().kill();
+  // Until acme notices (the reset, or a second of silence) a message to
+  // beta still goes into the link; wait for the link to be down.
+  PeersView peers;
+  ASSERT_TRUE(eventually(5s, [&] {
+    peers = get_peers(acme.process());
+    return peers.state_of(beta.identity()) != "up";
+  })) << peers.body;
 
   const std::string terms = stream_terms(2, seconds_from_now(-60), seconds_from_now(3600));
   auto r = acme.process().request("POST", "/v1/contracts", "{\"terms\":" + terms + "}");

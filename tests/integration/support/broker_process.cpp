@@ -49,6 +49,18 @@ BrokerProcess::BrokerProcess(BrokerOptions options) : options_(std::move(options
 
 BrokerProcess::~BrokerProcess() {
   if (pid_ > 0) kill();
+  // A failed test keeps the node's directory (data, config, log) and shows
+  // the end of its log: in CI that is all there is to go on.
+  if (::testing::Test::HasFailure()) {
+    const std::string log = stderr_text();
+    size_t from = log.size();
+    for (int lines = 0; from > 0 && lines <= 40; --from)
+      if (log[from - 1] == '\n') ++lines;
+    std::fprintf(stderr, "--- %s/%s kept in %s; the end of its log:\n%s--- end of %s/%s\n",
+                 options_.domain.c_str(), options_.node.c_str(), dir_.c_str(), log.c_str() + from,
+                 options_.domain.c_str(), options_.node.c_str());
+    return;
+  }
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
 }
