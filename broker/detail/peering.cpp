@@ -646,6 +646,9 @@ Status Peering::start() {
       imp->next_expected = pos->second;
       imp->diverged = true;
     }
+    // Everything before it is durable here: acknowledged, as far as the
+    // owner is concerned (the next OPEN starts after it).
+    imp->acked = imp->next_expected - 1;
     imports_[imp->name] = imp;
   }
 

@@ -397,6 +397,19 @@ std::optional<GoAway> find_goaway(const std::vector<std::pair<FrameType, std::st
   return std::nullopt;
 }
 
+// The bytes of a HELLO frame naming DOMAIN/NODE, as a hand-driven peer
+// sends it first.
+std::string hello_frame(const std::string& domain, const std::string& node) {
+  Hello h;
+  h.domain = domain;
+  h.node = node;
+  h.max_frame = kDefaultMaxFrame;
+  h.heartbeat_ms = 250;
+  std::string frame;
+  append_frame(frame, FrameType::hello, 0, encode(h));
+  return frame;
+}
+
 TEST_F(LinkTest, RandomBytesInsteadOfHelloAreRefused) {
   Recorder rb;
   auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
@@ -416,13 +429,8 @@ TEST_F(LinkTest, HelloNamingAnotherIdentityIsRefused) {
   Recorder rb;
   auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
   TlsClient c(b->port(), node_dir("acme", "n1"));
-  Hello h;
-  h.domain = "acme";
-  h.node = "n2";  // the certificate says n1
-  h.max_frame = kDefaultMaxFrame;
-  h.heartbeat_ms = 250;
-  std::string frame;
-  append_frame(frame, FrameType::hello, 0, encode(h));
+  // HELLO names acme/n2; the certificate says acme/n1.
+  std::string frame = hello_frame("acme", "n2");
   c.send(frame);
   auto g = find_goaway(c.read_until_closed());
   ASSERT_TRUE(g.has_value());
@@ -436,13 +444,7 @@ TEST_F(LinkTest, FrameOverTheMaximumEndsTheLink) {
   ob.max_frame = 4096;
   auto b = start(std::move(ob), rb);
   TlsClient c(b->port(), node_dir("acme", "n1"));
-  Hello h;
-  h.domain = "acme";
-  h.node = "n1";
-  h.max_frame = kDefaultMaxFrame;
-  h.heartbeat_ms = 250;
-  std::string bytes;
-  append_frame(bytes, FrameType::hello, 0, encode(h));
+  std::string bytes = hello_frame("acme", "n1");
   append_frame(bytes, FrameType::data, 1, std::string(5000, 'x'));
   c.send(bytes);
   auto frames = c.read_until_closed();
@@ -460,13 +462,7 @@ TEST_F(LinkTest, OpenOnAChannelOfTheWrongParityOrReusedEndsTheLink) {
     Recorder rb;
     auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
     TlsClient c(b->port(), node_dir("acme", "n1"));
-    Hello h;
-    h.domain = "acme";
-    h.node = "n1";
-    h.max_frame = kDefaultMaxFrame;
-    h.heartbeat_ms = 250;
-    std::string bytes;
-    append_frame(bytes, FrameType::hello, 0, encode(h));
+    std::string bytes = hello_frame("acme", "n1");
     for (uint32_t ch : opens) append_frame(bytes, FrameType::open, ch, "x");
     c.send(bytes);
     auto g = find_goaway(c.read_until_closed());
@@ -487,13 +483,7 @@ TEST_F(LinkTest, ControlFramesReachTheHandlerOnlyOnChannelZero) {
   auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
   {
     TlsClient c(b->port(), node_dir("acme", "n1"));
-    Hello h;
-    h.domain = "acme";
-    h.node = "n1";
-    h.max_frame = kDefaultMaxFrame;
-    h.heartbeat_ms = 250;
-    std::string bytes;
-    append_frame(bytes, FrameType::hello, 0, encode(h));
+    std::string bytes = hello_frame("acme", "n1");
     append_frame(bytes, FrameType::control, 0, R"({"type":"sync"})");
     c.send(bytes);
     ASSERT_TRUE(rb.wait([](auto& r) { return !r.frames_.empty(); }));
@@ -508,13 +498,7 @@ TEST_F(LinkTest, ControlFramesReachTheHandlerOnlyOnChannelZero) {
     Recorder rc;
     auto c2 = start(options("beta", "n2", node_dir("beta", "n2"), trust({"acme", "beta"})), rc);
     TlsClient c(c2->port(), node_dir("acme", "n1"));
-    Hello h;
-    h.domain = "acme";
-    h.node = "n1";
-    h.max_frame = kDefaultMaxFrame;
-    h.heartbeat_ms = 250;
-    std::string bytes;
-    append_frame(bytes, FrameType::hello, 0, encode(h));
+    std::string bytes = hello_frame("acme", "n1");
     append_frame(bytes, t, 5, "{}");
     c.send(bytes);
     auto g = find_goaway(c.read_until_closed());

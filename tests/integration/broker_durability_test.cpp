@@ -165,7 +165,7 @@ TEST(BrokerDurability, SigtermDrainsCheckpointsAndExitsZero) {
 }
 
 TEST(BrokerDurability, WrongConfigurationStopsStartupNamingTheKey) {
-  std::string dir = make_temp_dir("entente-badcfg");
+  std::string dir = make_temp_dir("badcfg");
   std::string cfg = dir + "/node.json";
   FILE* f = fopen(cfg.c_str(), "w");
   fputs(R"({"domain":"acme","node":"n1","api":{"listen":"127.0.0.1:0","tls":false},"data_dir":"d","tokens":[]})", f);

@@ -241,29 +241,17 @@ TEST(FederationFlow, OneStarvedChannelDoesNotStallTheOtherAndCreditIsNeverExceed
   ASSERT_NO_FATAL_FAILURE(create_stream(acme, "slow", kSchema));
   ASSERT_NO_FATAL_FAILURE(create_stream(acme, "fast", kSchema));
 
-  auto trust = std::make_shared<certs::TrustStore>();
-  ASSERT_TRUE(trust->pin("acme", acme.ca_file()).ok());
-  ASSERT_TRUE(trust->pin("beta", beta.ca_file()).ok());
-  federation::LinkOptions o;
-  o.self = {"beta", "n1"};
-  o.cert_file = beta.cert_file();
-  o.key_file = beta.key_file();
-  o.trust = trust;
   const certs::Identity owner{"acme", "n1"};
-  o.peers.push_back({owner, "127.0.0.1", acme.federation_port()});
   std::mutex log_mu;
   std::vector<std::string> log;
-  o.log = [&](std::string_view line) {
+  HandImporter importer;
+  auto started = hand_link(beta, acme, importer, [&](std::string_view line) {
     std::lock_guard lock(log_mu);
     log.emplace_back(line);
-  };
-  HandImporter importer;
-  auto started = federation::LinkManager::start(std::move(o), importer);
+  });
   ASSERT_TRUE(started.ok()) << started.error().message;
   std::unique_ptr<federation::LinkManager> links = std::move(*started);
   importer.attach(links.get());
-  ASSERT_TRUE(eventually(10s, [&] { return links->is_up(owner); }))
-      << "beta/n1 never linked with acme; acme's stderr:\n" << acme.process().stderr_text();
 
   constexpr uint32_t kSmallCredit = 4096;
   constexpr uint32_t kNormalCredit = 256 * 1024;

@@ -23,7 +23,7 @@ using testing::make_temp_dir;
 
 class StoreTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = make_temp_dir(); }
+  void SetUp() override { dir_ = make_temp_dir("store-test"); }
   void TearDown() override {
     store_.reset();
     std::error_code ec;
@@ -214,7 +214,7 @@ TEST(StoreCrashTest, SyncedWriteSurvivesSigkill) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   constexpr const char* kEnv = "ENTENTE_STORE_CRASH_DIR";
   const bool child = getenv(kEnv) != nullptr;
-  const std::string dir = child ? std::string(getenv(kEnv)) : make_temp_dir();
+  const std::string dir = child ? std::string(getenv(kEnv)) : make_temp_dir("store-test");
   if (!child) setenv(kEnv, dir.c_str(), 1);
   StoreOptions o;
   o.path = dir + "/db";

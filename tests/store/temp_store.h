@@ -2,32 +2,22 @@
 // A store in a fresh temporary directory (mkdtemp), removed after the test;
 // reopen() closes and opens it again, as a restart would.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <memory>
 #include <string>
 
 #include "store/store.h"
+#include "tests/support/temp_dir.h"
 
 namespace entente::store::testing {
 
-// A fresh directory "entente-<what>-<unique suffix>" under the system's
-// temporary directory (mkdtemp); empty, with a test failure, when it cannot
-// be made.
-inline std::string make_temp_dir(const std::string& what = "store-test") {
-  std::string path = (std::filesystem::temp_directory_path() / ("entente-" + what + "-XXXXXX")).string();
-  if (mkdtemp(path.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << path << " failed";
-    return {};
-  }
-  return path;
-}
+using entente::testing::make_temp_dir;
 
 class TempStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = make_temp_dir();
+    dir_ = make_temp_dir("store-test");
     ASSERT_FALSE(dir_.empty());
     reopen();
   }

@@ -20,14 +20,8 @@
 
 namespace entente::testing {
 
-std::string make_temp_dir(const std::string& prefix) {
-  std::string path = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  if (mkdtemp(path.data()) == nullptr) throw std::runtime_error("mkdtemp " + path + " failed");
-  return path;
-}
-
 BrokerProcess::BrokerProcess(BrokerOptions options) : options_(std::move(options)) {
-  dir_ = make_temp_dir("entente-itest");
+  dir_ = make_temp_dir("itest");
   config_path_ = dir_ + "/node.json";
   stderr_path_ = dir_ + "/stderr.log";
   std::string tls = options_.tls ? "{\"cert\":\"" + options_.cert_file + "\",\"key\":\"" + options_.key_file + "\"}"

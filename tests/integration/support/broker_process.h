@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "broker/http/client.h"
+#include "tests/support/temp_dir.h"
 
 namespace entente::testing {
 
@@ -90,10 +91,6 @@ class BrokerProcess {
   uint16_t port_ = 0;
   std::string error_;
 };
-
-// A fresh directory under the system's temporary directory, named
-// "<prefix>-<unique suffix>" (mkdtemp). Throws when it cannot be made.
-std::string make_temp_dir(const std::string& prefix);
 
 // Runs a command, returns its exit status and stdout.
 int run_command(const std::string& command, std::string& output);

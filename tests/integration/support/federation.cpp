@@ -173,7 +173,7 @@ std::string FedNode::last_error() const { return error_; }
 
 // ---------------------------------------------------------------- Federation
 
-Federation::Federation() : dir_(make_temp_dir("entente-fed")) {}
+Federation::Federation() : dir_(make_temp_dir("fed")) {}
 
 Federation::~Federation() {
   nodes_.clear();  // kill the processes before their certificates go
@@ -474,6 +474,31 @@ void wait_caught_up(const FedNode& importer, const std::string& stream, uint64_t
   ASSERT_TRUE(done) << importer.identity() << " GET /v1/imports/" << stream << " -> " << v.status << " " << v.body
                     << "; waited for next_seq " << next;
   ASSERT_EQ(v.next_seq, next) << "the mirror is ahead of its owner: " << v.body;
+}
+
+Result<std::unique_ptr<federation::LinkManager>> hand_link(const FedNode& self, const FedNode& peer,
+                                                           federation::LinkHandler& handler,
+                                                           std::function<void(std::string_view)> log) {
+  auto trust = std::make_shared<certs::TrustStore>();
+  for (const FedNode* n : {&self, &peer}) {
+    if (Status s = trust->pin(n->domain(), n->ca_file()); !s.ok()) return s.error();
+  }
+  federation::LinkOptions o;
+  o.self = {self.domain(), self.node()};
+  o.cert_file = self.cert_file();
+  o.key_file = self.key_file();
+  o.trust = trust;
+  const certs::Identity to{peer.domain(), peer.node()};
+  o.peers.push_back({to, "127.0.0.1", peer.federation_port()});
+  o.log = log ? std::move(log) : [](std::string_view) {};
+  auto started = federation::LinkManager::start(std::move(o), handler);
+  if (!started.ok()) return started.error();
+  std::unique_ptr<federation::LinkManager> links = std::move(*started);
+  if (!eventually(10s, [&] { return links->is_up(to); })) {
+    return make_error(Errc::unavailable, self.identity() + " never linked with " + peer.identity() +
+                                             (peer.running() ? "; its log:\n" + peer.process().stderr_text() : ""));
+  }
+  return links;
 }
 
 }  // namespace entente::testing

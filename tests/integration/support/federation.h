@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "federation/link.h"
 #include "tests/integration/support/broker_process.h"
 
 namespace entente::testing {
@@ -255,5 +256,16 @@ broker::http::ClientResponse import_stream(const FedNode& n, const std::string& 
 // The import's next_seq reaches `next` (the owner's next_seq), and no further.
 void wait_caught_up(const FedNode& importer, const std::string& stream, uint64_t next,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// ---------------------------------------------------------- hand-driven
+// Node `self` run by the test process instead of a broker: a
+// federation::LinkManager with the certificate `entente certs` made for it,
+// pinning its own CA and `peer`'s, dialing `peer`'s federation port, frames
+// going to `handler`. Waits (10 s) until the link is up; an error naming
+// what failed otherwise. `log` gets the manager's log lines (dropped when
+// empty).
+Result<std::unique_ptr<federation::LinkManager>> hand_link(const FedNode& self, const FedNode& peer,
+                                                           federation::LinkHandler& handler,
+                                                           std::function<void(std::string_view)> log = {});
 
 }  // namespace entente::testing
