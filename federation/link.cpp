@@ -606,6 +606,11 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
                                                        std::optional<PeerConfig> dialed,
                                                        std::string address) {
   const std::string who = dialed ? dialed->identity.uri() + " at " + address : address;
+  // Frames are written as soon as they are queued (the writer gathers what
+  // queued meanwhile): Nagle would hold a small DATA or ACK back until the
+  // previous segment is acknowledged.
+  error_code nodelay_ec;
+  socket.set_option(tcp::no_delay(true), nodelay_ec);
   ssl::stream<tcp::socket> stream(std::move(socket), ctx);
   VerifyState verify;
   verify.trust = opt.trust.get();
