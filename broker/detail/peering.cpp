@@ -1089,8 +1089,9 @@ void Peering::open_import(const std::shared_ptr<Import>& imp) {
   // Appends still in the group commit count: next_seq(), not committed_next().
   // Unless the numbering diverged (a predicate), the mirror's next number is
   // where the owner resumes.
-  const bool fresh = !imp->mirror || (imp->mirror->next_seq() <= 1 && !imp->diverged);
-  if (imp->mirror && !imp->diverged) imp->next_expected = imp->mirror->next_seq();
+  const uint64_t mirror_next = imp->mirror ? imp->mirror->next_seq() : 1;
+  const bool fresh = mirror_next <= 1 && !imp->diverged;
+  if (imp->mirror && !imp->diverged) imp->next_expected = mirror_next;
   open.from_seq = fresh ? 0 : imp->next_expected;
   open.credit = config_.import_window;
   imp->window = open.credit;
@@ -1387,7 +1388,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
       // The owner's numbers are the mirror's until a predicate first filters
       // a row out: whole tuples at another number are a bookkeeping fault,
       // never a reason to number them anew (that would store them twice).
-      imp->next_expected = mirror_next;
+      // The next OPEN starts from the mirror's next number (open_import).
       reset_and_retry(WireError::internal,
                       "DATA " + std::to_string(first) + " of " + imp->name + " does not continue the mirror at " +
                           std::to_string(mirror_next),
