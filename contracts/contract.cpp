@@ -92,7 +92,10 @@ Status check_transition(const Contract& c, const Version& v, std::string_view fr
   auto need_state = [&](std::initializer_list<State> ok, std::string_view action) -> Status {
     for (State s : ok)
       if (cur.state == s) return Status::Ok();
-    return conflict(at + "; only a " + state_list(ok) + " contract can be " + std::string(action));
+    const std::string states = state_list(ok);
+    // "an accepted or active contract", "a proposed or countered contract".
+    const char* article = std::string_view("aeiou").find(states.front()) != std::string_view::npos ? "an " : "a ";
+    return conflict(at + "; only " + article + states + " contract can be " + std::string(action));
   };
   // Offers are answered by the party that did not make them.
   auto need_other = [&](std::string_view action) -> Status {

@@ -155,8 +155,29 @@ Result<Contract> Ledger::apply(const std::string& id, const Version& v, std::str
 Result<Contract> Ledger::find_stream_contract(std::string_view provider, std::string_view consumer,
                                               std::string_view stream, int64_t now_ms) const {
   std::lock_guard lock(mu_);
+  // Which contract governs when none is in force (docs/contracts.md,
+  // Enforcement): one both parties signed (it shared the stream, or will)
+  // before one still negotiated, before one rejected; among equals, the
+  // most recent. So a revoked contract, not an offer rejected after it,
+  // explains a refusal.
+  auto rank = [now_ms](const Contract& c) {
+    const State st = c.state_at(now_ms);
+    const bool signed_by_both = std::any_of(c.history.begin(), c.history.end(),
+                                            [](const Version& v) { return v.state == State::active; });
+    if (st == State::active && now_ms < c.current().terms.valid_from_ms) return 4;  // starts later
+    if (signed_by_both) return 3;                                                  // revoked or expired
+    if (st == State::proposed || st == State::countered || st == State::accepted) return 2;
+    if (st == State::rejected) return 0;
+    return 1;  // revoked before it was countersigned, or expired unsigned
+  };
+  // When it last changed: a signed contract that expired ended at valid_until.
+  auto changed_at = [now_ms](const Contract& c) {
+    const Version& cur = c.current();
+    if (c.state_at(now_ms) == State::expired) return std::max(cur.at_ms, cur.terms.valid_until_ms);
+    return cur.at_ms;
+  };
   const Contract* best = nullptr;      // in force, latest valid_from
-  const Contract* latest = nullptr;    // covering, most recently changed
+  const Contract* governs = nullptr;   // covering, not in force: see rank
   for (const auto& [id, c] : contracts_) {
     if (c.history.empty() || c.kind() != Kind::stream) continue;
     const StreamTerms& s = c.current().terms.stream;
@@ -164,16 +185,21 @@ Result<Contract> Ledger::find_stream_contract(std::string_view provider, std::st
     if (!std::binary_search(s.streams.begin(), s.streams.end(), stream)) continue;
     if (c.in_force(now_ms)) {
       if (best == nullptr || c.current().terms.valid_from_ms > best->current().terms.valid_from_ms) best = &c;
-    } else if (latest == nullptr || c.current().at_ms >= latest->current().at_ms) {
-      latest = &c;
+      continue;
     }
+    if (governs == nullptr) {
+      governs = &c;
+      continue;
+    }
+    const int r = rank(c), g = rank(*governs);
+    if (r > g || (r == g && changed_at(c) >= changed_at(*governs))) governs = &c;
   }
   if (best != nullptr) return *best;
-  if (latest == nullptr) {
+  if (governs == nullptr) {
     return make_error(Errc::not_found, "no active stream contract from " + std::string(provider) + " to " +
                                            std::string(consumer) + " covers stream " + std::string(stream));
   }
-  return make_error(Errc::permission_denied, not_in_force_reason(*latest, now_ms));
+  return make_error(Errc::permission_denied, not_in_force_reason(*governs, now_ms));
 }
 
 Status Ledger::add_usage(std::string_view id, uint64_t tuples) {
@@ -185,6 +211,31 @@ Status Ledger::add_usage(std::string_view id, uint64_t tuples) {
   u.tuples = tuples > std::numeric_limits<uint64_t>::max() - u.tuples ? std::numeric_limits<uint64_t>::max()
                                                                        : u.tuples + tuples;
   u.dirty = true;
+  return Status::Ok();
+}
+
+Status Ledger::add_usage_with(const std::map<std::string, uint64_t>& tuples, store::WriteBatch with) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, uint64_t> totals;
+  for (const auto& [id, n] : tuples) {
+    if (contracts_.find(id) == contracts_.end()) continue;
+    const auto it = usage_.find(id);
+    const uint64_t before = it == usage_.end() ? 0 : it->second.tuples;
+    const uint64_t after = n > std::numeric_limits<uint64_t>::max() - before ? std::numeric_limits<uint64_t>::max()
+                                                                             : before + n;
+    totals[id] = after;
+    with.put(store::Cf::contracts, usage_key(id),
+             usage_json(after, it == usage_.end() ? 0 : it->second.load_seconds));
+  }
+  if (with.empty()) return Status::Ok();
+  // In memory only once written: a failed write counts nothing, and the
+  // caller keeps its marks to try again.
+  ENTENTE_RETURN_IF_ERROR(store_.write(with, store::Durability::buffered));
+  for (const auto& [id, after] : totals) {
+    Counters& u = usage_[id];
+    u.tuples = after;
+    u.dirty = false;  // just written, with everything counted so far
+  }
   return Status::Ok();
 }
 

@@ -7,7 +7,8 @@
 //        written with Durability::synced before append() returns;
 //        u/<id> -> {"load_seconds":N,"tuples":N}, written by flush_usage()
 //        with Durability::buffered (a crash may lose the usage counted since
-//        the last flush, never a contract version).
+//        the last flush, never a contract version), or by add_usage_with()
+//        at once, atomically with what the caller marks counted.
 //
 // Ownership: borrows the Store, which must outlive the Ledger.
 // Threading: every member may be called from any thread (one mutex; it is
@@ -73,13 +74,24 @@ class Ledger final {
   // bids" when no contract (in any state) covers it; permission_denied with
   // the reason when one does but is not in force ("stream contract c-…
   // expired at 2026-…", "… starts at …", "… was revoked by acme: …",
-  // "… is countered, not active").
+  // "… is countered, not active"). Of several covering contracts none of
+  // which is in force, the reason names the one that governs: one signed
+  // by both parties (not started yet first, then the latest to end) before
+  // one under negotiation, before a rejected one.
   Result<Contract> find_stream_contract(std::string_view provider, std::string_view consumer,
                                         std::string_view stream, int64_t now_ms) const;
 
   // Counts tuples delivered under contract `id` (in memory; saturating).
   // not_found for an unknown contract.
   Status add_usage(std::string_view id, uint64_t tuples);
+  // Adds tuples to the usage of several contracts (contract id -> tuples)
+  // and writes their new counts at once, in one atomic write together with
+  // `with` (what marks those tuples counted), so that a count and its mark
+  // cannot part in a crash: each tuple is counted once. Buffered: a killed
+  // process loses nothing (RocksDB's log is written before it returns); a
+  // machine crash may lose the last writes, count and mark together.
+  // Contracts the ledger does not hold are left out.
+  Status add_usage_with(const std::map<std::string, uint64_t>& tuples, store::WriteBatch with);
   // Writes the usage of every contract changed since the last flush.
   Status flush_usage();
   // Usage so far (flushed or not) and its cost: stream contracts

@@ -6,6 +6,8 @@
 #include "contracts/canonical.h"
 #include "contracts/detail/json.h"
 #include "engine/box.h"
+#include "engine/expr.h"
+#include "engine/types.h"
 
 namespace entente::contracts {
 
@@ -283,6 +285,39 @@ std::string canonical_terms(const Terms& t) {
 std::pair<std::string, std::string> parties(const Terms& t) {
   if (t.kind == Kind::stream) return {t.stream.provider, t.stream.consumer};
   return {t.hosting.host, t.hosting.owner};
+}
+
+void check_stream_catalog(const Terms& t, const StreamSchemaLookup& schema_of, Diagnostics& diag,
+                          const std::vector<std::string>& given_streams, std::string_view path) {
+  const StreamTerms& s = t.stream;
+  const std::string p(path);
+  for (size_t i = 0; i < s.streams.size(); ++i) {
+    const std::string& name = s.streams[i];
+    size_t at = i;
+    if (auto g = std::find(given_streams.begin(), given_streams.end(), name); g != given_streams.end()) {
+      at = static_cast<size_t>(g - given_streams.begin());
+    }
+    const std::string full = s.provider + "/" + name;
+    const std::shared_ptr<const engine::Schema> schema = schema_of ? schema_of(name) : nullptr;
+    if (!schema) {
+      diag.error(p + ".streams[" + std::to_string(at) + "]", s.provider + " has no stream " + quote_name(name));
+      continue;
+    }
+    for (size_t f = 0; f < s.fields.size(); ++f) {
+      if (!schema->index_of(s.fields[f])) {
+        diag.error(p + ".fields[" + std::to_string(f) + "]",
+                   "stream " + full + " has no field " + quote_name(s.fields[f]) + " (it has " + schema->to_string() + ")");
+      }
+    }
+    if (s.predicate.empty()) continue;
+    auto compiled = engine::Expr::compile(s.predicate, *schema);
+    if (!compiled.ok()) {
+      diag.error(p + ".predicate", "does not compile against " + full + ": " + compiled.error().message);
+    } else if (compiled->type() != engine::Type::Bool) {
+      diag.error(p + ".predicate", "is of type " + std::string(engine::type_name(compiled->type())) + " on " + full +
+                                       ", not bool: a predicate is a condition");
+    }
+  }
 }
 
 }  // namespace entente::contracts

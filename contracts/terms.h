@@ -7,6 +7,8 @@
 // Plain values; no threading concerns.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,6 +16,10 @@
 
 #include "engine/result.h"
 #include "rapidjson/fwd.h"
+
+namespace entente::engine {
+class Schema;
+}
 
 namespace entente::contracts {
 
@@ -90,6 +96,24 @@ Status validate_terms(const Terms& t, std::string_view path = "$.terms");
 // (fields of the other kind absent), keys sorted, times as RFC 3339.
 // REQUIRES: validate_terms(t) is ok.
 std::string canonical_terms(const Terms& t);
+
+// The provider's catalog, as far as the terms need it: the schema of its
+// stream `name` (without the domain prefix), or null when it has none.
+using StreamSchemaLookup = std::function<std::shared_ptr<const engine::Schema>(const std::string& name)>;
+
+// Checks stream terms against the provider's catalog, which only the
+// provider's node knows: every stream exists, each of them has every
+// projected field, and the predicate compiles against each one's schema
+// (engine::Expr, the checker enforcement uses) to a bool. Adds one
+// diagnostic per problem to `diag`, e.g.
+//   $.terms.fields[2]: stream acme/bids has no field 'prise'
+//   $.terms.predicate: does not compile against acme/bids: trailing input '&&' at 1:12
+// `given_streams`, when not empty, is the streams array as the admin wrote
+// it (t.streams is sorted): paths name those positions.
+// REQUIRES: validate_terms(t) is ok and t.kind == Kind::stream.
+void check_stream_catalog(const Terms& t, const StreamSchemaLookup& schema_of, Diagnostics& diag,
+                          const std::vector<std::string>& given_streams = {},
+                          std::string_view path = "$.terms");
 
 // The two domains a contract binds: (provider, consumer) or (host, owner).
 std::pair<std::string, std::string> parties(const Terms& t);

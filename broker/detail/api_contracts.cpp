@@ -10,6 +10,7 @@
 #include "broker/detail/node_impl.h"
 #include "broker/detail/peering.h"
 #include "contracts/contract.h"
+#include "contracts/terms.h"
 
 namespace entente::broker::detail {
 namespace {
@@ -71,6 +72,54 @@ Result<contracts::Terms> terms_of(const rapidjson::Document& doc) {
   return contracts::terms_from_json(doc["terms"]);
 }
 
+// 400 with every problem of the terms: the detail lists them, `errors`
+// holds each with its JSON path (as for query networks, docs/api.md).
+Response terms_problem(const std::string& lead, const std::vector<std::pair<std::string, std::string>>& items) {
+  std::string detail = lead;
+  JsonOut j;
+  j.begin_array();
+  for (size_t i = 0; i < items.size(); ++i) {
+    detail += (i == 0 ? "" : "; ") + items[i].first + ": " + items[i].second;
+    j.begin_object().key("path").str(items[i].first).key("message").str(items[i].second).end_object();
+  }
+  j.end_array();
+  return Response::problem(400, "Bad Request", detail, "\"errors\":" + j.take());
+}
+
+// A terms error from contracts::terms_from_json: "path: message" lines.
+Response terms_problem(const Error& e) {
+  if (e.code != Errc::invalid_argument) return problem_for(e);
+  std::vector<std::pair<std::string, std::string>> items;
+  size_t start = 0;
+  while (start < e.message.size()) {
+    size_t end = e.message.find('\n', start);
+    if (end == std::string::npos) end = e.message.size();
+    const std::string line = e.message.substr(start, end - start);
+    start = end + 1;
+    const size_t colon = line.find(": ");
+    if (line.rfind("$", 0) == 0 && colon != std::string::npos) {
+      items.emplace_back(line.substr(0, colon), line.substr(colon + 2));
+    } else if (!line.empty()) {
+      items.emplace_back("$", line);
+    }
+  }
+  if (items.empty()) return Response::problem(400, "Bad Request", e.message);
+  return terms_problem(std::to_string(items.size()) + " problem(s) in the terms: ", items);
+}
+
+// The streams array as the body wrote it (terms_from_json sorts it), so
+// that problems name the positions the admin wrote.
+std::vector<std::string> given_streams(const rapidjson::Document& doc) {
+  std::vector<std::string> out;
+  if (!doc.HasMember("terms") || !doc["terms"].IsObject()) return out;
+  const auto& t = doc["terms"];
+  if (!t.HasMember("streams") || !t["streams"].IsArray()) return out;
+  for (const auto& v : t["streams"].GetArray()) {
+    out.push_back(v.IsString() ? std::string(v.GetString(), v.GetStringLength()) : std::string());
+  }
+  return out;
+}
+
 Result<std::string> reason_of(const rapidjson::Document& doc) {
   if (!doc.HasMember("reason")) return std::string();
   if (!doc["reason"].IsString()) return make_error(Errc::invalid_argument, "$.reason: must be a string");
@@ -94,6 +143,48 @@ Status only_members(const rapidjson::Document& doc, std::initializer_list<std::s
     }
   }
   return {};
+}
+
+// ?dry_run=true|false (default false).
+Result<bool> dry_run_of(const http::Request& req) {
+  auto v = req.param("dry_run");
+  if (!v || *v == "false") return false;
+  if (*v == "true") return true;
+  return make_error(Errc::invalid_argument, "dry_run: must be true or false");
+}
+
+// The answer to a dry run: what would be recorded.
+std::string dry_run_json(const std::string& action, const contracts::Version& v, bool catalog_checked,
+                         const std::string& id) {
+  JsonOut j;
+  j.begin_object().key("dry_run").boolean(true).key("action").str(action);
+  if (!id.empty()) j.key("id").str(id);
+  j.key("state").str(contracts::state_name(v.state)).key("version").u64(v.number);
+  j.key("terms").raw(contracts::canonical_terms(v.terms));
+  j.key("catalog_checked").boolean(catalog_checked).end_object();
+  return j.take();
+}
+
+// Stream terms this domain provides, against its own catalog. The
+// consumer's node cannot know the provider's streams: it checks the form
+// only, and the provider's node checks the rest when its admin accepts
+// (docs/contracts.md, "What each side checks").
+bool checks_catalog(const NodeImpl& node, const contracts::Terms& t) {
+  return t.kind == contracts::Kind::stream && t.stream.provider == node.config().domain;
+}
+
+Diagnostics catalog_problems(const NodeImpl& node, const contracts::Terms& t,
+                             const std::vector<std::string>& given) {
+  Diagnostics diag;
+  if (!checks_catalog(node, t)) return diag;
+  contracts::check_stream_catalog(
+      t,
+      [&node](const std::string& name) -> engine::SchemaPtr {
+        auto s = node.find_stream(name);
+        return s ? s->meta().schema : nullptr;
+      },
+      diag, given);
+  return diag;
 }
 
 }  // namespace
@@ -184,6 +275,18 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
     answer(Response::problem(400, "Bad Request", doc.error().message));
     return;
   }
+  auto catalog_answer = [&](const Diagnostics& diag) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const auto& d : diag.items()) items.emplace_back(d.path, d.message);
+    return terms_problem(std::to_string(items.size()) + " problem(s) with the catalog of " + config().domain + ": ",
+                         items);
+  };
+  const bool is_proposal = route == "/v1/contracts" || route == "/v1/contracts/{id}/counter";
+  auto dry_run = is_proposal ? dry_run_of(req) : Result<bool>(false);
+  if (!dry_run.ok()) {
+    answer(Response::problem(400, "Bad Request", dry_run.error().message));
+    return;
+  }
   Result<Contracting::Outcome> out = Error{Errc::invalid_argument, "no action"};
   if (route == "/v1/contracts") {
     if (Status s = only_members(*doc, {"terms"}); !s.ok()) {
@@ -192,7 +295,20 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
     }
     auto terms = terms_of(*doc);
     if (!terms.ok()) {
-      answer(Response::problem(400, "Bad Request", terms.error().message));
+      answer(terms_problem(terms.error()));
+      return;
+    }
+    if (Diagnostics diag = catalog_problems(*this, *terms, given_streams(*doc)); !diag.ok()) {
+      answer(catalog_answer(diag));
+      return;
+    }
+    if (*dry_run) {
+      auto v = c->check_propose(*terms);
+      if (!v.ok()) {
+        answer(problem_for(v.error()));
+        return;
+      }
+      answer(Response::json(200, dry_run_json("propose", *v, checks_catalog(*this, *terms), "")));
       return;
     }
     out = c->propose(*terms);
@@ -217,7 +333,20 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
     }
     auto terms = terms_of(*doc);
     if (!terms.ok()) {
-      answer(Response::problem(400, "Bad Request", terms.error().message));
+      answer(terms_problem(terms.error()));
+      return;
+    }
+    if (Diagnostics diag = catalog_problems(*this, *terms, given_streams(*doc)); !diag.ok()) {
+      answer(catalog_answer(diag));
+      return;
+    }
+    if (*dry_run) {
+      auto v = c->check_counter(id, *version, *terms);
+      if (!v.ok()) {
+        answer(answer_error(v.error(), *c, id));
+        return;
+      }
+      answer(Response::json(200, dry_run_json("counter", *v, checks_catalog(*this, *terms), id)));
       return;
     }
     out = c->counter(id, *version, *terms);
@@ -225,6 +354,14 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
     if (Status s = only_members(*doc, {"version"}); !s.ok()) {
       answer(Response::problem(400, "Bad Request", s.error().message));
       return;
+    }
+    // The provider accepts only terms its catalog can serve (a stale
+    // version is left to accept(), which answers the conflict).
+    if (auto k = c->ledger().get(id); k.ok() && *version == k->current().number) {
+      if (Diagnostics diag = catalog_problems(*this, k->current().terms, {}); !diag.ok()) {
+        answer(catalog_answer(diag));
+        return;
+      }
     }
     out = c->accept(id, *version);
   } else {

@@ -108,7 +108,7 @@ Result<Contracting::Outcome> Contracting::record(const std::string& id, const Ve
   return out;
 }
 
-Result<Contracting::Outcome> Contracting::propose(const contracts::Terms& terms) {
+Result<contracts::Version> Contracting::check_propose(const contracts::Terms& terms) const {
   auto [a, b] = contracts::parties(terms);
   if (a != self_ && b != self_) {
     return make_error(Errc::permission_denied, "this node is of domain " + self_ +
@@ -122,15 +122,23 @@ Result<Contracting::Outcome> Contracting::propose(const contracts::Terms& terms)
                           " is not a peer of this node (federation.peers lists its CA and "
                           "addresses); a contract can only be negotiated with a configured peer");
   }
-  ENTENTE_ASSIGN_OR_RETURN(Version v, contracts::propose(self_, terms, unix_now_ms()));
+  return contracts::propose(self_, terms, unix_now_ms());
+}
+
+Result<contracts::Version> Contracting::check_counter(const std::string& id, uint64_t on_version,
+                                                      const contracts::Terms& terms) const {
+  ENTENTE_ASSIGN_OR_RETURN(Contract c, ledger_->get(id));
+  return contracts::counter(c, self_, on_version, terms, unix_now_ms());
+}
+
+Result<Contracting::Outcome> Contracting::propose(const contracts::Terms& terms) {
+  ENTENTE_ASSIGN_OR_RETURN(Version v, check_propose(terms));
   return record(contracts::new_contract_id(), v);
 }
 
 Result<Contracting::Outcome> Contracting::counter(const std::string& id, uint64_t on_version,
                                                   const contracts::Terms& terms) {
-  ENTENTE_ASSIGN_OR_RETURN(Contract c, ledger_->get(id));
-  ENTENTE_ASSIGN_OR_RETURN(Version v,
-                           contracts::counter(c, self_, on_version, terms, unix_now_ms()));
+  ENTENTE_ASSIGN_OR_RETURN(Version v, check_counter(id, on_version, terms));
   return record(id, v);
 }
 

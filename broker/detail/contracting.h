@@ -74,6 +74,11 @@ class Contracting final {
   Result<Outcome> propose(const contracts::Terms& terms);
   Result<Outcome> counter(const std::string& id, uint64_t on_version, const contracts::Terms& terms);
   Result<Outcome> accept(const std::string& id, uint64_t on_version);
+  // What propose() or counter() would record, checked the same way (terms,
+  // parties, turn, version), recorded and sent nowhere: ?dry_run=true.
+  Result<contracts::Version> check_propose(const contracts::Terms& terms) const;
+  Result<contracts::Version> check_counter(const std::string& id, uint64_t on_version,
+                                           const contracts::Terms& terms) const;
   Result<Outcome> reject(const std::string& id, uint64_t on_version, std::string reason);
   Result<Outcome> revoke(const std::string& id, uint64_t on_version, std::string reason);
 

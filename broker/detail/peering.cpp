@@ -9,6 +9,7 @@
 #include "broker/detail/contracting.h"
 #include "contracts/canonical.h"
 #include "contracts/contract.h"
+#include "contracts/terms.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
@@ -40,6 +41,42 @@ std::string ack_key(const std::string& stream, const std::string& domain) {
 }
 
 std::string import_pos_key(const std::string& mirror) { return std::string(kImportPosPrefix) + mirror; }
+
+// meta: "unbilled/DOMAIN/STREAM/<first, 8 bytes big-endian>" -> last (8
+// bytes), rows (8 bytes), contract id: a range of tuples sent under a stream
+// contract and not yet charged (docs/contracts.md, Metering). Written before
+// the DATA leaves, erased in the write that charges it.
+constexpr const char* kUnbilledPrefix = "unbilled/";
+// Channels ended by this node (a contract no longer in force) whose late
+// acknowledgements are still charged, at most this many at once.
+constexpr size_t kMaxEndedChannels = 1024;
+
+std::string unbilled_key(const std::string& stream, const std::string& domain, uint64_t first) {
+  std::string key = std::string(kUnbilledPrefix) + domain + "/" + stream + "/";
+  store::put_key_u64(key, first);
+  return key;
+}
+
+// Why an import's feed ended, in a few words and first: the close reason of
+// the mirror's WebSocket subscribers holds 123 bytes ("revoked c-… by acme").
+std::string feed_end_cause(const std::string& domain, const std::string& owner_reason) {
+  constexpr std::string_view kContract = "stream contract c-";
+  const size_t at = owner_reason.find(kContract);
+  if (at != std::string::npos && owner_reason.size() >= at + kContract.size() + 16) {
+    const std::string id = owner_reason.substr(at + kContract.size() - 2, 18);
+    const std::string_view rest = std::string_view(owner_reason).substr(at + kContract.size() + 16);
+    constexpr std::string_view kRevoked = " was revoked by ";
+    constexpr std::string_view kExpired = " expired at ";
+    if (rest.substr(0, kRevoked.size()) == kRevoked) {
+      const std::string_view by = rest.substr(kRevoked.size(), rest.find(':', kRevoked.size()) - kRevoked.size());
+      return "revoked " + id + " by " + std::string(by.substr(0, 63));
+    }
+    if (rest.substr(0, kExpired.size()) == kExpired) {
+      return "expired " + id + " at " + std::string(rest.substr(kExpired.size(), 20));
+    }
+  }
+  return "refused by " + domain + ": " + owner_reason;
+}
 
 // "beta/bids" -> {"beta", "bids"}; nullopt without a slash.
 std::optional<std::pair<std::string, std::string>> split_stream(std::string_view s) {
@@ -248,6 +285,11 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   const StreamPtr& stream() const { return stream_; }
   // The stream contract the channel runs under; empty under a configured export.
   const std::string& contract() const { return contract_; }
+  // Every DATA sent was acknowledged: nothing of the channel is left to charge.
+  bool all_acknowledged() {
+    std::lock_guard lock(mu_);
+    return acked_ + 1 >= covered_;
+  }
   // The first sequence number the importer has not acknowledged.
   uint64_t unacknowledged_from() {
     std::lock_guard lock(mu_);
@@ -265,12 +307,18 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
   }
 
  private:
-  // REQUIRES: mu_. Counts the n tuples of a DATA covering first..last that
-  // left for the peer; the contract is charged once they are acknowledged.
-  void sent_locked(uint64_t first, uint64_t last, size_t n) {
+  // REQUIRES: mu_. Notes a DATA covering first..last with n rows under the
+  // contract before it leaves (durably: if this node dies right after
+  // sending, the range is still charged once the consumer acknowledges it).
+  void billing_locked(uint64_t first, uint64_t last, size_t n) {
+    if (!contract_.empty()) p_.bill_sent(stream_->meta().name, peer_.domain, contract_, first, last, n);
+  }
+
+  // REQUIRES: mu_. Counts the n tuples of a DATA that left for the peer;
+  // the contract is charged once they are acknowledged.
+  void sent_locked(size_t n) {
     if (tuples_out_) tuples_out_->inc(n);
     p_.count_tuples(peer_uri_, 0, n);
-    if (!contract_.empty()) p_.bill_sent(stream_->meta().name, peer_.domain, contract_, first, last, n);
     if (limiter_) limiter_->consume(n);
   }
 
@@ -324,9 +372,10 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
       d.body = *whole;
       std::string payload = federation::encode(d);
       if (!credit_.can_send(payload.size())) return false;
+      billing_locked(next_, next_ + rows - 1, rows);
       if (links->send(peer_, FrameType::data, channel_, payload).ok()) {
         credit_.consume(payload.size());
-        sent_locked(next_, next_ + rows - 1, rows);
+        sent_locked(rows);
         next_ += rows;
         covered_ = next_;
         return true;
@@ -400,6 +449,9 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
         continue;
       }
       if (!credit_.can_send(payload.size())) return false;
+      // A range noted but not sent (the link refused the frame) is noted
+      // again smaller (it replaces this one), or forgotten by the next OPEN.
+      billing_locked(covered_, end - 1, n);
       if (Status sent = links->send(peer_, FrameType::data, channel_, payload); !sent.ok()) {
         if (sent.error().code != Errc::limit_exceeded) return false;  // link down or full
         // Over the peer's maximum frame, which may be below ours.
@@ -412,7 +464,7 @@ class ExportSender final : public Tap, public std::enable_shared_from_this<Expor
         continue;
       }
       credit_.consume(payload.size());
-      sent_locked(covered_, end - 1, n);
+      sent_locked(n);
       next_ = covered_ = end;
       i += n;
     }
@@ -497,6 +549,10 @@ struct Import {
   std::optional<certs::Identity> owner;  // REQUIRES: mu; the node in use
   uint32_t channel = 0;              // REQUIRES: mu; 0: no channel
   uint64_t generation = 0;           // REQUIRES: mu; bumps per OPEN
+  // REQUIRES: mu. The generation of the last channel the owner ended with
+  // RESET: what it sent before still gets acknowledged as it becomes
+  // durable, so the owner charges it (docs/protocol.md §9.3).
+  uint64_t ended_generation = 0;
   bool asked_from_start = false;     // REQUIRES: mu; OPEN had from_seq 0
   size_t node_index = 0;             // REQUIRES: mu; next node of the domain to try
   uint64_t next_expected = 0;        // REQUIRES: mu; next owner seq to accept (incl. in flight)
@@ -600,6 +656,7 @@ Status Peering::start() {
   hooks.changed = [this](const contracts::Contract& c) {
     recheck_contracts();
     retry_refused_imports(c);
+    check_offer(c);
   };
   hooks.log = [this](const std::string& line) { log(line); };
   auto contracting = Contracting::open(node_.store(), std::move(*signer), trust_,
@@ -616,6 +673,24 @@ Status Peering::start() {
     if (slash == std::string_view::npos) return true;
     acks_[std::string(rest.substr(0, slash))][std::string(rest.substr(slash + 1))] =
         store::get_key_u64(value);
+    return true;
+  });
+  if (!scanned.ok()) return scanned;
+  // Ranges sent under a contract before the restart and not charged yet:
+  // an acknowledgement or an OPEN from the consumer charges them now.
+  scanned = node_.store().scan(store::Cf::meta, kUnbilledPrefix, [this](std::string_view key,
+                                                                        std::string_view value) {
+    const std::string_view rest = key.substr(std::char_traits<char>::length(kUnbilledPrefix));
+    const size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || rest.size() < slash + 1 + 1 + 9 || rest[rest.size() - 9] != '/' ||
+        value.size() <= 16) {
+      log("federation: ignoring a malformed unbilled range in the store");
+      return true;
+    }
+    const std::string domain(rest.substr(0, slash));
+    const std::string stream(rest.substr(slash + 1, rest.size() - 9 - slash - 1));
+    unbilled_[{stream, domain}][store::get_key_u64(rest.substr(rest.size() - 8))] =
+        Unbilled{store::get_key_u64(value), store::get_key_u64(value.substr(8)), std::string(value.substr(16))};
     return true;
   });
   if (!scanned.ok()) return scanned;
@@ -731,8 +806,26 @@ void Peering::on_link_down(const certs::Identity& peer, std::string_view reason)
         ++it;
       }
     }
+    // Channel numbers belong to the link: ended channels go with it. What
+    // they left uncharged is charged by the consumer's next OPEN.
+    for (auto it = ended_.begin(); it != ended_.end();) {
+      it = it->first.first == uri ? ended_.erase(it) : std::next(it);
+    }
   }
   for (auto& s : senders) s->stop();
+  // A channel the owner ended belonged to this link: a later link may use
+  // its number for another stream, so nothing more is acknowledged on it.
+  std::vector<std::shared_ptr<Import>> of_domain;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, imp] : imports_) {
+      if (imp->domain == peer.domain) of_domain.push_back(imp);
+    }
+  }
+  for (auto& imp : of_domain) {
+    std::lock_guard lock(imp->mu);
+    if (imp->owner && *imp->owner == peer) imp->ended_generation = 0;
+  }
   for (auto& imp : imports) {
     std::lock_guard lock(imp->mu);
     imp->channel = 0;
@@ -755,29 +848,41 @@ void Peering::on_frame(const certs::Identity& peer, FrameType type, uint32_t cha
     on_open(peer, channel, payload);
     return;
   }
-  if (type == FrameType::credit || type == FrameType::ack ||
-      (type == FrameType::reset && [&] {
-        std::lock_guard lock(mu_);
-        return senders_.count(key) > 0;
-      }())) {
+  if (type == FrameType::credit || type == FrameType::ack || type == FrameType::reset) {
     std::shared_ptr<ExportSender> sender;
+    bool ended = false;
     {
       std::lock_guard lock(mu_);
-      auto it = senders_.find(key);
-      if (it == senders_.end()) return;  // a closed channel: discard
-      sender = it->second;
-      if (type == FrameType::reset) senders_.erase(it);
+      if (auto it = senders_.find(key); it != senders_.end()) {
+        sender = it->second;
+        if (type == FrameType::reset) senders_.erase(it);
+      } else if (auto e = ended_.find(key); e != ended_.end()) {
+        // A channel this node ended (its contract is no longer in force):
+        // acknowledgements of what it sent still come, and are charged.
+        sender = e->second;
+        ended = true;
+        if (type == FrameType::reset) ended_.erase(e);
+      }
     }
-    if (type == FrameType::reset) {
-      sender->stop();
+    if (!sender) {
+      if (type != FrameType::reset) return;  // a closed channel: discard
+    } else if (type == FrameType::reset) {
+      if (!ended) sender->stop();
+      return;
     } else if (type == FrameType::credit) {
+      if (ended) return;
       auto c = federation::decode_credit(payload);
       if (c.ok()) sender->on_credit(c->bytes);
+      return;
     } else {
       auto a = federation::decode_ack(payload);
       if (a.ok()) sender->on_ack(a->through);
+      if (ended && sender->all_acknowledged()) {
+        std::lock_guard lock(mu_);
+        if (auto e = ended_.find(key); e != ended_.end() && e->second == sender) ended_.erase(e);
+      }
+      return;
     }
-    return;
   }
   auto imp = find_import_by_channel(key);
   if (imp) import_frame(imp, type, payload);
@@ -811,6 +916,10 @@ void Peering::on_open(const certs::Identity& peer, uint32_t channel, std::string
     return;
   }
   const std::string& name = parts->second;
+  // The consumer holds everything before from_seq, whatever the answer: what
+  // it received of that under a contract is charged now, even when this
+  // OPEN is refused (the contract ended while tuples were in flight).
+  if (open->from_seq > 1) bill_through(name, peer.domain, open->from_seq - 1, false);
   // Deny by default, and before saying whether the stream exists: an
   // in-force stream contract covers it, or else a configured export.
   std::string contract_id;
@@ -1239,6 +1348,7 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     auto r = federation::decode_reset(payload);
     const WireError code = r.ok() ? r->code : WireError::protocol;
     const std::string reason = r.ok() ? r->reason : r.error().message;
+    imp->ended_generation = generation;
     drop_channel();
     // Another node of the domain may serve the stream.
     if (code == WireError::not_found) {
@@ -1261,7 +1371,11 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
       log("federation: " + why);
       finish_pending(imp, make_error(errc_for(code), why), later);
       // The mirror's live subscribers learn why nothing more comes.
-      if (imp->mirror) later.add([mirror = imp->mirror, why] { mirror->end_feed(why); });
+      if (imp->mirror) {
+        later.add([mirror = imp->mirror, cause = feed_end_cause(imp->domain, reason), why] {
+          mirror->end_feed(cause, why);
+        });
+      }
       if (!imp->mirror) {
         lock.unlock();
         std::lock_guard maps(mu_);
@@ -1359,7 +1473,8 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
       return;
     }
     imp->acked = std::max(imp->acked, last);
-    if (imp->generation != generation) return;  // the channel is gone
+    // The channel is gone; unless the owner ended it, nobody waits for this.
+    if (imp->generation != generation && imp->ended_generation != generation) return;
     // Durable now: the owner may release everything through `last`.
     (void)links_->send(owner, FrameType::ack, channel, federation::encode(federation::Ack{last}));
   };
@@ -1530,37 +1645,83 @@ void Peering::bill_sent(const std::string& stream, const std::string& domain, co
                         uint64_t first, uint64_t last, uint64_t rows) {
   std::lock_guard lock(billing_mu_);
   auto& ranges = unbilled_[{stream, domain}];
-  // A range sent again (a second channel while a duplicate link lives)
-  // replaces what it overlaps: a position is charged at most once.
+  store::WriteBatch batch;
+  // A range sent again (a second channel while a duplicate link lives, or
+  // a frame split after the link refused it) replaces what it overlaps: a
+  // position is charged at most once.
   auto it = ranges.upper_bound(last);
   while (it != ranges.begin()) {
     auto prev = std::prev(it);
     if (prev->second.last < first) break;
+    if (prev->first != first) batch.erase(store::Cf::meta, unbilled_key(stream, domain, prev->first));
     it = ranges.erase(prev);
   }
   ranges[first] = Unbilled{last, rows, contract};
+  std::string value;
+  store::put_key_u64(value, last);
+  store::put_key_u64(value, rows);
+  value += contract;
+  batch.put(store::Cf::meta, unbilled_key(stream, domain, first), value);
+  // Durable before the DATA leaves, so that a restart of this node charges
+  // it all the same. A failed write is logged; the range is still charged
+  // while this node runs.
+  if (Status s = node_.store().write(batch, store::Durability::buffered); !s.ok()) {
+    log("federation: noting tuples " + std::to_string(first) + ".." + std::to_string(last) + " of " + stream +
+        " sent under contract " + contract + " failed: " + s.error().message);
+  }
 }
 
 void Peering::bill_through(const std::string& stream, const std::string& domain, uint64_t through,
                            bool forget_after) {
+  std::lock_guard lock(billing_mu_);
+  auto found = unbilled_.find({stream, domain});
+  if (found == unbilled_.end()) return;
+  auto& ranges = found->second;
   std::map<std::string, uint64_t> charge;  // contract -> rows
-  {
-    std::lock_guard lock(billing_mu_);
-    auto found = unbilled_.find({stream, domain});
-    if (found == unbilled_.end()) return;
-    auto& ranges = found->second;
-    auto it = ranges.begin();
-    while (it != ranges.end() && it->second.last <= through) {
-      charge[it->second.contract] += it->second.rows;
-      it = ranges.erase(it);
-    }
-    if (forget_after) ranges.erase(it, ranges.end());
-    if (ranges.empty()) unbilled_.erase(found);
+  store::WriteBatch batch;
+  auto it = ranges.begin();
+  for (; it != ranges.end() && it->second.last <= through; ++it) {
+    charge[it->second.contract] += it->second.rows;
+    batch.erase(store::Cf::meta, unbilled_key(stream, domain, it->first));
   }
-  if (!contracting_) return;
-  for (const auto& [contract, rows] : charge) {
-    if (rows > 0) (void)contracting_->ledger().add_usage(contract, rows);
+  const auto charged_end = it;
+  if (forget_after) {
+    for (; it != ranges.end(); ++it) batch.erase(store::Cf::meta, unbilled_key(stream, domain, it->first));
   }
+  if (batch.empty()) return;
+  // The ranges go in the same atomic write that adds them to the usage:
+  // each is charged once, whatever stops when.
+  Status written = contracting_ ? contracting_->ledger().add_usage_with(charge, std::move(batch))
+                                : node_.store().write(batch, store::Durability::buffered);
+  if (!written.ok()) {
+    // Kept, in memory and in the store: the next acknowledgement tries again.
+    log("federation: charging tuples through " + std::to_string(through) + " of " + stream + " to " + domain +
+        " failed: " + written.error().message);
+    return;
+  }
+  ranges.erase(ranges.begin(), forget_after ? ranges.end() : charged_end);
+  if (ranges.empty()) unbilled_.erase(found);
+}
+
+void Peering::check_offer(const contracts::Contract& c) {
+  const contracts::Version& v = c.current();
+  if (v.by == self_.domain || v.terms.kind != contracts::Kind::stream || v.terms.stream.provider != self_.domain ||
+      (v.state != contracts::State::proposed && v.state != contracts::State::countered)) {
+    return;
+  }
+  Diagnostics diag;
+  contracts::check_stream_catalog(
+      v.terms,
+      [this](const std::string& name) -> engine::SchemaPtr {
+        auto s = node_.find_stream(name);
+        return s ? s->meta().schema : nullptr;
+      },
+      diag);
+  if (diag.ok()) return;
+  std::string problems;
+  for (const auto& d : diag.items()) problems += (problems.empty() ? "" : "; ") + d.path + ": " + d.message;
+  log("contracts: " + v.by + "'s offer " + std::to_string(v.number) + " of " + c.id +
+      " cannot be accepted as it stands (counter or reject it): " + problems);
 }
 
 std::shared_ptr<RateLimiter> Peering::limiter_for(const std::string& contract, uint64_t per_second) {
@@ -1612,6 +1773,10 @@ void Peering::recheck_contracts() {
       auto it = senders_.find(key);
       if (it == senders_.end() || it->second != sender) continue;
       senders_.erase(it);
+      // Tuples in flight are stored and acknowledged after the end: their
+      // acknowledgements are charged to this contract (on_frame).
+      if (ended_.size() >= kMaxEndedChannels) ended_.erase(ended_.begin());
+      ended_[key] = sender;
     }
     sender->end(WireError::not_exported, why);
     log("federation: ended " + stream + " to " + sender->peer().uri() + ": " + why);

@@ -117,11 +117,13 @@ class Peering final : public federation::LinkHandler {
   void count_tuples(const std::string& peer, uint64_t in, uint64_t out);
   Counter& import_counter(const std::string& stream);
   // Metering of stream contracts. A contract is charged for the rows a
-  // consumer acknowledged as durable, each once: sent DATA is noted with
-  // its range and rows (bill_sent); an ACK through N, or an OPEN from N+1
-  // (the consumer has everything before it), charges the noted ranges up
-  // to N (bill_through). An OPEN also forgets ranges after N: they are
-  // sent again on the new channel and noted again.
+  // consumer acknowledged as durable, each once: DATA is noted with its
+  // range and rows before it is sent (bill_sent, durably); an ACK through
+  // N (also one arriving after this node ended the channel), or an OPEN
+  // from N+1 (the consumer has everything before it, refused or not),
+  // charges the noted ranges up to N to the contract each was sent under
+  // (bill_through), in one atomic write with the usage. An accepted OPEN
+  // also forgets ranges after N: they are sent again and noted again.
   void bill_sent(const std::string& stream, const std::string& domain, const std::string& contract,
                  uint64_t first, uint64_t last, uint64_t rows);
   void bill_through(const std::string& stream, const std::string& domain, uint64_t through,
@@ -142,6 +144,10 @@ class Peering final : public federation::LinkHandler {
   void timer_loop();
   // Ends every channel whose stream contract is no longer in force.
   void recheck_contracts();
+  // Provider side: an offer the consumer made that this node's catalog
+  // cannot serve (a stream or field it lacks, a predicate that does not
+  // compile) is logged with every problem; accepting it answers 400.
+  void check_offer(const contracts::Contract& c);
   // Consumer side: refused imports that contract `c` (now in force) covers
   // open again.
   void retry_refused_imports(const contracts::Contract& c);
@@ -165,6 +171,9 @@ class Peering final : public federation::LinkHandler {
   std::map<ChannelKey, std::shared_ptr<ExportSender>> senders_;
   std::map<std::string, std::shared_ptr<Import>> imports_;       // by stream
   std::map<ChannelKey, std::shared_ptr<Import>> import_channels_;
+  // Channels this node ended because their contract stopped being in force,
+  // until everything they sent is acknowledged or the link goes.
+  std::map<ChannelKey, std::shared_ptr<ExportSender>> ended_;
   // stream -> domain -> last acknowledged sequence number (persisted).
   std::map<std::string, std::map<std::string, uint64_t>> acks_;
   // Stream contract id -> its rate cap's token bucket (contracts with a cap).
@@ -172,6 +181,8 @@ class Peering final : public federation::LinkHandler {
 
   // Sent, not yet acknowledged DATA under a stream contract, per (stream,
   // consumer domain): first -> {last, rows, contract}, ranges disjoint.
+  // Mirrored in the `meta` family (unbilled/DOMAIN/STREAM/FIRST), so a
+  // restart of this node charges them all the same.
   struct Unbilled {
     uint64_t last;
     uint64_t rows;

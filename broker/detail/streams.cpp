@@ -171,14 +171,14 @@ void Stream::close() {
   for (auto& t : live) t->on_stream_closed();
 }
 
-void Stream::end_feed(const std::string& reason) {
+void Stream::end_feed(const std::string& cause, const std::string& reason) {
   std::vector<std::shared_ptr<Tap>> live;
   {
     std::lock_guard lock(taps_mu_);
     for (auto& w : taps_)
       if (auto p = w.lock()) live.push_back(std::move(p));
   }
-  for (auto& t : live) t->on_feed_ended(reason);
+  for (auto& t : live) t->on_feed_ended(cause, reason);
 }
 
 std::string stream_meta_to_json(const StreamMeta& m) {

@@ -54,8 +54,13 @@ class Tap {
   virtual void on_stream_closed() = 0;
   // The stream's feed stopped: an import's owner refused or ended it, and
   // records come again only if the import is opened again. The stream stays
-  // readable. `reason` says why.
-  virtual void on_feed_ended(const std::string& reason) { (void)reason; }
+  // readable. `cause` says why in a few words, first thing ("revoked c-…
+  // by acme"), for a WebSocket close reason's 123 bytes; `reason` is the
+  // whole text.
+  virtual void on_feed_ended(const std::string& cause, const std::string& reason) {
+    (void)cause;
+    (void)reason;
+  }
 };
 
 struct StreamMeta {
@@ -110,9 +115,9 @@ class Stream final {
   uint64_t add_tap(const std::shared_ptr<Tap>& tap);
   void remove_tap(const Tap* tap);
   void close();  // calls on_stream_closed on every tap, refuses appends
-  // Calls on_feed_ended(reason) on every tap (an import's mirror whose
-  // owner refused or ended the import).
-  void end_feed(const std::string& reason);
+  // Calls on_feed_ended(cause, reason) on every tap (an import's mirror
+  // whose owner refused or ended the import).
+  void end_feed(const std::string& cause, const std::string& reason);
 
   Counter* tuples_in = nullptr;   // set by the registry
   Counter* bytes_in = nullptr;

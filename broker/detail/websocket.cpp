@@ -8,6 +8,7 @@
 #include "broker/detail/ingest.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
+#include "broker/detail/peering.h"
 #include "engine/codec.h"
 #include "store/stream_log.h"
 
@@ -28,6 +29,23 @@ constexpr size_t kCatchupBytes = 4u << 20;
 constexpr size_t kPublishWindow = 64;  // unacknowledged messages before reading pauses
 
 enum class Format : uint8_t { json, binary };
+
+// A WebSocket close reason is at most 123 bytes (RFC 6455 §5.5).
+constexpr size_t kMaxCloseReason = 123;
+
+// "<cause>; from=<next>", the cause cut (at a character boundary, marked
+// with "…") so that the resume point always fits.
+std::string feed_ended_reason(const std::string& cause, uint64_t next) {
+  const std::string tail = "; from=" + std::to_string(next);
+  std::string head = cause;
+  if (head.size() + tail.size() > kMaxCloseReason) {
+    size_t keep = kMaxCloseReason - tail.size() - 3;  // room for "…" (3 bytes)
+    while (keep > 0 && (static_cast<unsigned char>(head[keep]) & 0xC0) == 0x80) --keep;
+    head.resize(keep);
+    head += "\xE2\x80\xA6";
+  }
+  return head + tail;
+}
 
 // Follows one stream for one WebSocket. Catch-up reads the log while the
 // socket's send queue has room (paced by on_drain); once it reaches the
@@ -92,12 +110,13 @@ class Subscriber final : public http::WebSocketSession,
   }
 
   // An imported stream's owner refused or ended the import (its contract
-  // was revoked or expired): say why, and where to resume.
-  void on_feed_ended(const std::string& reason) override {
+  // was revoked or expired): why and where to resume, first, within the
+  // close reason's 123 bytes ("revoked c-… by acme; from=23910"). The whole
+  // text is what the next subscription attempt is answered (upgrade).
+  void on_feed_ended(const std::string& cause, const std::string& reason) override {
+    (void)reason;
     std::lock_guard lock(mu_);
-    std::string text = "resume with from=" + std::to_string(next_) + "; " + reason;
-    if (text.size() > 123) text.resize(123);  // the WebSocket close reason's limit
-    close_locked(kCloseFeedEnded, std::move(text));
+    close_locked(kCloseFeedEnded, feed_ended_reason(cause, next_));
   }
 
  private:
@@ -316,6 +335,20 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
       v = first.ok() && *first ? (*first)->first : stream->committed_next();
     }
     from = v;
+  }
+  // A mirror whose import the owner refused (a contract revoked or
+  // expired) gets nothing more: a subscription with nothing left to read
+  // is answered with the whole reason, which its close (4003) could only
+  // abridge.
+  if (peering_ && stream->meta().producer == "import" && from >= stream->committed_next()) {
+    if (auto info = peering_->import_info(stream->meta().name); info && info->state == "refused") {
+      reject = http::Response::problem(
+          409, "Conflict",
+          stream->meta().name + " receives nothing more; its mirror holds tuples up to " +
+              std::to_string(stream->committed_next() - 1) + ": " + info->reason,
+          "\"import_state\":\"refused\",\"next_seq\":" + std::to_string(stream->committed_next()));
+      return nullptr;
+    }
   }
   return std::make_shared<Subscriber>(*this, stream, from, format);
 }

@@ -147,7 +147,7 @@ TEST(Transitions, RejectIsTerminal) {
 TEST(Transitions, RevokeByEitherPartyOnAcceptedOrActive) {
   Contract p = proposed();
   expect_error(revoke(p, "acme", 1, "no", 2000), Errc::conflict,
-               "contract " + p.id + " is proposed; only a accepted or active contract can be revoked");
+               "contract " + p.id + " is proposed; only an accepted or active contract can be revoked");
   Contract c = testing::active_contract(stream_terms(), acme(), beta());
   for (const char* who : {"acme", "beta"}) {
     auto v = revoke(c, who, 3, "breach of terms", 5000);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "rapidjson/document.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
@@ -129,9 +130,7 @@ TEST(Contracts, NegotiateThroughRestThenTheStreamFlowsAndStopsOnRevoke) {
   const ReadResult ended = live.get();
   EXPECT_TRUE(ended.closed) << ended.error;
   EXPECT_EQ(ended.close_code, 4003) << ended.close_reason;
-  EXPECT_NE(ended.close_reason.find("resume with from=" + std::to_string(kN + 1)), std::string::npos)
-      << ended.close_reason;
-  EXPECT_NE(ended.close_reason.find("revoked by acme: audit"), std::string::npos) << ended.close_reason;
+  EXPECT_EQ(ended.close_reason, "revoked " + id + " by acme; from=" + std::to_string(kN + 1));
   EXPECT_TRUE(ended.tuples.empty());
   ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", kN, 200));
   std::this_thread::sleep_for(500ms);
@@ -189,6 +188,168 @@ TEST(Contracts, BadRequestsAreRefusedWithClearErrors) {
   auto all = acme.process().request("GET", "/v1/contracts", "", kReaderToken);
   EXPECT_EQ(all.body, R"({"contracts":[]})");
   EXPECT_EQ(acme.process().request("GET", "/v1/health").status, 200u);
+}
+
+// The "errors" of a problem: "path: message" each.
+std::vector<std::string> problem_errors(const std::string& body) {
+  std::vector<std::string> out;
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("errors") || !d["errors"].IsArray()) return out;
+  for (const auto& e : d["errors"].GetArray()) {
+    if (e.IsObject() && e.HasMember("path") && e["path"].IsString() && e.HasMember("message") && e["message"].IsString()) {
+      out.push_back(std::string(e["path"].GetString()) + ": " + e["message"].GetString());
+    }
+  }
+  return out;
+}
+
+// Whether one of `errors` begins with `path` and contains `text`.
+bool has_error(const std::vector<std::string>& errors, const std::string& path, const std::string& text) {
+  for (const auto& e : errors) {
+    if (e.rfind(path + ": ", 0) == 0 && e.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Issue 11, point 12: terms are checked against the provider's catalog
+// when proposed, countered or accepted on the provider's node; every
+// problem is answered at once, with its path; ?dry_run=true checks only.
+TEST(Contracts, TermsAreCheckedAgainstTheProvidersCatalog) {
+  TwoDomains d;
+  ASSERT_NO_FATAL_FAILURE(d.start());
+  FedNode& acme = *d.acme;
+  FedNode& beta = *d.beta;
+  const int64_t from = seconds_from_now(-60), until = seconds_from_now(3600);
+  auto propose = [&](const FedNode& n, const std::string& terms, const std::string& query = "") {
+    return n.process().request("POST", "/v1/contracts" + query, "{\"terms\":" + terms + "}");
+  };
+
+  // A field bids does not have.
+  auto r = propose(acme, stream_terms(1, from, until, R"(["auction","price","prise"])"));
+  EXPECT_EQ(r.status, 400u) << r.body;
+  auto errors = problem_errors(r.body);
+  EXPECT_EQ(errors.size(), 1u) << r.body;
+  EXPECT_TRUE(has_error(errors, "$.terms.fields[2]", "stream acme/bids has no field 'prise'")) << r.body;
+  EXPECT_NE(problem_detail(r.body).find("$.terms.fields[2]: stream acme/bids has no field 'prise'"), std::string::npos)
+      << r.body;
+
+  // A predicate that does not parse.
+  r = propose(acme, stream_terms(1, from, until, "[]", R"("predicate":"price > 10 &&")"));
+  EXPECT_EQ(r.status, 400u) << r.body;
+  errors = problem_errors(r.body);
+  EXPECT_EQ(errors.size(), 1u) << r.body;
+  EXPECT_TRUE(has_error(errors, "$.terms.predicate", "does not compile against acme/bids")) << r.body;
+
+  // A stream acme does not have, named where the admin wrote it (the
+  // streams are sorted when recorded).
+  const std::string two_streams = R"({"kind":"stream","provider":"acme","consumer":"beta","streams":["zebra","bids"],)"
+                                  R"("valid_from":)" + std::to_string(from) + R"(,"valid_until":)" +
+                                  std::to_string(until) + "}";
+  r = propose(acme, two_streams);
+  EXPECT_EQ(r.status, 400u) << r.body;
+  errors = problem_errors(r.body);
+  EXPECT_EQ(errors.size(), 1u) << r.body;
+  EXPECT_TRUE(has_error(errors, "$.terms.streams[0]", "acme has no stream 'zebra'")) << r.body;
+
+  // Every problem in one answer: the defect's own terms, and a stream more.
+  const std::string bad = R"({"kind":"stream","provider":"acme","consumer":"beta","streams":["bids","asks"],)"
+                          R"("fields":["auction","price","prise"],"predicate":"prise > 10 &&",)"
+                          R"("valid_from":)" + std::to_string(from) + R"(,"valid_until":)" +
+                          std::to_string(until) + "}";
+  r = propose(acme, bad);
+  EXPECT_EQ(r.status, 400u) << r.body;
+  errors = problem_errors(r.body);
+  EXPECT_EQ(errors.size(), 3u) << r.body;
+  EXPECT_TRUE(has_error(errors, "$.terms.streams[1]", "acme has no stream 'asks'")) << r.body;
+  EXPECT_TRUE(has_error(errors, "$.terms.fields[2]", "no field 'prise'")) << r.body;
+  EXPECT_TRUE(has_error(errors, "$.terms.predicate", "unknown field 'prise'")) << r.body;
+
+  // A dry run answers the same problems, and what would be proposed when
+  // there is none; it records and sends nothing.
+  r = propose(acme, bad, "?dry_run=true");
+  EXPECT_EQ(r.status, 400u) << r.body;
+  EXPECT_EQ(problem_errors(r.body).size(), 3u) << r.body;
+  r = propose(acme, stream_terms(1, from, until, R"(["price","auction"])", R"("predicate":"price > 10")"),
+              "?dry_run=true");
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_NE(r.body.find("\"dry_run\":true"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"state\":\"proposed\",\"version\":1"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"fields\":[\"price\",\"auction\"]"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("\"catalog_checked\":true"), std::string::npos) << r.body;
+  EXPECT_EQ(propose(acme, "{}", "?dry_run=maybe").status, 400u);
+  EXPECT_EQ(acme.process().request("GET", "/v1/contracts", "", kReaderToken).body, R"({"contracts":[]})");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(beta.process().request("GET", "/v1/contracts", "", kReaderToken).body, R"({"contracts":[]})");
+
+  // The consumer cannot know acme's catalog: beta's offer of a field bids
+  // lacks is recorded (a dry run says the catalog was not checked) ...
+  r = propose(beta, stream_terms(1, from, until, R"(["auction","prise"])"), "?dry_run=true");
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_NE(r.body.find("\"catalog_checked\":false"), std::string::npos) << r.body;
+  r = propose(beta, stream_terms(1, from, until, R"(["auction","prise"])"));
+  ASSERT_EQ(r.status, 201u) << r.body;
+  const std::string id = parse_contract(r.status, r.body).id;
+  ASSERT_EQ(wait_version(acme, id, 1).version, 1u);
+  // ... and acme, the provider, refuses to accept it, saying why.
+  r = acme.process().request("POST", "/v1/contracts/" + id + "/accept", R"({"version":1})");
+  EXPECT_EQ(r.status, 400u) << r.body;
+  EXPECT_TRUE(has_error(problem_errors(r.body), "$.terms.fields[1]", "stream acme/bids has no field 'prise'"))
+      << r.body;
+  EXPECT_EQ(get_contract(acme, id).state, "proposed");
+  // A counter-offer is checked the same way, dry or not.
+  const std::string bad_counter =
+      "{\"version\":1,\"terms\":" + stream_terms(1, from, until, R"(["auction","prise"])") + "}";
+  r = acme.process().request("POST", "/v1/contracts/" + id + "/counter", bad_counter);
+  EXPECT_EQ(r.status, 400u) << r.body;
+  EXPECT_TRUE(has_error(problem_errors(r.body), "$.terms.fields[1]", "no field 'prise'")) << r.body;
+  const std::string good_counter = "{\"version\":1,\"terms\":" + stream_terms(1, from, until) + "}";
+  r = acme.process().request("POST", "/v1/contracts/" + id + "/counter?dry_run=true", good_counter);
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_NE(r.body.find("\"state\":\"countered\",\"version\":2"), std::string::npos) << r.body;
+  EXPECT_EQ(get_contract(acme, id).version, 1u) << "a dry run records nothing";
+  r = acme.process().request("POST", "/v1/contracts/" + id + "/counter", good_counter);
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(acme.process().request("GET", "/v1/health").status, 200u);
+}
+
+// Issue 11, point 16: a subscriber of a mirror whose contract is revoked
+// learns why and where to resume within the close reason's 123 bytes; the
+// next subscription attempt gets the whole text.
+TEST(Contracts, ARevokedMirrorsSubscriberGetsTheCauseAndResumePointFirst) {
+  TwoDomains d;
+  ASSERT_NO_FATAL_FAILURE(d.start());
+  FedNode& acme = *d.acme;
+  FedNode& beta = *d.beta;
+  const std::string id = d.agree(stream_terms(1, seconds_from_now(-60), seconds_from_now(3600)));
+  ASSERT_EQ(import_stream(beta, "acme/bids").status, 201u);
+  ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", 0, 10));
+  ASSERT_NO_FATAL_FAILURE(wait_caught_up(beta, "acme/bids", 11));
+
+  auto live = std::async(std::launch::async, [&] { return read_stream(beta.process(), "acme%2Fbids", 11, 100, 15000); });
+  std::this_thread::sleep_for(300ms);
+  // A long reason: more than a close frame can carry.
+  const std::string reason = "the quarterly audit of the bids feed found " + std::string(150, 'x') + " and more";
+  ASSERT_EQ(act(acme, id, "revoke", R"({"version":3,"reason":")" + reason + R"("})").status, 200u);
+  const ReadResult ended = live.get();
+  ASSERT_TRUE(ended.closed) << ended.error;
+  EXPECT_EQ(ended.close_code, 4003) << ended.close_reason;
+  EXPECT_LE(ended.close_reason.size(), 123u) << ended.close_reason;
+  EXPECT_EQ(ended.close_reason.rfind("revoked " + id + " by acme; from=11", 0), 0u) << ended.close_reason;
+
+  // Resuming where it said: a problem with the whole reason.
+  auto again = broker::http::WsClient::connect(beta.process().client_options(), "/v1/streams/acme%2Fbids/subscribe?from=11",
+                                               {{"authorization", std::string("Bearer ") + kReaderToken}});
+  ASSERT_FALSE(again.ok()) << "the subscription was accepted";
+  const std::string& answer = again.error().message;
+  EXPECT_NE(answer.find("HTTP 409"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("\"status\":409"), std::string::npos) << "a problem+json body: " << answer;
+  EXPECT_NE(answer.find("acme refused acme/bids: stream contract " + id + " was revoked by acme: " + reason),
+            std::string::npos)
+      << answer;
+  // Reading what the mirror holds still works.
+  const ReadResult held = read_stream(beta.process(), "acme%2Fbids", 1, 10, 10000);
+  EXPECT_EQ(held.tuples.size(), 10u) << held.error << " " << held.close_reason;
 }
 
 TEST(Contracts, AProposalMadeWhileTheLinkIsDownArrivesWhenItIsBack) {
