@@ -8,6 +8,7 @@
 #include <string>
 
 #include "contracts/terms.h"
+#include "engine/types.h"
 #include "fixture.h"
 #include "rapidjson/document.h"
 
@@ -255,6 +256,42 @@ TEST(TermsJson, ValidateTermsRequiresSortedLists) {
 TEST(TermsJson, Parties) {
   EXPECT_EQ(parties(stream_terms()), std::make_pair(std::string("acme"), std::string("beta")));
   EXPECT_EQ(parties(hosting_terms()), std::make_pair(std::string("beta"), std::string("acme")));
+}
+
+// Issue 11, point 12: what the provider's catalog says of stream terms,
+// every problem with its path.
+TEST(CatalogCheck, NamesEveryMissingStreamFieldAndBadPredicate) {
+  const engine::SchemaPtr bids = engine::make_schema(
+      {{"item", engine::Type::String}, {"price", engine::Type::Int64}, {"bidder", engine::Type::Int64}});
+  auto catalog = [&](const std::string& name) -> engine::SchemaPtr { return name == "bids" ? bids : nullptr; };
+  auto problems = [&](const Terms& t, const std::vector<std::string>& given = {}) {
+    Diagnostics diag;
+    check_stream_catalog(t, catalog, diag, given);
+    std::vector<std::string> out;
+    for (const auto& d : diag.items()) out.push_back(d.path + ": " + d.message);
+    return out;
+  };
+  Terms t = stream_terms("acme", "beta", {"bids"});  // fields price, item; price > 10
+  EXPECT_TRUE(problems(t).empty());
+
+  t.stream.fields = {"price", "item", "prise"};
+  t.stream.predicate = "prise > 10 &&";
+  t.stream.streams = {"asks", "bids"};
+  auto p = problems(t, {"bids", "asks"});
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0], "$.terms.streams[1]: acme has no stream 'asks'");  // the position given
+  EXPECT_EQ(p[1].rfind("$.terms.fields[2]: stream acme/bids has no field 'prise' (it has ", 0), 0u) << p[1];
+  EXPECT_EQ(p[2], "$.terms.predicate: does not compile against acme/bids: unknown field 'prise' at 1:1");
+
+  t = stream_terms("acme", "beta", {"bids"});
+  t.stream.predicate = "price > 10 &&";
+  p = problems(t);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].rfind("$.terms.predicate: does not compile against acme/bids: ", 0), 0u) << p[0];
+  t.stream.predicate = "price * 2";
+  p = problems(t);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "$.terms.predicate: is of type int64 on acme/bids, not bool: a predicate is a condition");
 }
 
 }  // namespace

@@ -247,6 +247,61 @@ TEST(LedgerTest, FindStreamContract) {
             "stream contract " + p.id + " is proposed, not active");
 }
 
+// Issue 11, point 18: of several covering contracts none of which is in
+// force, the reason names the one that governs, whatever changed last.
+TEST(LedgerTest, TheRefusalNamesTheGoverningContract) {
+  Node n;
+  Ledger& l = n.ledger();
+  Contract signed_once = testing::active_contract(stream_terms(), acme(), beta());
+  testing::record(l, signed_once);
+  ASSERT_TRUE(l.append(signed_once.id, *revoke(*l.get(signed_once.id), "acme", 3, "audit", 9000)).ok());
+  // An offer beta made later, which acme rejected later still.
+  Contract offer{new_contract_id(), {}};
+  ASSERT_TRUE(apply(offer, *propose("beta", stream_terms(), 10'000), "beta", trust()).ok());
+  testing::record(l, offer);
+  ASSERT_TRUE(l.append(offer.id, *reject(*l.get(offer.id), "acme", 1, "too cheap", 11'000)).ok());
+  const std::string want = "stream contract " + signed_once.id + " was revoked by acme: audit";
+  EXPECT_EQ(l.find_stream_contract("acme", "beta", "bids", kJan2027).error().message, want);
+  n.reopen();
+  EXPECT_EQ(n.ledger().find_stream_contract("acme", "beta", "bids", kJan2027).error().message, want)
+      << "the same after a restart";
+
+  // A negotiation under way is named before a rejected offer, after a
+  // signed contract.
+  Contract pending{new_contract_id(), {}};
+  ASSERT_TRUE(apply(pending, *propose("beta", stream_terms(), 12'000), "beta", trust()).ok());
+  testing::record(n.ledger(), pending);
+  EXPECT_EQ(n.ledger().find_stream_contract("acme", "beta", "bids", kJan2027).error().message, want);
+  Terms trades = stream_terms("acme", "beta", {"trades"});
+  Contract rejected_asks{new_contract_id(), {}};
+  ASSERT_TRUE(apply(rejected_asks, *propose("beta", trades, 20'000), "beta", trust()).ok());
+  testing::record(n.ledger(), rejected_asks);
+  ASSERT_TRUE(n.ledger().append(rejected_asks.id, *reject(*n.ledger().get(rejected_asks.id), "acme", 1, "", 21'000)).ok());
+  Contract pending_asks{new_contract_id(), {}};
+  ASSERT_TRUE(apply(pending_asks, *propose("beta", trades, 15'000), "beta", trust()).ok());
+  testing::record(n.ledger(), pending_asks);
+  EXPECT_EQ(n.ledger().find_stream_contract("acme", "beta", "trades", kJan2027).error().message,
+            "stream contract " + pending_asks.id + " is proposed, not active");
+}
+
+TEST(LedgerTest, UsageAddedWithOtherWritesIsOneAtomicDurableWrite) {
+  Node n;
+  Contract c = testing::active_contract(stream_terms(), acme(), beta());
+  testing::record(n.ledger(), c);
+  ASSERT_TRUE(n.store().put(store::Cf::meta, "mark", "x", store::Durability::synced).ok());
+  store::WriteBatch marks;
+  marks.erase(store::Cf::meta, "mark");
+  ASSERT_TRUE(n.ledger().add_usage_with({{c.id, 7}, {"c-ffffffffffffffff", 3}}, std::move(marks)).ok());
+  EXPECT_EQ(n.ledger().usage(c.id)->tuples, 7u);
+  // No flush: the count is written with the mark's removal.
+  n.reopen();
+  EXPECT_EQ(n.ledger().usage(c.id)->tuples, 7u);
+  EXPECT_FALSE(n.store().get(store::Cf::meta, "mark")->has_value());
+  ASSERT_TRUE(n.ledger().add_usage_with({{c.id, 5}}, store::WriteBatch()).ok());
+  n.reopen();
+  EXPECT_EQ(n.ledger().usage(c.id)->tuples, 12u);
+}
+
 TEST(LedgerTest, CorruptVersionIsReportedAtOpen) {
   Node n;
   Contract c = testing::active_contract(stream_terms(), acme(), beta());
