@@ -245,7 +245,24 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
       answer(problem_for(k.error()));
       return;
     }
-    answer(Response::json(200, contracts::contract_to_json(*k, now)));
+    std::string body = contracts::contract_to_json(*k, now);
+    // An offer on the table of stream terms this node provides: what its
+    // catalog says of them, so that the admin sees before accepting (an
+    // offer from the consumer was checked by nobody who knows the catalog).
+    const contracts::Version& cur = k->current();
+    if ((cur.state == contracts::State::proposed || cur.state == contracts::State::countered) &&
+        checks_catalog(*this, cur.terms)) {
+      const Diagnostics diag = catalog_problems(*this, cur.terms, {});
+      JsonOut j;
+      j.begin_array();
+      for (const auto& d : diag.items()) {
+        j.begin_object().key("path").str(d.path).key("message").str(d.message).end_object();
+      }
+      j.end_array();
+      body.pop_back();  // contract_to_json is one object
+      body += ",\"catalog_problems\":" + j.take() + "}";
+    }
+    answer(Response::json(200, body));
     return;
   }
   if (route == "/v1/contracts/{id}/usage") {

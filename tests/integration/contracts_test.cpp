@@ -190,13 +190,14 @@ TEST(Contracts, BadRequestsAreRefusedWithClearErrors) {
   EXPECT_EQ(acme.process().request("GET", "/v1/health").status, 200u);
 }
 
-// The "errors" of a problem: "path: message" each.
-std::vector<std::string> problem_errors(const std::string& body) {
+// The "errors" of a problem (or another array of {path, message}): "path:
+// message" each.
+std::vector<std::string> problem_errors(const std::string& body, const char* member = "errors") {
   std::vector<std::string> out;
   rapidjson::Document d;
   d.Parse(body.c_str());
-  if (d.HasParseError() || !d.IsObject() || !d.HasMember("errors") || !d["errors"].IsArray()) return out;
-  for (const auto& e : d["errors"].GetArray()) {
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember(member) || !d[member].IsArray()) return out;
+  for (const auto& e : d[member].GetArray()) {
     if (e.IsObject() && e.HasMember("path") && e["path"].IsString() && e.HasMember("message") && e["message"].IsString()) {
       out.push_back(std::string(e["path"].GetString()) + ": " + e["message"].GetString());
     }
@@ -291,6 +292,14 @@ TEST(Contracts, TermsAreCheckedAgainstTheProvidersCatalog) {
   ASSERT_EQ(r.status, 201u) << r.body;
   const std::string id = parse_contract(r.status, r.body).id;
   ASSERT_EQ(wait_version(acme, id, 1).version, 1u);
+  // ... acme's node shows what its catalog says of the offer ...
+  auto shown = acme.process().request("GET", "/v1/contracts/" + id, "", kReaderToken);
+  EXPECT_TRUE(has_error(problem_errors(shown.body, "catalog_problems"), "$.terms.fields[1]",
+                        "stream acme/bids has no field 'prise'"))
+      << shown.body;
+  EXPECT_EQ(beta.process().request("GET", "/v1/contracts/" + id, "", kReaderToken).body.find("catalog_problems"),
+            std::string::npos)
+      << "beta's node knows nothing of acme's catalog";
   // ... and acme, the provider, refuses to accept it, saying why.
   r = acme.process().request("POST", "/v1/contracts/" + id + "/accept", R"({"version":1})");
   EXPECT_EQ(r.status, 400u) << r.body;
