@@ -167,7 +167,8 @@ Result<std::optional<ProducerTag>> producer_of(const http::Request& req) {
     return make_error(Errc::invalid_argument, "Entente-Producer-Id must be 1 to " +
                                                   std::to_string(store::StreamLog::kMaxProducerBytes) + " characters");
   for (char c : *id) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+          c == ':' || c == '-'))
       return make_error(Errc::invalid_argument,
                         "Entente-Producer-Id may contain only A-Z, a-z, 0-9, '.', '_', ':' and '-'");
   }
