@@ -100,7 +100,10 @@ Status NodeImpl::load_catalog() {
   for (auto& m : metas) {
     ENTENTE_ASSIGN_OR_RETURN(auto last, store::StreamLog::last(*store_, m.id));
     const uint64_t next = last ? last->last + 1 : 1;
+    std::vector<store::StreamLog::ProducerBatch> producers;
+    ENTENTE_RETURN_IF_ERROR(store::StreamLog::producer_batches(*store_, m.id, producers));
     auto s = std::make_shared<Stream>(std::move(m), next);
+    s->load_producers(std::move(producers));
     s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
                                      {{"stream", s->meta().name}});
     s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
@@ -437,16 +440,22 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     meta.inputs.push_back(stream_name);
     meta.start.push_back(it->second->committed_next());
   }
+  // An output named like an existing stream is a conflict with the node's
+  // state (409, like creating that stream), not an invalid network: it is
+  // answered once the network is otherwise valid.
+  std::string taken;
   for (size_t o = 0; o < net->outputs().size(); ++o) {
     const auto& out = net->outputs()[o];
     const std::string path = "$.outputs[" + std::to_string(o) + "].name";
     if (Status s = check_stream_name(out.name); !s.ok()) diag.error(path, s.error().message);
-    else if (streams_.count(out.name)) diag.error(path, "stream '" + out.name + "' exists already");
+    else if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
     meta.outputs.push_back(out.name);
   }
-  if (streams_.size() + net->outputs().size() > config_.max_streams)
-    diag.error("$.outputs", "would exceed this node's stream limit (limits.max_streams)");
   if (!diag.ok()) return make_error(Errc::invalid_argument, "the query network does not fit this node");
+  if (!taken.empty()) return make_error(Errc::already_exists, taken);
+  if (streams_.size() + net->outputs().size() > config_.max_streams)
+    return make_error(Errc::limit_exceeded, "$.outputs: would exceed this node's stream limit (limits.max_streams, " +
+                                                std::to_string(config_.max_streams) + ")");
 
   meta.id = allocate_id();
   meta.created_ms = wall_clock_ms();

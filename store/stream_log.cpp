@@ -68,6 +68,35 @@ uint64_t tuple_count(uint64_t first, uint64_t last) {
   return span == std::numeric_limits<uint64_t>::max() ? span : span + 1;
 }
 
+// --- producers ------------------------------------------------------------
+constexpr char kProducerTag = 'P';
+
+std::string producers_prefix(StreamId stream) {
+  std::string p;
+  p.push_back(kProducerTag);
+  put_key_u64(p, stream.value);
+  return p;
+}
+
+std::string producers_end(StreamId stream) {
+  if (stream.value == std::numeric_limits<uint64_t>::max()) return std::string(1, kProducerTag + 1);
+  return producers_prefix(StreamId{stream.value + 1});
+}
+
+std::string producer_prefix(StreamId stream, std::string_view producer) {
+  assert(!producer.empty() && producer.size() <= StreamLog::kMaxProducerBytes);
+  std::string p = producers_prefix(stream);
+  p.push_back(static_cast<char>(producer.size()));
+  p.append(producer);
+  return p;
+}
+
+std::string producer_key(StreamId stream, std::string_view producer, uint64_t producer_seq) {
+  std::string k = producer_prefix(stream, producer);
+  put_key_u64(k, producer_seq);
+  return k;
+}
+
 // --- checkpoints ----------------------------------------------------------
 // Key: owner | '\0' | id (u64 BE) | chunk (u32 BE)
 // Value: chunk count of the checkpoint (u32 BE) | chunk bytes. The count lets
@@ -266,7 +295,74 @@ Result<TrimResult> StreamLog::trim(Store& store, StreamId stream, const Retentio
 Status StreamLog::drop(Store& store, StreamId stream) {
   WriteBatch batch;
   batch.erase_range(Cf::log, log_prefix(stream), log_end(stream));
+  batch.erase_range(Cf::log, producers_prefix(stream), producers_end(stream));
   return store.write(batch, Durability::synced);
+}
+
+void StreamLog::add_producer_batch(WriteBatch& batch, StreamId stream, std::string_view producer,
+                                   uint64_t producer_seq, uint64_t first, uint64_t last, int64_t append_ms) {
+  assert(producer_seq >= 1);
+  std::string value;
+  put_key_u64(value, first);
+  put_key_u64(value, last);
+  put_key_u64(value, static_cast<uint64_t>(append_ms));
+  batch.put(Cf::log, producer_key(stream, producer, producer_seq), value);
+}
+
+void StreamLog::add_forget_producer_batch(WriteBatch& batch, StreamId stream, std::string_view producer,
+                                          uint64_t producer_seq) {
+  batch.erase(Cf::log, producer_key(stream, producer, producer_seq));
+}
+
+void StreamLog::add_producer_floor(WriteBatch& batch, StreamId stream, std::string_view producer,
+                                   uint64_t floor) {
+  std::string value;
+  put_key_u64(value, floor);
+  batch.put(Cf::log, producer_key(stream, producer, 0), value);
+}
+
+void StreamLog::add_forget_producer(WriteBatch& batch, StreamId stream, std::string_view producer) {
+  const std::string begin = producer_prefix(stream, producer);
+  std::string end = begin;
+  // The producer's keys are begin | u64; begin | 0xFF.. follows them all,
+  // and no other producer's key starts with it (the length byte differs or
+  // the name does).
+  end.append(8, '\xff');
+  end.push_back('\xff');
+  batch.erase_range(Cf::log, begin, end);
+}
+
+Status StreamLog::producer_batches(const Store& store, StreamId stream, std::vector<ProducerBatch>& out) {
+  const std::string prefix = producers_prefix(stream);
+  Status failure;
+  ENTENTE_RETURN_IF_ERROR(store.scan(Cf::log, prefix, [&](std::string_view key, std::string_view value) {
+    const auto bad = [&](const std::string& why) {
+      failure = make_error(Errc::corrupt, "producer state of stream " + std::to_string(stream.value) +
+                                              " is corrupt: " + why);
+      return false;
+    };
+    std::string_view rest = key.substr(prefix.size());
+    if (rest.empty()) return bad("a key without a producer");
+    const size_t len = static_cast<uint8_t>(rest[0]);
+    if (len == 0 || len > kMaxProducerBytes || rest.size() != 1 + len + 8)
+      return bad("a key of " + std::to_string(key.size()) + " bytes");
+    ProducerBatch b;
+    b.producer.assign(rest.substr(1, len));
+    b.producer_seq = get_key_u64(rest.substr(1 + len));
+    if (b.producer_seq == 0) {
+      if (value.size() != 8) return bad("a floor of " + std::to_string(value.size()) + " bytes");
+      b.first = get_key_u64(value);
+    } else {
+      if (value.size() != 24) return bad("an entry of " + std::to_string(value.size()) + " bytes");
+      b.first = get_key_u64(value);
+      b.last = get_key_u64(value.substr(8));
+      b.append_ms = static_cast<int64_t>(get_key_u64(value.substr(16)));
+      if (b.last < b.first) return bad("last sequence precedes first");
+    }
+    out.push_back(std::move(b));
+    return true;
+  }));
+  return failure;
 }
 
 uint64_t StreamLog::approximate_bytes(const Store& store, StreamId stream) {

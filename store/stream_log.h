@@ -86,6 +86,38 @@ class StreamLog {
   // Payload bytes of the stream's retained records (approximate, from
   // RocksDB's size estimates).
   static uint64_t approximate_bytes(const Store& store, StreamId stream);
+
+  // --- Idempotent publishers (docs/api.md, "Publishing exactly once").
+  // What a stream remembers of the batches publishers named: for producer P
+  // and its batch number N, the sequence numbers the batch was stored
+  // under. Written in the same WriteBatch as the batch's record, so that a
+  // record and the memory of who sent it are durable together or not at
+  // all; kept apart from the records, so that retention trimming a record
+  // does not forget that it was stored. drop() removes them with the log.
+  //
+  // Key:   'P' | stream id (u64 BE) | producer length (u8) | producer | N (u64 BE)
+  // Value: first seq (u64 BE) | last seq (u64 BE) | append time ms (u64 BE)
+  // N = 0 (numbers start at 1) holds the producer's floor instead: every
+  // number up to it is forgotten. Value: floor (u64 BE).
+  struct ProducerBatch {
+    std::string producer;
+    uint64_t producer_seq = 0;  // 0: this entry is the floor
+    uint64_t first = 0;         // the floor, when producer_seq == 0
+    uint64_t last = 0;
+    int64_t append_ms = 0;
+  };
+  static constexpr size_t kMaxProducerBytes = 64;
+  // REQUIRES: 1 <= producer.size() <= kMaxProducerBytes, producer_seq >= 1.
+  static void add_producer_batch(WriteBatch& batch, StreamId stream, std::string_view producer,
+                                 uint64_t producer_seq, uint64_t first, uint64_t last, int64_t append_ms);
+  static void add_forget_producer_batch(WriteBatch& batch, StreamId stream, std::string_view producer,
+                                        uint64_t producer_seq);
+  static void add_producer_floor(WriteBatch& batch, StreamId stream, std::string_view producer,
+                                 uint64_t floor);
+  // Forgets everything of one producer.
+  static void add_forget_producer(WriteBatch& batch, StreamId stream, std::string_view producer);
+  // Every entry of the stream's producers, by producer then number.
+  static Status producer_batches(const Store& store, StreamId stream, std::vector<ProducerBatch>& out);
 };
 
 // Box/query checkpoints in the `checkpoints` column family, chunked so that a

@@ -19,6 +19,8 @@
 // same tuples at the same time. The difference is what crossing the domain
 // costs. Every subscriber checks that each sequence number arrives once, in
 // order: gaps count as lost, repeats as duplicated.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -256,7 +258,10 @@ Throughput run_throughput(const Args& a, const std::string& stream, Follower& su
   Throughput t;
   std::thread st([&] { sub.run(a); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto ws = broker::http::WsClient::connect(client_options(a, a.owner_port), "/v1/streams/" + stream + "/publish",
+  // A named producer, as a publisher that may resend should be (docs/api.md).
+  auto ws = broker::http::WsClient::connect(client_options(a, a.owner_port),
+                                            "/v1/streams/" + stream + "/publish?producer_id=bench-fed-" +
+                                                std::to_string(::getpid()) + "&producer_seq=1",
                                             auth(a));
   if (!ws.ok()) {
     sub.stop = true;

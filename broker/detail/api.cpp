@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "broker/detail/ingest.h"
+#include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "broker/detail/peering.h"
@@ -464,15 +465,17 @@ void NodeImpl::handle(Request&& req, Respond respond) {
                                    req.content_type.substr(0, 100) + "'"));
       return;
     }
-    ingest(*this, s, format, req.body, [answer](IngestResult r) {
+    auto producer = producer_of(req);
+    if (!producer.ok()) {
+      answer(Response::problem(400, "Bad Request", producer.error().message));
+      return;
+    }
+    ingest(*this, s, format, req.body, *producer, [answer, producer = *producer](IngestResult r) {
       if (r.problem) {
         answer(std::move(*r.problem));
         return;
       }
-      JsonOut j;
-      j.begin_object().key("count").u64(r.count).key("first_seq").u64(r.first).key("last_seq").u64(r.last);
-      j.end_object();
-      answer(Response::json(200, j.take()));
+      answer(Response::json(200, ingest_answer_json(r, producer)));
     });
     return;
   }
@@ -488,6 +491,13 @@ void NodeImpl::handle(Request&& req, Respond respond) {
   }
   if (route == "/v1/queries" && method == "POST") {
     if (!need(Role::admin) || !want_json_body()) return;
+    if (rapidjson::Document doc; auto p = read_json(req.body, doc)) {
+      // As a validation problem, with its path in `errors`.
+      Diagnostics diag;
+      diag.error(p->path, p->why);
+      answer(Response::problem(400, "Bad Request", p->message(), diagnostics_members(diag)));
+      return;
+    }
     auto deploy = [this, body = req.body, answer]() {
       Diagnostics diag;
       auto q = deploy_query(body, diag);
@@ -599,8 +609,11 @@ void NodeImpl::handle(Request&& req, Respond respond) {
   if (route == "/v1/imports" && method == "POST") {
     if (!need(Role::admin) || !want_json_body()) return;
     rapidjson::Document doc;
-    doc.Parse(req.body.data(), req.body.size());
-    if (doc.HasParseError() || !doc.IsObject() || !doc.HasMember("stream") || !doc["stream"].IsString() ||
+    if (auto p = read_json(req.body, doc)) {
+      answer(Response::problem(400, "Bad Request", p->message()));
+      return;
+    }
+    if (!doc.IsObject() || !doc.HasMember("stream") || !doc["stream"].IsString() ||
         doc.MemberCount() != 1) {
       answer(Response::problem(400, "Bad Request", "the body must be {\"stream\": \"DOMAIN/NAME\"}"));
       return;

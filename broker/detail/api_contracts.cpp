@@ -6,6 +6,7 @@
 #include <rapidjson/error/en.h>
 
 #include "broker/detail/contracting.h"
+#include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "broker/detail/peering.h"
@@ -45,12 +46,9 @@ Response answer_error(const Error& e, Contracting& c, const std::string& id) {
 
 Result<rapidjson::Document> parse_body(const http::Request& req) {
   rapidjson::Document doc;
-  doc.Parse(req.body.data(), req.body.size());
-  if (doc.HasParseError()) {
+  if (auto p = read_json(req.body, doc)) {
     return make_error(Errc::invalid_argument,
-                      std::string("the body is not JSON: ") +
-                          rapidjson::GetParseError_En(doc.GetParseError()) + " at offset " +
-                          std::to_string(doc.GetErrorOffset()));
+                      p->code == Errc::parse_error ? "the body is not JSON: " + p->why : p->message());
   }
   if (!doc.IsObject()) return make_error(Errc::invalid_argument, "$: the body must be a JSON object");
   return doc;

@@ -1,19 +1,23 @@
 #include "broker/detail/ingest.h"
 
-#include <cctype>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+
+#include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
 #include "engine/detail/options.h"
 #include "rapidjson/document.h"
-#include "rapidjson/error/en.h"
 
 namespace entente::broker::detail {
 
 namespace {
-
-constexpr auto kParseFlags = rapidjson::kParseValidateEncodingFlag | rapidjson::kParseFullPrecisionFlag;
 
 http::Response row_problem(const std::string& message) {
   // Engine messages read "row N, field 'f': why" or "row N: why".
@@ -36,6 +40,50 @@ http::Response row_problem(const std::string& message) {
                                  "\"errors\":" + j.take());
 }
 
+// A duplicate key (or too deep nesting) in row `row` of a batch, whose
+// object's path is `row_path`: "row N, field 'K': given twice" for a key of
+// the row itself, as the engine says of a schema field given twice.
+std::string duplicate_message(const JsonProblem& p, size_t row, const std::string& row_path) {
+  if (!p.key.empty() && p.path == row_path + "." + p.key)
+    return "row " + std::to_string(row) + ", field '" + p.key.substr(0, 64) + "': given twice";
+  return "row " + std::to_string(row) + ": " + p.message();
+}
+
+// One rule for the members a subscriber's rows carry besides the fields
+// (docs/api.md): `_seq` is the node's to assign, never the publisher's; `_time`
+// sets the event time only of a stream that has no event-time field (there
+// the field is the event time, and a second source of it is refused).
+std::optional<std::string> reserved_member_problem(const rapidjson::Value& rows, const StreamMeta& meta) {
+  for (rapidjson::SizeType r = 0; r < rows.Size(); ++r) {
+    const auto& row = rows[r];
+    if (!row.IsObject()) continue;  // rows_from_json says what is wrong
+    for (auto m = row.MemberBegin(); m != row.MemberEnd(); ++m) {
+      const std::string_view key(m->name.GetString(), m->name.GetStringLength());
+      if (key == "_seq")
+        return "row " + std::to_string(r) +
+               ", field '_seq': sequence numbers are assigned by the node; a published row may not carry one";
+      if (key == "_time" && !meta.event_time.empty())
+        return "row " + std::to_string(r) + ", field '_time': the event time of stream '" + meta.name +
+               "' is its field '" + meta.event_time + "'; a row may not set it otherwise";
+    }
+  }
+  return std::nullopt;
+}
+
+// ENTENTE_TEST_KILL_AFTER_COMMIT=N, for tests only: the process kills itself
+// (SIGKILL) once a batch named with producer number N is durable, before it
+// is acknowledged: the lost answer a publisher's retry has to survive.
+// 0 (unset) normally.
+uint64_t kill_after_commit_of() {
+  static const uint64_t seq = [] {
+    const char* v = std::getenv("ENTENTE_TEST_KILL_AFTER_COMMIT");
+    uint64_t n = 0;
+    if (v != nullptr) std::from_chars(v, v + std::strlen(v), n);
+    return n;
+  }();
+  return seq;
+}
+
 Result<int64_t> duration_or_ms(const rapidjson::Value& v, const std::string& key) {
   Diagnostics diag;
   auto d = engine::detail::parse_duration_ms(v, key, diag);
@@ -50,10 +98,7 @@ Result<int64_t> duration_or_ms(const rapidjson::Value& v, const std::string& key
 
 Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config) {
   rapidjson::Document d;
-  d.Parse<kParseFlags>(body.data(), body.size());
-  if (d.HasParseError())
-    return make_error(Errc::parse_error, "invalid JSON at offset " + std::to_string(d.GetErrorOffset()) + ": " +
-                                             rapidjson::GetParseError_En(d.GetParseError()));
+  ENTENTE_RETURN_IF_ERROR(read_json_body(body, d));
   if (!d.IsObject()) return make_error(Errc::invalid_argument, "$: expected an object with name and schema");
   StreamMeta m;
   m.producer = "api";
@@ -108,8 +153,44 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
   return m;
 }
 
+Result<std::optional<ProducerTag>> producer_of(const http::Request& req) {
+  auto id = req.header("entente-producer-id");
+  if (!id) id = req.param("producer_id");
+  auto seq = req.header("entente-producer-seq");
+  if (!seq) seq = req.param("producer_seq");
+  if (!id && !seq) return std::optional<ProducerTag>();
+  if (!id || !seq)
+    return make_error(Errc::invalid_argument,
+                      std::string(id ? "Entente-Producer-Seq" : "Entente-Producer-Id") +
+                          " is missing: a producer names a batch with both its id and the batch's number");
+  if (id->empty() || id->size() > store::StreamLog::kMaxProducerBytes)
+    return make_error(Errc::invalid_argument, "Entente-Producer-Id must be 1 to " +
+                                                  std::to_string(store::StreamLog::kMaxProducerBytes) + " characters");
+  for (char c : *id) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+          c == ':' || c == '-'))
+      return make_error(Errc::invalid_argument,
+                        "Entente-Producer-Id may contain only A-Z, a-z, 0-9, '.', '_', ':' and '-'");
+  }
+  ProducerTag tag;
+  tag.id.assign(*id);
+  auto [p, ec] = std::from_chars(seq->data(), seq->data() + seq->size(), tag.seq);
+  if (ec != std::errc() || p != seq->data() + seq->size() || tag.seq == 0)
+    return make_error(Errc::invalid_argument, "Entente-Producer-Seq must be an integer from 1 to 2^64-1, not '" +
+                                                  std::string(seq->substr(0, 40)) + "'");
+  return std::optional<ProducerTag>(std::move(tag));
+}
+
+std::string ingest_answer_json(const IngestResult& r, const std::optional<ProducerTag>& producer) {
+  JsonOut j;
+  j.begin_object().key("count").u64(r.count).key("first_seq").u64(r.first).key("last_seq").u64(r.last);
+  if (producer) j.key("producer_seq").u64(producer->seq).key("duplicate").boolean(r.duplicate);
+  j.end_object();
+  return j.take();
+}
+
 void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::string body,
-            std::function<void(IngestResult)> done) {
+            const std::optional<ProducerTag>& producer, std::function<void(IngestResult)> done) {
   const auto& meta = stream->meta();
   auto refuse = [&](http::Response r) {
     IngestResult res;
@@ -121,6 +202,36 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
                                                         "; it takes no tuples from publishers"));
     return;
   }
+  // Runs once the batch is durable (or failed), or at once for a named
+  // batch stored before: on the group-commit thread or this one.
+  const uint64_t seq_to_kill = kill_after_commit_of();
+  Stream::AppendedDone on_appended = [done, seq_to_kill, producer_seq = producer ? producer->seq : 0](
+                                         const Status& st, const Appended& a) {
+    IngestResult res;
+    if (!st.ok()) {
+      if (st.error().code == Errc::conflict) {
+        res.problem = http::Response::problem(409, "Conflict", st.error().message);
+      } else if (st.error().code == Errc::unavailable) {
+        res.problem = http::Response::problem(503, "Service Unavailable", st.error().message + "; retry later");
+        res.problem->headers.emplace_back("Retry-After", "1");
+      } else {
+        res.problem = http::Response::problem(500, "Internal Server Error",
+                                              "the tuples were not stored: " + st.error().message);
+      }
+    } else {
+      res.count = a.last - a.first + 1;
+      res.first = a.first;
+      res.last = a.last;
+      res.duplicate = a.duplicate;
+      // Test-only fault (ENTENTE_TEST_KILL_AFTER_COMMIT): the node dies
+      // after the batch is durable and before anyone is told.
+      if (seq_to_kill != 0 && producer_seq == seq_to_kill && !a.duplicate) ::kill(::getpid(), SIGKILL);
+    }
+    done(std::move(res));
+  };
+  // A named batch sent again is answered before its body is even read.
+  if (producer && stream->recall(*producer, on_appended)) return;
+
   const int64_t now = wall_clock_ms();
   engine::Batch batch;
   if (format == IngestFormat::binary) {
@@ -154,11 +265,9 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
     rapidjson::Document doc;
     if (format == IngestFormat::json_array) {
       body.push_back('\0');
-      doc.ParseInsitu<kParseFlags>(body.data());
-      if (doc.HasParseError()) {
-        refuse(http::Response::problem(400, "Bad Request",
-                                       "invalid JSON at offset " + std::to_string(doc.GetErrorOffset()) + ": " +
-                                           rapidjson::GetParseError_En(doc.GetParseError())));
+      if (auto p = read_json_insitu(body.data(), doc)) {
+        refuse(p->element ? row_problem(duplicate_message(*p, *p->element, "$[" + std::to_string(*p->element) + "]"))
+                          : http::Response::problem(400, "Bad Request", p->message()));
         return;
       }
       if (!doc.IsArray()) {
@@ -181,11 +290,9 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
         for (size_t i = 0; i < len && blank; ++i) blank = std::isspace(static_cast<unsigned char>(line[i])) != 0;
         if (blank) continue;
         rapidjson::Document one(&alloc);
-        one.ParseInsitu<kParseFlags>(line);
-        if (one.HasParseError()) {
-          refuse(row_problem("row " + std::to_string(row) + ": invalid JSON at offset " +
-                             std::to_string(one.GetErrorOffset()) + ": " +
-                             rapidjson::GetParseError_En(one.GetParseError())));
+        if (auto p = read_json_insitu(line, one)) {
+          refuse(row_problem(p->code == Errc::parse_error ? "row " + std::to_string(row) + ": " + p->why
+                                                          : duplicate_message(*p, row, "$")));
           return;
         }
         doc.PushBack(static_cast<rapidjson::Value&>(one).Move(), alloc);
@@ -194,6 +301,10 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
     }
     if (doc.Empty()) {
       refuse(http::Response::problem(400, "Bad Request", "the body holds no tuples"));
+      return;
+    }
+    if (auto why = reserved_member_problem(doc, meta)) {
+      refuse(row_problem(*why));
       return;
     }
     auto b = engine::rows_from_json(meta.schema, doc, meta.event_time, now);
@@ -228,20 +339,12 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
       return;
     }
   }
-  const uint64_t n = batch.rows();
-  Status s = stream->append(std::move(batch), node.gc(), store::Admission::reject, store::WriteBatch(),
-                            [done, n](const Status& st, const RecordPtr& rec) {
-                              IngestResult res;
-                              if (!st.ok()) {
-                                res.problem = http::Response::problem(500, "Internal Server Error",
-                                                                      "the tuples were not stored: " + st.error().message);
-                              } else {
-                                res.count = n;
-                                res.first = rec->first;
-                                res.last = rec->last;
-                              }
-                              done(std::move(res));
-                            });
+  Status s = producer ? stream->append_once(std::move(batch), *producer, node.gc(), store::Admission::reject,
+                                            std::move(on_appended))
+                      : stream->append(std::move(batch), node.gc(), store::Admission::reject, store::WriteBatch(),
+                                       [on_appended](const Status& st, const RecordPtr& rec) {
+                                         on_appended(st, rec ? Appended{rec->first, rec->last, false} : Appended{});
+                                       });
   if (!s.ok()) {
     if (s.error().code == Errc::unavailable) {
       auto r = http::Response::problem(503, "Service Unavailable", s.error().message + "; retry later");

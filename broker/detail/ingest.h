@@ -24,13 +24,26 @@ enum class IngestFormat : uint8_t { ndjson, json_array, binary };
 struct IngestResult {
   std::optional<http::Response> problem;  // set when refused
   uint64_t count = 0, first = 0, last = 0;
+  bool duplicate = false;  // stored by an earlier send of the same named batch
 };
+
+// How a publisher names its batches (docs/api.md, "Publishing exactly
+// once"): the headers Entente-Producer-Id and Entente-Producer-Seq, or the
+// query parameters producer_id and producer_seq. nullopt when the request
+// names none; invalid_argument when it names half, or badly.
+Result<std::optional<ProducerTag>> producer_of(const http::Request& req);
 
 // Parses `body`, checks backpressure, appends the tuples as one record and
 // calls `done` once they are durable, or at once with the problem. The
-// batch is accepted whole or not at all. `done` may run on the group-commit
-// thread.
+// batch is accepted whole or not at all. With `producer`, a batch the stream
+// has stored before under the same name is not appended again: `done` gets
+// the sequence numbers it was stored under, with duplicate set. `done` may
+// run on the group-commit thread.
 void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::string body,
-            std::function<void(IngestResult)> done);
+            const std::optional<ProducerTag>& producer, std::function<void(IngestResult)> done);
+
+// The answer to a stored batch, as POST .../tuples sends it and the
+// WebSocket publisher's "ack" holds it.
+std::string ingest_answer_json(const IngestResult& r, const std::optional<ProducerTag>& producer);
 
 }  // namespace entente::broker::detail

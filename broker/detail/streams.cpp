@@ -1,5 +1,6 @@
 #include "broker/detail/streams.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "broker/detail/json_out.h"
@@ -121,6 +122,184 @@ Status Stream::append_locked(uint64_t first, engine::Batch batch, store::GroupCo
   next_seq_ = last + 1;
   ever_appended_ = true;
   return Status::Ok();
+}
+
+Stream::Recall Stream::recall_locked(const ProducerTag& tag, Appended& found, uint64_t& floor,
+                                     AppendedDone& done) {
+  auto it = producers_.find(tag.id);
+  if (it == producers_.end()) return Recall::unknown;
+  Producer& p = it->second;
+  p.used = ++producer_tick_;
+  if (auto s = p.stored.find(tag.seq); s != p.stored.end()) {
+    found = Appended{s->second.first, s->second.second, true};
+    return Recall::stored;
+  }
+  if (auto w = p.pending.find(tag.seq); w != p.pending.end()) {
+    w->second.push_back(std::move(done));
+    return Recall::pending;
+  }
+  floor = p.floor;
+  return tag.seq <= p.floor ? Recall::forgotten : Recall::unknown;
+}
+
+namespace {
+
+Error forgotten_error(const std::string& stream, const ProducerTag& tag, uint64_t floor) {
+  return make_error(Errc::conflict,
+                    "stream '" + stream + "' no longer remembers batch " + std::to_string(tag.seq) + " of producer '" +
+                        tag.id + "': it remembers the last " + std::to_string(Stream::kProducerWindow) +
+                        " batches of a producer, and has forgotten those numbered " + std::to_string(floor) +
+                        " and below; the batch may have been stored (read the stream to know)");
+}
+
+}  // namespace
+
+bool Stream::recall(const ProducerTag& tag, AppendedDone& done) {
+  Appended found;
+  uint64_t floor = 0;
+  Recall r;
+  {
+    std::lock_guard lock(producers_mu_);
+    r = recall_locked(tag, found, floor, done);
+  }
+  switch (r) {
+    case Recall::unknown: return false;
+    case Recall::pending: return true;
+    case Recall::stored: done(Status::Ok(), found); return true;
+    case Recall::forgotten: done(forgotten_error(meta_.name, tag, floor), Appended{}); return true;
+  }
+  return false;
+}
+
+Status Stream::append_once(engine::Batch batch, const ProducerTag& tag, store::GroupCommit& gc,
+                           store::Admission admission, AppendedDone done) {
+  if (batch.rows() == 0) return make_error(Errc::invalid_argument, "an empty batch has no sequence numbers");
+  Appended found;
+  uint64_t floor = 0;
+  Recall r;
+  std::unique_lock lock(append_mu_);
+  std::unique_lock plock(producers_mu_);
+  r = recall_locked(tag, found, floor, done);
+  if (r != Recall::unknown) {
+    plock.unlock();
+    lock.unlock();
+    if (r == Recall::stored) done(Status::Ok(), found);
+    else if (r == Recall::forgotten) done(forgotten_error(meta_.name, tag, floor), Appended{});
+    return Status::Ok();
+  }
+  if (closed()) return make_error(Errc::not_found, "stream '" + meta_.name + "' was deleted");
+  // A new batch: remember it (as being written) and, in the same atomic
+  // write as its record, what it was stored under; forget what falls out
+  // of the window, or the least recently used producer when there are too
+  // many.
+  const uint64_t first = next_seq_;
+  const uint64_t last = first + batch.rows() - 1;
+  store::WriteBatch extra;
+  store::StreamLog::add_producer_batch(extra, meta_.id, tag.id, tag.seq, first, last, now_ms());
+  std::vector<uint64_t> evicted;
+  uint64_t new_floor = 0;
+  std::string victim;
+  auto it = producers_.find(tag.id);
+  if (it != producers_.end()) {
+    Producer& p = it->second;
+    size_t count = p.stored.size() + p.pending.size() + 1;
+    new_floor = p.floor;
+    for (auto s = p.stored.begin(); s != p.stored.end() && count > kProducerWindow; ++s, --count) {
+      evicted.push_back(s->first);
+      store::StreamLog::add_forget_producer_batch(extra, meta_.id, tag.id, s->first);
+      new_floor = std::max(new_floor, s->first);
+    }
+    if (new_floor != p.floor) store::StreamLog::add_producer_floor(extra, meta_.id, tag.id, new_floor);
+  } else if (producers_.size() >= kMaxProducers) {
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [id, p] : producers_) {
+      if (p.pending.empty() && p.used < oldest) {
+        oldest = p.used;
+        victim = id;
+      }
+    }
+    if (!victim.empty()) store::StreamLog::add_forget_producer(extra, meta_.id, victim);
+  }
+  Producer& p = producers_[tag.id];
+  p.used = ++producer_tick_;
+  p.pending[tag.seq];
+  plock.unlock();
+  Status s = append_locked(first, std::move(batch), gc, admission, std::move(extra),
+                           [this, tag, done](const Status& st, const RecordPtr& rec) {
+                             Appended a;
+                             if (rec) a = Appended{rec->first, rec->last, false};
+                             producer_done(tag, st, a, done);
+                           });
+  plock.lock();
+  auto& mine = producers_[tag.id];
+  if (!s.ok()) {
+    // Not submitted: nothing was written. Retries that came meanwhile get
+    // the same refusal.
+    auto w = mine.pending.find(tag.seq);
+    std::vector<AppendedDone> waiters = std::move(w->second);
+    mine.pending.erase(w);
+    if (mine.pending.empty() && mine.stored.empty() && mine.floor == 0) producers_.erase(tag.id);
+    plock.unlock();
+    for (auto& d : waiters) d(s, Appended{});
+    return s;
+  }
+  for (uint64_t e : evicted) mine.stored.erase(e);
+  mine.floor = std::max(mine.floor, new_floor);
+  if (!victim.empty()) producers_.erase(victim);
+  return Status::Ok();
+}
+
+void Stream::producer_done(const ProducerTag& tag, const Status& st, const Appended& a, const AppendedDone& done) {
+  std::vector<AppendedDone> waiters;
+  {
+    std::lock_guard lock(producers_mu_);
+    auto it = producers_.find(tag.id);
+    if (it != producers_.end()) {
+      Producer& p = it->second;
+      if (auto w = p.pending.find(tag.seq); w != p.pending.end()) {
+        waiters = std::move(w->second);
+        p.pending.erase(w);
+      }
+      if (st.ok()) p.stored[tag.seq] = {a.first, a.last};
+    }
+  }
+  if (done) done(st, a);
+  Appended again = a;
+  again.duplicate = true;
+  for (auto& d : waiters) d(st, again);
+}
+
+void Stream::load_producers(std::vector<store::StreamLog::ProducerBatch> entries) {
+  std::lock_guard lock(producers_mu_);
+  std::map<std::string, int64_t> newest;
+  for (auto& e : entries) {
+    Producer& p = producers_[e.producer];
+    if (e.producer_seq == 0) {
+      p.floor = std::max(p.floor, e.first);
+    } else {
+      p.stored[e.producer_seq] = {e.first, e.last};
+      int64_t& n = newest[e.producer];
+      n = std::max(n, e.append_ms);
+    }
+  }
+  for (auto& [id, p] : producers_) {
+    // More than a window (batches that completed out of order around an
+    // eviction): keep the newest, as appending would have.
+    while (p.stored.size() > kProducerWindow) {
+      p.floor = std::max(p.floor, p.stored.begin()->first);
+      p.stored.erase(p.stored.begin());
+    }
+  }
+  // Recency survives a restart as the order of the producers' newest batches.
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (auto& [id, p] : producers_) order.emplace_back(newest[id], id);
+  std::sort(order.begin(), order.end());
+  for (auto& [ms, id] : order) producers_[id].used = ++producer_tick_;
+}
+
+size_t Stream::producer_count() const {
+  std::lock_guard lock(producers_mu_);
+  return producers_.size();
 }
 
 uint64_t Stream::add_tap(const std::shared_ptr<Tap>& tap) {

@@ -63,6 +63,21 @@ class Tap {
   }
 };
 
+// A publisher's name for one batch (docs/api.md, "Publishing exactly once"):
+// who sends it and its number for it.
+struct ProducerTag {
+  std::string id;    // 1..64 of [A-Za-z0-9._:-]
+  uint64_t seq = 0;  // >= 1
+};
+
+// The answer to an append: where the batch's tuples are, and whether they
+// were stored by an earlier send of the same batch.
+struct Appended {
+  uint64_t first = 0;
+  uint64_t last = 0;
+  bool duplicate = false;
+};
+
 struct StreamMeta {
   std::string name;
   store::StreamId id;
@@ -109,6 +124,29 @@ class Stream final {
   // Next sequence number append_at expects.
   uint64_t next_seq() const;
 
+  // --- Idempotent appends. Per producer the stream remembers the
+  // sequence numbers of its last kProducerWindow stored batches (in memory
+  // and in the log family, written atomically with each record), for at
+  // most kMaxProducers producers (the least recently used is forgotten).
+  static constexpr size_t kProducerWindow = 64;
+  static constexpr size_t kMaxProducers = 1024;
+  using AppendedDone = std::function<void(const Status&, const Appended&)>;
+
+  // Answers a batch `tag` names that the stream knows of: stored (`done` is
+  // called now with duplicate = true), still being written (`done` is called
+  // with its outcome once it is durable), or older than what is remembered
+  // of the producer (`done` now with Errc::conflict). Returns false and
+  // leaves `done` alone when the batch is new.
+  bool recall(const ProducerTag& tag, AppendedDone& done);
+  // Appends `batch` unless recall() knows it: then answers as recall does.
+  // Errors as append(); on error `done` is not called.
+  Status append_once(engine::Batch batch, const ProducerTag& tag, store::GroupCommit& gc,
+                     store::Admission admission, AppendedDone done);
+  // The remembered producers, read from the store at start-up.
+  // REQUIRES: no append has begun.
+  void load_producers(std::vector<store::StreamLog::ProducerBatch> entries);
+  size_t producer_count() const;
+
   // Adds a tap; records committed from now on reach it. Returns the
   // committed head at the moment it was added (so the caller knows where
   // live records start).
@@ -140,6 +178,19 @@ class Stream final {
                        std::shared_ptr<const std::string> encoded = nullptr);
 
   StreamMeta meta_;
+  // What is remembered of one producer.
+  struct Producer {
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> stored;  // its number -> first, last
+    std::map<uint64_t, std::vector<AppendedDone>> pending;     // being written -> retries waiting
+    uint64_t floor = 0;  // every number <= floor is forgotten
+    uint64_t used = 0;   // recency (producer_tick_ when last used)
+  };
+  enum class Recall : uint8_t { unknown, stored, pending, forgotten };
+  // REQUIRES: producers_mu_. Adds `done` to the waiters when pending.
+  Recall recall_locked(const ProducerTag& tag, Appended& found, uint64_t& floor, AppendedDone& done);
+  // Called on the committer thread when a named batch is durable or failed.
+  void producer_done(const ProducerTag& tag, const Status& st, const Appended& a, const AppendedDone& done);
+
   mutable std::mutex append_mu_;        // orders seq assignment with submission
   uint64_t next_seq_;                   // REQUIRES: append_mu_
   bool ever_appended_;                  // REQUIRES: append_mu_
@@ -148,6 +199,12 @@ class Stream final {
   std::atomic<bool> closed_{false};
   std::mutex taps_mu_;
   std::vector<std::weak_ptr<Tap>> taps_;
+  // After append_mu_ when both are held; alone on the committer thread
+  // (which must never wait for append_mu_: an appender holding it may wait
+  // for the committer).
+  mutable std::mutex producers_mu_;
+  std::map<std::string, Producer, std::less<>> producers_;  // REQUIRES: producers_mu_
+  uint64_t producer_tick_ = 0;                               // REQUIRES: producers_mu_
 };
 using StreamPtr = std::shared_ptr<Stream>;
 

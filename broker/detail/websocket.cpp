@@ -210,10 +210,13 @@ class Subscriber final : public http::WebSocketSession,
 };
 
 // One publisher's feed. Each message is ingested as one batch; the answers
-// go back in message order, whatever order ingest finishes in.
+// go back in message order, whatever order ingest finishes in. A producer
+// named on the upgrade numbers its messages implicitly: the first is
+// `producer_.seq`, each next one the number after (docs/api.md).
 class Publisher final : public http::WebSocketSession, public std::enable_shared_from_this<Publisher> {
  public:
-  Publisher(NodeImpl& node, StreamPtr stream) : node_(node), stream_(std::move(stream)) {}
+  Publisher(NodeImpl& node, StreamPtr stream, std::optional<ProducerTag> producer)
+      : node_(node), stream_(std::move(stream)), producer_(std::move(producer)) {}
 
   void on_open(std::shared_ptr<http::WebSocket> ws) override {
     std::lock_guard lock(mu_);
@@ -233,8 +236,10 @@ class Publisher final : public http::WebSocketSession, public std::enable_shared
       while (i < data.size() && std::isspace(static_cast<unsigned char>(data[i]))) ++i;
       format = i < data.size() && data[i] == '[' ? IngestFormat::json_array : IngestFormat::ndjson;
     }
+    std::optional<ProducerTag> tag = producer_;
+    if (tag) tag->seq += index;  // wraps only after 2^64 messages
     std::weak_ptr<Publisher> weak = shared_from_this();
-    ingest(node_, stream_, format, std::string(data), [weak, index](IngestResult r) {
+    ingest(node_, stream_, format, std::string(data), tag, [weak, index, tag](IngestResult r) {
       auto self = weak.lock();
       if (!self) return;
       JsonOut j;
@@ -242,8 +247,7 @@ class Publisher final : public http::WebSocketSession, public std::enable_shared
       if (r.problem) {
         j.key("error").raw(r.problem->body);
       } else {
-        j.key("ack").begin_object().key("count").u64(r.count).key("first_seq").u64(r.first);
-        j.key("last_seq").u64(r.last).end_object();
+        j.key("ack").raw(ingest_answer_json(r, tag));
       }
       j.end_object();
       self->answer(index, j.take());
@@ -278,6 +282,7 @@ class Publisher final : public http::WebSocketSession, public std::enable_shared
 
   NodeImpl& node_;
   StreamPtr stream_;
+  const std::optional<ProducerTag> producer_;      // the first message's name
   std::mutex mu_;
   std::shared_ptr<http::WebSocket> ws_;            // REQUIRES: mu_
   std::deque<std::optional<std::string>> answers_;  // REQUIRES: mu_
@@ -312,7 +317,12 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
                                                             stream->meta().producer + "; it takes no tuples from publishers");
       return nullptr;
     }
-    return std::make_shared<Publisher>(*this, stream);
+    auto producer = producer_of(req);
+    if (!producer.ok()) {
+      reject = http::Response::problem(400, "Bad Request", producer.error().message);
+      return nullptr;
+    }
+    return std::make_shared<Publisher>(*this, stream, std::move(*producer));
   }
   Format format = Format::json;
   if (auto f = req.param("format")) {

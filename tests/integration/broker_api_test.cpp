@@ -218,6 +218,62 @@ TEST_F(BrokerApi, QueryRunsAndReportsBoxes) {
   EXPECT_EQ(broker_.request("DELETE", "/v1/streams/bids").status, 204u);
 }
 
+// docs/api.md: 409 when a stream named like one of the query's outputs
+// exists (it was a 400), naming the output; nothing is deployed.
+TEST_F(BrokerApi, QueryOutputNamedLikeAStreamIsAConflict) {
+  ASSERT_EQ(broker_.request("POST", "/v1/streams", kBidsStream).status, 201u);
+  ASSERT_EQ(broker_.request("POST", "/v1/streams",
+                            R"({"name":"big_bids","schema":[{"name":"a","type":"int64"}]})")
+                .status,
+            201u);
+  auto r = broker_.request("POST", "/v1/queries", kExpensive);
+  expect_problem(r, 409, "$.outputs[0].name: stream 'big_bids' exists already");
+  expect_problem(broker_.request("GET", "/v1/queries/expensive", "", kReaderToken), 404);
+  // An invalid network is still a 400, whatever its outputs are called.
+  std::string bad = kExpensive;
+  bad.replace(bad.find("price > 100"), 11, "nosuch > 1");
+  expect_problem(broker_.request("POST", "/v1/queries", bad), 400);
+  ASSERT_EQ(broker_.request("DELETE", "/v1/streams/big_bids").status, 204u);
+  EXPECT_EQ(broker_.request("POST", "/v1/queries", kExpensive).status, 201u);
+}
+
+// One rule for `_seq` and `_time` in published rows (docs/api.md): `_seq`
+// is refused; `_time` sets the event time of a stream without an event-time
+// field and is refused on one with such a field. Both naming row and field.
+TEST_F(BrokerApi, RowsMayNotCarrySeqNorASecondEventTime) {
+  ASSERT_EQ(broker_.request("POST", "/v1/streams", kBidsStream).status, 201u);  // event_time: ts
+  auto check = [&](const broker::http::ClientResponse& r, unsigned row, const char* field) {
+    expect_problem(r, 400, std::string("row ") + std::to_string(row) + ", field '" + field + "'");
+    auto d = parse(r.body);
+    ASSERT_TRUE(d.HasMember("errors")) << r.body;
+    EXPECT_EQ(d["errors"][0]["row"].GetUint(), row) << r.body;
+    EXPECT_STREQ(d["errors"][0]["field"].GetString(), field) << r.body;
+  };
+  check(broker_.request("POST", "/v1/streams/bids/tuples",
+                        R"([{"auction":1,"price":1,"ts":1},{"auction":2,"price":2,"ts":2,"_seq":99}])",
+                        kPublisherToken),
+        1, "_seq");
+  check(broker_.request("POST", "/v1/streams/bids/tuples", "{\"_seq\":1,\"auction\":1,\"price\":1,\"ts\":1}\n",
+                        kPublisherToken, "application/x-ndjson"),
+        0, "_seq");
+  check(broker_.request("POST", "/v1/streams/bids/tuples", R"([{"auction":1,"price":1,"ts":1,"_time":5}])",
+                        kPublisherToken),
+        0, "_time");
+  check(broker_.request("POST", "/v1/streams/bids/tuples",
+                        "{\"auction\":1,\"price\":1,\"ts\":1}\n{\"auction\":1,\"price\":1,\"ts\":1,\"_time\":5}\n",
+                        kPublisherToken, "application/x-ndjson"),
+        1, "_time");
+  EXPECT_EQ(parse(broker_.request("GET", "/v1/streams/bids", "", kReaderToken).body)["next_seq"].GetUint64(), 1u);
+
+  // Without an event-time field, `_time` is the event time.
+  ASSERT_EQ(broker_.request("POST", "/v1/streams", R"({"name":"notes","schema":[{"name":"a","type":"int64"}]})")
+                .status,
+            201u);
+  auto r = broker_.request("POST", "/v1/streams/notes/tuples", "{\"a\":1,\"_time\":777}\n", kPublisherToken,
+                           "application/x-ndjson");
+  ASSERT_EQ(r.status, 200u) << r.body;
+}
+
 TEST_F(BrokerApi, CurlSmoke) {
   std::string out;
   const std::string base = "http://127.0.0.1:" + std::to_string(broker_.port());

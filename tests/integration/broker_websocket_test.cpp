@@ -140,6 +140,36 @@ TEST_F(BrokerWebSocket, PublishAcknowledgesInOrder) {
   EXPECT_EQ(next_seq(broker_, "ticks"), 7u);
 }
 
+// One rule for the members a subscriber's rows carry (docs/api.md): a
+// published row with `_seq` is refused, naming the row and the field; on
+// this stream (no event-time field) `_time` sets the event time.
+TEST_F(BrokerWebSocket, PublishRefusesRowsCarryingSeq) {
+  auto ws = connect(broker_, "/v1/streams/ticks/publish", kPublisherToken);
+  ASSERT_TRUE(ws);
+  ASSERT_TRUE(ws->send("{\"k\":1,\"note\":\"a\"}\n{\"_seq\":7,\"k\":2,\"note\":\"b\"}\n").ok());
+  ASSERT_TRUE(ws->send(R"([{"k":3,"note":"c","_seq":1}])").ok());
+  ASSERT_TRUE(ws->send(R"([{"k":4,"note":"d","_time":1234}])").ok());
+  std::vector<std::string> answers;
+  while (answers.size() < 3) {
+    auto m = ws->receive(5000);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    ASSERT_FALSE(m->closed);
+    answers.push_back(m->data);
+  }
+  for (int i = 0; i < 2; ++i) {
+    rapidjson::Document d;
+    d.Parse(answers[i].c_str());
+    ASSERT_TRUE(d.IsObject() && d.HasMember("error")) << answers[i];
+    EXPECT_EQ(d["error"]["status"].GetUint(), 400u) << answers[i];
+    EXPECT_EQ(d["error"]["errors"][0]["row"].GetUint(), i == 0 ? 1u : 0u) << answers[i];
+    EXPECT_STREQ(d["error"]["errors"][0]["field"].GetString(), "_seq") << answers[i];
+  }
+  EXPECT_NE(answers[2].find("\"first_seq\":1,\"last_seq\":1"), std::string::npos) << answers[2];
+  auto read = read_stream(broker_, "ticks", 1, 1);
+  ASSERT_EQ(read.tuples.size(), 1u) << read.error;
+  EXPECT_NE(read.tuples[0].line.find("\"_time\":1234,\"k\":4"), std::string::npos) << read.tuples[0].line;
+}
+
 TEST_F(BrokerWebSocket, UpgradeRefusals) {
   auto ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe", {});
   ASSERT_FALSE(ws.ok());

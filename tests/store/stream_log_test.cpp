@@ -296,6 +296,70 @@ TEST_F(StreamLogTest, DropRemovesOneStreamAndApproximateBytesSeesData) {
   EXPECT_EQ(read(StreamId{2}, 0).size(), 3u);
 }
 
+// Producer state (idempotent publishers): written with the record in one
+// batch, read back after a reopen, untouched by trimming, forgotten one
+// entry or one producer at a time, and dropped with the stream.
+TEST_F(StreamLogTest, ProducerBatchesRoundTripAndGoWithTheStream) {
+  const StreamId s{5}, other{6};
+  WriteBatch b;
+  StreamLog::add_append(b, s, 1, 3, 1000, "r1");
+  StreamLog::add_producer_batch(b, s, "p", 1, 1, 3, 1000);
+  StreamLog::add_producer_batch(b, s, "p", 2, 4, 4, 1001);
+  StreamLog::add_producer_batch(b, s, "pp", 7, 5, 9, 1002);  // a longer id sharing the prefix
+  StreamLog::add_producer_floor(b, s, "pp", 3);
+  StreamLog::add_producer_batch(b, other, "p", 1, 1, 1, 5);
+  ASSERT_TRUE(store_->write(b, Durability::synced).ok());
+  reopen();
+  auto entries = [&](StreamId id) {
+    std::vector<StreamLog::ProducerBatch> out;
+    const Status st = StreamLog::producer_batches(*store_, id, out);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    return out;
+  };
+  auto e = entries(s);
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].producer, "p");
+  EXPECT_EQ(e[0].producer_seq, 1u);
+  EXPECT_EQ(e[0].first, 1u);
+  EXPECT_EQ(e[0].last, 3u);
+  EXPECT_EQ(e[0].append_ms, 1000);
+  EXPECT_EQ(e[1].producer_seq, 2u);
+  EXPECT_EQ(e[2].producer, "pp");
+  EXPECT_EQ(e[2].producer_seq, 0u);  // the floor sorts first
+  EXPECT_EQ(e[2].first, 3u);
+  EXPECT_EQ(e[3].producer_seq, 7u);
+
+  // Retention removes records, not the memory of who sent them.
+  ASSERT_TRUE(StreamLog::trim(*store_, s, Retention{1, 0, 0}, kNoPin, 0).ok());
+  EXPECT_EQ(entries(s).size(), 4u);
+
+  WriteBatch forget;
+  StreamLog::add_forget_producer_batch(forget, s, "p", 1);
+  StreamLog::add_forget_producer(forget, s, "pp");
+  ASSERT_TRUE(store_->write(forget, Durability::synced).ok());
+  e = entries(s);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].producer, "p");
+  EXPECT_EQ(e[0].producer_seq, 2u);
+
+  ASSERT_TRUE(StreamLog::drop(*store_, s).ok());
+  EXPECT_TRUE(entries(s).empty());
+  EXPECT_EQ(entries(other).size(), 1u);
+}
+
+TEST_F(StreamLogTest, CorruptProducerStateIsReported) {
+  std::string key = "P";
+  put_key_u64(key, 4);
+  key.push_back(1);
+  key.push_back('p');
+  put_key_u64(key, 1);
+  ASSERT_TRUE(store_->put(Cf::log, key, "short", Durability::buffered).ok());
+  std::vector<StreamLog::ProducerBatch> out;
+  const Status st = StreamLog::producer_batches(*store_, StreamId{4}, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, Errc::corrupt);
+}
+
 TEST_F(StreamLogTest, CorruptValuesAreReportedNotTrusted) {
   const StreamId s{9};
   append(s, 1, 10, 1, "fine");

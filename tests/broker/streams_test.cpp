@@ -1,0 +1,225 @@
+// A stream's memory of its producers (Stream::recall / append_once) over a
+// real RocksDB store and group commit: a named batch is stored once however
+// many threads send it at the same time, retries while it is being written
+// get its answer, the window forgets the oldest numbers, and the memory read
+// back from the store after a reopen answers as before. Concurrent: run
+// under TSan too (scripts/test.sh).
+#include "broker/detail/streams.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/batch.h"
+#include "store/group_commit.h"
+#include "store/store.h"
+#include "store/stream_log.h"
+#include "tests/support/temp_dir.h"
+
+namespace entente::broker::detail {
+namespace {
+
+const engine::SchemaPtr kSchema = engine::make_schema({{"k", engine::Type::Int64}});
+
+engine::Batch rows(int n) {
+  engine::BatchBuilder b(kSchema);
+  for (int i = 0; i < n; ++i) {
+    b.column(0).ints.push_back(i);
+    b.event_time().push_back(0);
+    b.seq().push_back(0);
+  }
+  return b.finish();
+}
+
+// What `done` was told, once it has been told.
+struct Outcome {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool called = false;
+  Status status;
+  Appended appended;
+  Stream::AppendedDone done() {
+    return [this](const Status& s, const Appended& a) {
+      std::lock_guard lock(mu);
+      called = true;
+      status = s;
+      appended = a;
+      cv.notify_all();
+    };
+  }
+  bool wait() {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(20), [&] { return called; });
+  }
+};
+
+class StreamProducers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = entente::testing::make_temp_dir("streams-test");
+    open();
+  }
+  void TearDown() override {
+    close();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void open() {
+    store::StoreOptions o;
+    o.path = dir_ + "/db";
+    auto s = store::Store::open(o);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    store_ = std::move(s).value();
+    // Not synced: the reopens here are clean, and a thousand fsyncs would
+    // only make the test slow.
+    store::GroupCommitOptions gco;
+    gco.durability = store::Durability::buffered;
+    gc_ = std::make_unique<store::GroupCommit>(*store_, gco);
+    gc_->start();
+    StreamMeta m;
+    m.name = "feed";
+    m.id.value = 7;
+    m.schema = kSchema;
+    m.producer = "api";
+    auto last = store::StreamLog::last(*store_, m.id);
+    ASSERT_TRUE(last.ok());
+    stream_ = std::make_shared<Stream>(m, *last ? (*last)->last + 1 : 1);
+    std::vector<store::StreamLog::ProducerBatch> entries;
+    ASSERT_TRUE(store::StreamLog::producer_batches(*store_, m.id, entries).ok());
+    stream_->load_producers(std::move(entries));
+  }
+  void close() {
+    stream_.reset();
+    if (gc_) gc_->stop();
+    gc_.reset();
+    store_.reset();
+  }
+  // Appends (or recalls) batch `seq` of `producer` and waits for the answer.
+  Outcome& send(const std::string& producer, uint64_t seq, int n) {
+    outcomes_.push_back(std::make_unique<Outcome>());
+    Outcome& o = *outcomes_.back();
+    Status s = stream_->append_once(rows(n), ProducerTag{producer, seq}, *gc_, store::Admission::reject, o.done());
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    EXPECT_TRUE(o.wait());
+    return o;
+  }
+
+  std::string dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::GroupCommit> gc_;
+  StreamPtr stream_;
+  std::vector<std::unique_ptr<Outcome>> outcomes_;
+};
+
+TEST_F(StreamProducers, ABatchSentAgainIsAnsweredWithItsFirstNumbers) {
+  Outcome& a = send("p", 1, 3);
+  ASSERT_TRUE(a.status.ok());
+  EXPECT_EQ(a.appended.first, 1u);
+  EXPECT_EQ(a.appended.last, 3u);
+  EXPECT_FALSE(a.appended.duplicate);
+  Outcome& again = send("p", 1, 5);  // the body is not compared
+  ASSERT_TRUE(again.status.ok());
+  EXPECT_EQ(again.appended.first, 1u);
+  EXPECT_EQ(again.appended.last, 3u);
+  EXPECT_TRUE(again.appended.duplicate);
+  EXPECT_EQ(stream_->next_seq(), 4u);
+
+  // recall() alone knows it too, and knows nothing of a new number.
+  Outcome r;
+  auto done = r.done();
+  EXPECT_TRUE(stream_->recall(ProducerTag{"p", 1}, done));
+  EXPECT_TRUE(r.wait());
+  EXPECT_TRUE(r.appended.duplicate);
+  Outcome fresh;
+  auto fresh_done = fresh.done();
+  EXPECT_FALSE(stream_->recall(ProducerTag{"p", 2}, fresh_done));
+  EXPECT_FALSE(stream_->recall(ProducerTag{"q", 1}, fresh_done));
+  EXPECT_FALSE(fresh.called);
+}
+
+TEST_F(StreamProducers, ConcurrentSendsOfTheSameBatchesStoreEachOnce) {
+  constexpr int kThreads = 6, kBatches = 40;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<std::unique_ptr<Outcome>>> got(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int seq = 1; seq <= kBatches; ++seq) {
+        auto o = std::make_unique<Outcome>();
+        // Half the threads look the batch up first, as ingest does.
+        auto done = o->done();
+        if (t % 2 == 1 && stream_->recall(ProducerTag{"p", static_cast<uint64_t>(seq)}, done)) {
+          got[t].push_back(std::move(o));
+          continue;
+        }
+        Status s = stream_->append_once(rows(2), ProducerTag{"p", static_cast<uint64_t>(seq)}, *gc_,
+                                        store::Admission::reject, done);
+        EXPECT_TRUE(s.ok()) << s.error().message;
+        got[t].push_back(std::move(o));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int seq = 1; seq <= kBatches; ++seq) {
+    int fresh = 0;
+    uint64_t first = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      Outcome& o = *got[t][seq - 1];
+      ASSERT_TRUE(o.wait());
+      ASSERT_TRUE(o.status.ok()) << o.status.error().message;
+      if (first == 0) first = o.appended.first;
+      EXPECT_EQ(o.appended.first, first) << "batch " << seq;
+      fresh += o.appended.duplicate ? 0 : 1;
+    }
+    EXPECT_EQ(fresh, 1) << "batch " << seq;
+  }
+  EXPECT_EQ(stream_->next_seq(), 1u + 2u * kBatches);
+}
+
+TEST_F(StreamProducers, TheWindowForgetsTheOldestAndTheMemorySurvivesAReopen) {
+  const uint64_t n = Stream::kProducerWindow + 6;
+  for (uint64_t seq = 1; seq <= n; ++seq) ASSERT_TRUE(send("p", seq, 1).status.ok());
+  Outcome& old = send("p", 6, 1);
+  EXPECT_EQ(old.status.error().code, Errc::conflict);
+  EXPECT_NE(old.status.error().message.find("no longer remembers batch 6"), std::string::npos)
+      << old.status.error().message;
+  EXPECT_TRUE(send("p", 7, 1).appended.duplicate);
+  ASSERT_TRUE(send("q", 1, 2).status.ok());
+
+  close();
+  open();
+  EXPECT_EQ(stream_->producer_count(), 2u);
+  EXPECT_EQ(send("p", 6, 1).status.error().code, Errc::conflict);
+  Outcome& seven = send("p", 7, 1);
+  EXPECT_TRUE(seven.appended.duplicate);
+  EXPECT_EQ(seven.appended.first, 7u);
+  Outcome& q = send("q", 1, 2);
+  EXPECT_TRUE(q.appended.duplicate);
+  EXPECT_EQ(q.appended.first, n + 1);
+  // A gap, then the skipped number: both new.
+  EXPECT_FALSE(send("p", n + 10, 1).appended.duplicate);
+  EXPECT_FALSE(send("p", n + 5, 1).appended.duplicate);
+  EXPECT_EQ(stream_->next_seq(), n + 5);
+}
+
+TEST_F(StreamProducers, TheLeastRecentlyUsedProducerIsForgottenBeyondTheBound) {
+  for (size_t i = 0; i < Stream::kMaxProducers; ++i) ASSERT_TRUE(send("p" + std::to_string(i), 1, 1).status.ok());
+  EXPECT_EQ(stream_->producer_count(), Stream::kMaxProducers);
+  EXPECT_TRUE(send("p0", 1, 1).appended.duplicate);  // p0 is now the most recent; p1 the least
+  ASSERT_TRUE(send("new", 1, 1).status.ok());
+  EXPECT_EQ(stream_->producer_count(), Stream::kMaxProducers);
+  EXPECT_FALSE(send("p1", 1, 1).appended.duplicate);  // forgotten: new again
+  EXPECT_TRUE(send("p0", 1, 1).appended.duplicate);
+  close();
+  open();
+  // p2 was forgotten when p1 came back; the store agrees with memory.
+  EXPECT_FALSE(send("p2", 1, 1).appended.duplicate);
+  EXPECT_TRUE(send("new", 1, 1).appended.duplicate);
+}
+
+}  // namespace
+}  // namespace entente::broker::detail
