@@ -12,15 +12,15 @@
 namespace entente::testing {
 namespace {
 
-struct Run {
+struct CliRun {
   int code = -1;
   std::string err;
 };
 
 // Runs `entente subscribe ARGS` with ENTENTE_TOKEN=`token` ("" for unset);
 // stdout is discarded, stderr kept.
-Run subscribe(const std::string& args, const std::string& token) {
-  Run r;
+CliRun subscribe(const std::string& args, const std::string& token) {
+  CliRun r;
   const std::string env = token.empty() ? "env -u ENTENTE_TOKEN " : "ENTENTE_TOKEN=" + token + " ";
   r.code = run_command(env + ENTENTE_BIN + " subscribe --timeout-ms 500 --count 1 " + args + " 2>&1 >/dev/null",
                        r.err);
@@ -57,7 +57,7 @@ class SubscribeCli : public ::testing::Test {
 };
 
 TEST_F(SubscribeCli, WithoutTlsAgainstATlsNodeSaysToPassTls) {
-  Run r = subscribe("--port " + tls_port() + " bids", kReaderToken);
+  CliRun r = subscribe("--port " + tls_port() + " bids", kReaderToken);
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_TRUE(has(r.err, "the node at 127.0.0.1:" + tls_port() + " answered with TLS; pass --tls")) << r.err;
   EXPECT_TRUE(has(r.err, "--ca FILE")) << r.err;
@@ -67,39 +67,39 @@ TEST_F(SubscribeCli, WithoutTlsAgainstATlsNodeSaysToPassTls) {
 TEST_F(SubscribeCli, TlsOptionsThatDoNotFitTheNodeAreNamed) {
   // Right scheme, right CA: it works (the stream is empty, so it times out
   // and exits 0).
-  Run ok = subscribe("--tls --ca " + node_->ca_file() + " --port " + tls_port() + " bids", kReaderToken);
+  CliRun ok = subscribe("--tls --ca " + node_->ca_file() + " --port " + tls_port() + " bids", kReaderToken);
   EXPECT_EQ(ok.code, 0) << ok.err;
   // No CA: the node's certificate is not trusted.
-  Run no_ca = subscribe("--tls --port " + tls_port() + " bids", kReaderToken);
+  CliRun no_ca = subscribe("--tls --port " + tls_port() + " bids", kReaderToken);
   EXPECT_EQ(no_ca.code, 1) << no_ca.err;
   EXPECT_TRUE(has(no_ca.err, "the node's certificate is not trusted")) << no_ca.err;
   EXPECT_TRUE(has(no_ca.err, "pass --ca FILE")) << no_ca.err;
   // A CA file that does not exist.
-  Run missing = subscribe("--tls --ca /nonexistent/ca.crt --port " + tls_port() + " bids", kReaderToken);
+  CliRun missing = subscribe("--tls --ca /nonexistent/ca.crt --port " + tls_port() + " bids", kReaderToken);
   EXPECT_EQ(missing.code, 2) << missing.err;
   EXPECT_TRUE(has(missing.err, "--ca /nonexistent/ca.crt: No such file or directory")) << missing.err;
   // --tls against a plain HTTP node.
-  Run plain = subscribe("--tls --ca " + node_->ca_file() + " --port " + plain_port() + " bids", kReaderToken);
+  CliRun plain = subscribe("--tls --ca " + node_->ca_file() + " --port " + plain_port() + " bids", kReaderToken);
   EXPECT_EQ(plain.code, 1) << plain.err;
   EXPECT_TRUE(has(plain.err, "speaks plain HTTP, not TLS; drop --tls")) << plain.err;
 }
 
 TEST_F(SubscribeCli, TokenStreamAndAddressProblemsAreNamed) {
-  Run no_token = subscribe("--port " + plain_port() + " bids", "");
+  CliRun no_token = subscribe("--port " + plain_port() + " bids", "");
   EXPECT_EQ(no_token.code, 1) << no_token.err;
   EXPECT_TRUE(has(no_token.err, "needs a token: set ENTENTE_TOKEN")) << no_token.err;
-  Run bad_token = subscribe("--port " + plain_port() + " bids", "not-a-token");
+  CliRun bad_token = subscribe("--port " + plain_port() + " bids", "not-a-token");
   EXPECT_EQ(bad_token.code, 1) << bad_token.err;
   EXPECT_TRUE(has(bad_token.err, "refused the token in ENTENTE_TOKEN")) << bad_token.err;
-  Run no_stream = subscribe("--port " + plain_port() + " asks", kReaderToken);
+  CliRun no_stream = subscribe("--port " + plain_port() + " asks", kReaderToken);
   EXPECT_EQ(no_stream.code, 1) << no_stream.err;
   EXPECT_TRUE(has(no_stream.err, "no stream asks on the node at 127.0.0.1:" + plain_port())) << no_stream.err;
   // A port where nothing listens (a free port, bound and released).
   const std::string closed = std::to_string(free_loopback_port());
-  Run nobody = subscribe("--port " + closed + " bids", kReaderToken);
+  CliRun nobody = subscribe("--port " + closed + " bids", kReaderToken);
   EXPECT_EQ(nobody.code, 1) << nobody.err;
   EXPECT_TRUE(has(nobody.err, "nothing listens at 127.0.0.1:" + closed)) << nobody.err;
-  Run bad_port = subscribe("--port 70000 bids", kReaderToken);
+  CliRun bad_port = subscribe("--port 70000 bids", kReaderToken);
   EXPECT_EQ(bad_port.code, 2) << bad_port.err;
   EXPECT_TRUE(has(bad_port.err, "--port '70000' is not a port")) << bad_port.err;
 }
