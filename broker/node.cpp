@@ -274,14 +274,16 @@ Status NodeImpl::reload(NodeConfig next, std::vector<std::string>& changes, std:
   }
   if (api_tls) {
     // Checked above; fails only when the files changed meanwhile.
-    if (Status s = server_->reload_certificate(next.tls_cert_file, next.tls_key_file); !s.ok()) {
-      return make_error(s.error().code, "api.tls: " + s.error().message +
-                                            (federation ? " (the federation section was reloaded; the tokens "
-                                                          "are unchanged)"
-                                                        : ""));
+    auto changed = server_->reload_certificate(next.tls_cert_file, next.tls_key_file);
+    if (!changed.ok()) {
+      return make_error(changed.error().code, "api.tls: " + changed.error().message +
+                                                  (federation ? " (the federation section was reloaded; the "
+                                                                "tokens are unchanged)"
+                                                              : ""));
     }
-    changes.push_back("API certificate and key reloaded from " + next.tls_cert_file + " and " + next.tls_key_file +
-                      ": new connections present them");
+    if (*changed) {
+      changes.push_back("API certificate " + next.tls_cert_file + ": new connections present the new one");
+    }
     config_.tls_cert_file = next.tls_cert_file;
     config_.tls_key_file = next.tls_key_file;
   }

@@ -1870,11 +1870,10 @@ Status Peering::reload(const FederationConfig& next, std::vector<std::string>& c
   trust_ = std::move(trust);
   // Contracts keep what they were opened with (Contracting holds them).
   if (!pin_changes.empty()) {
-    kept.push_back("contracts (signatures checked against the CAs pinned at start-up, and negotiated with the "
-                   "peer domains of start-up)");
+    kept.push_back("contract verification (the pinned CAs and peer domains contracts use)");
   }
   if (next.cert_file != config_.cert_file || next.key_file != config_.key_file) {
-    kept.push_back("contract signing (with the key and certificate of start-up)");
+    kept.push_back("contract signing (the key and certificate contracts are signed with)");
   }
   auto differs = [&](bool changed, const char* key) {
     if (changed) kept.push_back(std::string("federation.") + key);

@@ -940,7 +940,7 @@ Status Server::start() {
 
 uint16_t Server::port() const { return impl_->port; }
 
-Status Server::reload_certificate(const std::string& cert_file, const std::string& key_file) {
+Result<bool> Server::reload_certificate(const std::string& cert_file, const std::string& key_file) {
   if (!impl_->tls) return make_error(Errc::conflict, "the API listens without TLS");
   return impl_->certificate.load(cert_file, key_file);
 }

@@ -144,10 +144,11 @@ class Server final {
   Status start();
   uint16_t port() const;
   // Presents `cert_file` and `key_file` to the TLS handshakes from now on
-  // (connections already open keep theirs). invalid_argument naming the
-  // file when the pair cannot be used, conflict without TLS;
-  // then nothing changed. Thread-safe.
-  Status reload_certificate(const std::string& cert_file, const std::string& key_file);
+  // (connections already open keep theirs); true when the certificate is
+  // another than before. invalid_argument naming the file when the pair
+  // cannot be used, conflict without TLS; then nothing changed.
+  // Thread-safe.
+  Result<bool> reload_certificate(const std::string& cert_file, const std::string& key_file);
   // The same checks without replacing anything.
   Status check_certificate(const std::string& cert_file, const std::string& key_file) const;  // the bound port, after start()
   void stop_accepting();

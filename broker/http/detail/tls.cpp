@@ -148,11 +148,24 @@ struct ServerCertificate::Pair {
 ServerCertificate::ServerCertificate() = default;
 ServerCertificate::~ServerCertificate() = default;
 
+namespace {
+std::string der_of(X509* cert) {
+  unsigned char* der = nullptr;
+  const int n = cert == nullptr ? -1 : i2d_X509(cert, &der);
+  if (n <= 0) return {};
+  std::string out(reinterpret_cast<const char*>(der), static_cast<size_t>(n));
+  OPENSSL_free(der);
+  return out;
+}
+}  // namespace
+
 void ServerCertificate::attach(ssl::context& ctx) {
   SSL_CTX_set_cert_cb(ctx.native_handle(), &ServerCertificate::on_handshake, this);
+  std::lock_guard lock(mu_);
+  current_der_ = der_of(SSL_CTX_get0_certificate(ctx.native_handle()));
 }
 
-Status ServerCertificate::load(const std::string& cert_file, const std::string& key_file) {
+Result<bool> ServerCertificate::load(const std::string& cert_file, const std::string& key_file) {
   // The same checks and messages as at start-up: a scratch context.
   auto pair = std::make_shared<Pair>();
   pair->holder = std::make_unique<ssl::context>(ssl::context::tls_server);
@@ -164,9 +177,12 @@ Status ServerCertificate::load(const std::string& cert_file, const std::string& 
   if (pair->cert == nullptr || pair->key == nullptr) {
     return make_error(Errc::invalid_argument, "cert_file " + cert_file + ": no certificate loaded");
   }
+  std::string der = der_of(pair->cert);
   std::lock_guard lock(mu_);
+  const bool changed = der != current_der_;
   current_ = std::move(pair);
-  return {};
+  current_der_ = std::move(der);
+  return changed;
 }
 
 int ServerCertificate::on_handshake(SSL* ssl, void* self) {

@@ -36,15 +36,17 @@ class ServerCertificate final {
   ServerCertificate& operator=(const ServerCertificate&) = delete;
 
   void attach(ssl::context& ctx);
-  // Loads and checks the pair; the next handshakes present it.
+  // Loads and checks the pair; the next handshakes present it. True when
+  // its certificate differs from the one presented so far.
   // invalid_argument as configure_server_context; then nothing changed.
-  Status load(const std::string& cert_file, const std::string& key_file);
+  Result<bool> load(const std::string& cert_file, const std::string& key_file);
 
  private:
   struct Pair;
   static int on_handshake(SSL* ssl, void* self);
   std::mutex mu_;
   std::shared_ptr<const Pair> current_;  // REQUIRES: mu_
+  std::string current_der_;              // REQUIRES: mu_; the certificate presented
 };
 
 // A client context that verifies the peer against `ca_file` (when
