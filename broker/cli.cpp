@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -72,8 +72,8 @@ void reload(Node& node, const std::string& config_path, const std::string& who) 
     std::fprintf(stderr, "entente: %s: reload: %s changed but is not reloaded; restart to apply it\n",
                  who.c_str(), k.c_str());
   }
-  std::fprintf(stderr, "entente: %s: reload done: %zu change(s), %zu setting(s) need a restart\n", who.c_str(),
-               changes.size(), kept.size());
+  std::fprintf(stderr, "entente: %s: reload done: %zu change(s), %zu setting(s) need a restart\n",
+               who.c_str(), changes.size(), kept.size());
 }
 
 int run_broker(const std::vector<std::string_view>& args) {
@@ -175,18 +175,22 @@ std::string explain_connect_failure(const http::ClientOptions& o, const Error& e
   const std::string& m = e.message;
   auto starts = [&](std::string_view p) { return m.rfind(p, 0) == 0; };
   if (m.find("Connection refused") != std::string::npos) {
-    return "nothing listens at " + at + " (" + m + "); check --host and --port (the node prints its address when "
+    return "nothing listens at " + at + " (" + m +
+           "); check --host and --port (the node prints its address when "
            "it starts)";
   }
   if (starts("resolve ")) return "cannot resolve --host " + o.host + " (" + m + ")";
   if (starts("HTTP 401")) {
-    return have_token ? "the node at " + at + " refused the token in ENTENTE_TOKEN: " + problem_text(m.substr(10))
-                      : "the node at " + at + " needs a token: set ENTENTE_TOKEN (role reader or above)";
+    return have_token
+               ? "the node at " + at + " refused the token in ENTENTE_TOKEN: " + problem_text(m.substr(10))
+               : "the node at " + at + " needs a token: set ENTENTE_TOKEN (role reader or above)";
   }
   if (starts("HTTP 403")) return "the token may not read " + stream + ": " + problem_text(m.substr(10));
-  if (starts("HTTP 404")) return "no stream " + stream + " on the node at " + at + ": " + problem_text(m.substr(10));
+  if (starts("HTTP 404"))
+    return "no stream " + stream + " on the node at " + at + ": " + problem_text(m.substr(10));
   if (starts("HTTP 4") || (starts("HTTP 5") && m.size() > 10)) {
-    return "the node at " + at + " refused the subscription: " + m.substr(0, 9) + problem_text(m.substr(10));
+    return "the node at " + at + " refused the subscription: " + m.substr(0, 9) + " " +
+           problem_text(m.substr(10));
   }
   // The rest may be a scheme mismatch: ask the node in the other scheme.
   http::ClientOptions other = o;
@@ -196,19 +200,23 @@ std::string explain_connect_failure(const http::ClientOptions& o, const Error& e
   auto probe = http::Client::connect(other);
   const bool other_works = probe.ok() && (*probe)->request("GET", "/v1/health").ok();
   if (!o.tls && other_works) {
-    return "the node at " + at + " answered with TLS; pass --tls (and --ca FILE, the CA certificate of the node's "
+    return "the node at " + at +
+           " answered with TLS; pass --tls (and --ca FILE, the CA certificate of the node's "
            "domain, e.g. the ca.crt that 'entente certs' wrote)";
   }
   if (o.tls && other_works) {
     return "the node at " + at + " speaks plain HTTP, not TLS; drop --tls";
   }
   if (o.tls && m.find("certificate verify failed") != std::string::npos) {
-    return "the node's certificate is not trusted (" + m + "); pass --ca FILE with the CA certificate of the "
-           "node's domain" + (o.ca_file.empty() ? std::string() : " (not " + o.ca_file + ")");
+    return "the node's certificate is not trusted (" + m +
+           "); pass --ca FILE with the CA certificate of the "
+           "node's domain" +
+           (o.ca_file.empty() ? std::string() : " (not " + o.ca_file + ")");
   }
   if (o.tls && (m.find("hostname mismatch") != std::string::npos ||
                 m.find("IP address mismatch") != std::string::npos)) {
-    return "the node's certificate does not name " + o.host + " (" + m + "); use a --host its certificate "
+    return "the node's certificate does not name " + o.host + " (" + m +
+           "); use a --host its certificate "
            "names (entente certs show)";
   }
   if (starts("HTTP ")) {
@@ -304,7 +312,8 @@ int run_subscribe(const std::vector<std::string_view>& args) {
         continue;
       }
       std::fprintf(stderr, "entente subscribe: the connection to the node at %s:%u broke (%s)%s\n",
-                   o.host.c_str(), static_cast<unsigned>(o.port), m.error().message.c_str(), resume_hint().c_str());
+                   o.host.c_str(), static_cast<unsigned>(o.port), m.error().message.c_str(),
+                   resume_hint().c_str());
       return 1;
     }
     if (m->closed) {

@@ -240,7 +240,8 @@ Status NodeImpl::reload(NodeConfig next, std::vector<std::string>& changes, std:
   differs(a.max_body_bytes != b.max_body_bytes || a.max_header_bytes != b.max_header_bytes ||
               a.read_timeout_ms != b.read_timeout_ms || a.idle_timeout_ms != b.idle_timeout_ms ||
               a.max_connections != b.max_connections || a.ws_max_message_bytes != b.ws_max_message_bytes ||
-              a.ws_send_buffer_bytes != b.ws_send_buffer_bytes || a.ws_ping_interval_ms != b.ws_ping_interval_ms,
+              a.ws_send_buffer_bytes != b.ws_send_buffer_bytes ||
+              a.ws_ping_interval_ms != b.ws_ping_interval_ms,
           "api.limits");
   differs(next.retention.max_tuples != now.retention.max_tuples ||
               next.retention.max_bytes != now.retention.max_bytes ||
@@ -249,9 +250,11 @@ Status NodeImpl::reload(NodeConfig next, std::vector<std::string>& changes, std:
   differs(next.checkpoint_interval_ms != now.checkpoint_interval_ms, "checkpoint_interval");
   differs(next.ingest_durability != now.ingest_durability, "ingest_durability");
   differs(next.retention_check_interval_ms != now.retention_check_interval_ms, "retention_check_interval");
-  differs(next.network_threads != now.network_threads || next.engine_threads != now.engine_threads, "threads");
-  differs(next.ingest_queue_bytes != now.ingest_queue_bytes || next.query_max_lag_tuples != now.query_max_lag_tuples ||
-              next.max_streams != now.max_streams || next.max_queries != now.max_queries,
+  differs(next.network_threads != now.network_threads || next.engine_threads != now.engine_threads,
+          "threads");
+  differs(next.ingest_queue_bytes != now.ingest_queue_bytes ||
+              next.query_max_lag_tuples != now.query_max_lag_tuples || next.max_streams != now.max_streams ||
+              next.max_queries != now.max_queries,
           "limits");
   differs(next.federation.enabled != now.federation.enabled, "federation (added or removed)");
 

@@ -86,8 +86,7 @@ struct VerifyState {
 // The entente:// identity a certificate claims, for the log and the refused
 // list, before (and whether or not) it is trusted; empty when none parses.
 std::string claimed_identity(X509* leaf) {
-  auto* names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(leaf, NID_subject_alt_name, nullptr, nullptr));
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, nullptr, nullptr));
   if (names == nullptr) return {};
   std::string out;
   for (int i = 0; i < sk_GENERAL_NAME_num(names) && out.empty(); ++i) {
@@ -135,17 +134,21 @@ std::optional<PeerRefusal> refusal_by_alert(const error_code& ec, const std::str
   switch (ssl_reason(ec)) {
     case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
       return PeerRefusal{"untrusted_chain",
-                         head + "unknown ca'): it does not trust the CA that signed it; the CA it pins for "
-                                "domain " + self.domain + " is another one, or it pins none"};
+                         head +
+                             "unknown ca'): it does not trust the CA that signed it; the CA it pins for "
+                             "domain " +
+                             self.domain + " is another one, or it pins none"};
     case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
-      return PeerRefusal{"expired", head + "certificate expired'): expired as that node sees it; compare "
-                                           "the certificate's dates (entente certs show) and both clocks"};
+      return PeerRefusal{"expired", head +
+                                        "certificate expired'): expired as that node sees it; compare "
+                                        "the certificate's dates (entente certs show) and both clocks"};
     case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
     case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
     case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
       return PeerRefusal{"bad_certificate",
-                         head + "bad certificate'): not yet valid there, a CA certificate, no or another "
-                                "identity than that node expects; its log names the reason"};
+                         head +
+                             "bad certificate'): not yet valid there, a CA certificate, no or another "
+                             "identity than that node expects; its log names the reason"};
     case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
       return PeerRefusal{"no_identity", head + "certificate required'): this node sent no certificate"};
     case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
@@ -320,7 +323,7 @@ struct LinkManager::Impl {
   std::promise<void> io_done;
   std::atomic<bool> stopped{false};
 
-  mutable std::mutex mu;  // guards peers, refusals, refused, opt.trust
+  mutable std::mutex mu;                   // guards peers, refusals, refused, opt.trust
   std::map<std::string, PeerEntry> peers;  // by identity URI
   std::map<std::string, uint64_t> refusals;
   // Refused accepted connections by claimed identity, or by client host
@@ -803,8 +806,8 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
     deadline.disarm();
     const int reason = ssl_reason(hec);
     if (verify.verdict && !verify.verdict->ok()) {
-      refused_connection(verify.verdict->refusal, verify.verdict->reason, dialed, address,
-                         verify.claimed, false);
+      refused_connection(verify.verdict->refusal, verify.verdict->reason, dialed, address, verify.claimed,
+                         false);
     } else if (reason == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
       // The same label as a certificate without an identity: either way
       // the client did not say who it is.
@@ -826,8 +829,9 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   const certs::Identity peer = *verify.verdict->identity;
   if (dialed && !(peer == dialed->identity)) {
     deadline.disarm();
-    refused_connection("identity", "expected " + dialed->identity.uri() + ", the certificate is " + peer.uri(),
-                       dialed, address, peer.uri(), false);
+    refused_connection("identity",
+                       "expected " + dialed->identity.uri() + ", the certificate is " + peer.uri(), dialed,
+                       address, peer.uri(), false);
     co_return;
   }
 
@@ -1257,7 +1261,8 @@ Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
     X509* old_cert = SSL_CTX_get0_certificate(native);
     const bool new_cert = old_cert == nullptr || X509_cmp(old_cert, creds.cert.get()) != 0;
     if (SSL_CTX_use_cert_and_key(native, creds.cert.get(), creds.key.get(), creds.chain.get(), 1) != 1) {
-      applied.set_value({"error: federation cert_file " + next.cert_file + ": " + openssl_reason("rejected")});
+      applied.set_value(
+          {"error: federation cert_file " + next.cert_file + ": " + openssl_reason("rejected")});
       return;
     }
     if (new_cert) {

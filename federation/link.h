@@ -101,7 +101,7 @@ struct RefusedStatus {
   std::string reason;    // one line for the admin
   bool by_peer = false;  // the client refused this node, not the other way
   uint64_t count = 0;
-  int64_t last_ms = 0;   // Unix ms of the last one
+  int64_t last_ms = 0;  // Unix ms of the last one
 };
 
 // What LinkManager::reload() replaces on a running manager.

@@ -1820,7 +1820,8 @@ Status Peering::reload(const FederationConfig& next, std::vector<std::string>& c
   std::map<std::string, std::string> pems;
   auto pin = [&](const std::string& domain, const std::string& file, const std::string& key) -> Status {
     pems[domain] = read_pem(file);
-    if (Status s = trust->pin(domain, file); !s.ok()) return make_error(Errc::invalid_argument, key + ": " + s.error().message);
+    if (Status s = trust->pin(domain, file); !s.ok())
+      return make_error(Errc::invalid_argument, key + ": " + s.error().message);
     return {};
   };
   ENTENTE_RETURN_IF_ERROR(pin(self_.domain, next.ca_file, "federation.ca_file"));
@@ -1828,7 +1829,8 @@ Status Peering::reload(const FederationConfig& next, std::vector<std::string>& c
   for (size_t i = 0; i < next.peers.size(); ++i) {
     const PeerDomainConfig& d = next.peers[i];
     if (d.domain != self_.domain) {
-      ENTENTE_RETURN_IF_ERROR(pin(d.domain, d.ca_file, "federation.peers[" + std::to_string(i) + "].ca_file"));
+      ENTENTE_RETURN_IF_ERROR(
+          pin(d.domain, d.ca_file, "federation.peers[" + std::to_string(i) + "].ca_file"));
     }
     for (const PeerNodeConfig& n : d.nodes) {
       if (d.domain == self_.domain && n.node == self_.node) continue;

@@ -71,8 +71,8 @@ unsigned status_with(const BrokerProcess& p, const std::string& token) {
 TEST(BrokerReload, TokensChangeListenIsKeptAndABrokenFileChangesNothing) {
   BrokerProcess node;
   ASSERT_TRUE(node.start()) << node.last_error();
-  auto created = node.request("POST", "/v1/streams",
-                              R"({"name":"bids","schema":[{"name":"price","type":"int64"}]})");
+  auto created =
+      node.request("POST", "/v1/streams", R"({"name":"bids","schema":[{"name":"price","type":"int64"}]})");
   ASSERT_EQ(created.status, 201u) << created.body;
   ASSERT_EQ(status_with(node, kAdminToken), 200u);
 
@@ -87,7 +87,8 @@ TEST(BrokerReload, TokensChangeListenIsKeptAndABrokenFileChangesNothing) {
   EXPECT_EQ(status_with(node, kReaderToken), 200u) << "an unchanged token stopped working";
   const std::string log = node.stderr_text();
   EXPECT_NE(log.find("reload: token 'ops' replaced (admin)"), std::string::npos) << log;
-  EXPECT_NE(log.find("reload: api.listen changed but is not reloaded; restart to apply it"), std::string::npos)
+  EXPECT_NE(log.find("reload: api.listen changed but is not reloaded; restart to apply it"),
+            std::string::npos)
       << log;
   // Still on the port it had, with its data.
   auto streams = node.try_request("GET", "/v1/streams/bids", "", rotated);
@@ -202,10 +203,12 @@ TEST(BrokerReload, PeersPinsAndTheLinkCertificateChangeWithoutARestart) {
   gamma.pins(acme);
   ASSERT_TRUE(fed.start_all()) << fed.last_error();
   PeersView a;
-  ASSERT_TRUE(eventually(15s, [&] {
-    a = get_peers(acme.process());
-    return a.refusals["untrusted_chain"] >= 1 && a.refusals["not_pinned"] >= 1;
-  })) << "acme GET /v1/peers: " << a.body;
+  ASSERT_TRUE(eventually(15s,
+                         [&] {
+                           a = get_peers(acme.process());
+                           return a.refusals["untrusted_chain"] >= 1 && a.refusals["not_pinned"] >= 1;
+                         }))
+      << "acme GET /v1/peers: " << a.body;
   EXPECT_EQ(a.find(gamma.identity()), nullptr) << a.body;
 
   // The right CA for beta, gamma as a new peer, and a new certificate for

@@ -195,8 +195,8 @@ TEST_F(CertsCliProcessTest, ExampleTlsConfigurationRunsWithTheFilesEntenteCertsW
   entente::testing::BrokerProcess node(options);
   const std::string dir = node.data_dir();
   ASSERT_EQ(entente({"init-domain", "acme", "--out", dir + "/acme-ca"}).code, 0);
-  Outcome issued = entente({"issue-node", "acme", "n1", "--ca", dir + "/acme-ca", "--san", "127.0.0.1", "--out",
-                            dir + "/certs"});
+  Outcome issued = entente(
+      {"issue-node", "acme", "n1", "--ca", dir + "/acme-ca", "--san", "127.0.0.1", "--out", dir + "/certs"});
   ASSERT_EQ(issued.code, 0) << issued.err;
 
   std::string config = slurp(fs::path(ENTENTE_SOURCE_DIR) / "docs" / "examples" / "node-tls.json");

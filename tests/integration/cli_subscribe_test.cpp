@@ -22,12 +22,14 @@ struct CliRun {
 CliRun subscribe(const std::string& args, const std::string& token) {
   CliRun r;
   const std::string env = token.empty() ? "env -u ENTENTE_TOKEN " : "ENTENTE_TOKEN=" + token + " ";
-  r.code = run_command(env + ENTENTE_BIN + " subscribe --timeout-ms 500 --count 1 " + args + " 2>&1 >/dev/null",
-                       r.err);
+  r.code = run_command(
+      env + ENTENTE_BIN + " subscribe --timeout-ms 500 --count 1 " + args + " 2>&1 >/dev/null", r.err);
   return r;
 }
 
-bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 class SubscribeCli : public ::testing::Test {
  protected:
@@ -43,7 +45,8 @@ class SubscribeCli : public ::testing::Test {
     plain_ = std::make_unique<BrokerProcess>();
     ASSERT_TRUE(plain_->start()) << plain_->last_error();
     for (BrokerProcess* p : {tls_.get(), plain_.get()}) {
-      auto r = p->request("POST", "/v1/streams", R"({"name":"bids","schema":[{"name":"price","type":"int64"}]})");
+      auto r =
+          p->request("POST", "/v1/streams", R"({"name":"bids","schema":[{"name":"price","type":"int64"}]})");
       ASSERT_EQ(r.status, 201u) << r.body;
     }
   }
@@ -79,7 +82,8 @@ TEST_F(SubscribeCli, TlsOptionsThatDoNotFitTheNodeAreNamed) {
   EXPECT_EQ(missing.code, 2) << missing.err;
   EXPECT_TRUE(has(missing.err, "--ca /nonexistent/ca.crt: No such file or directory")) << missing.err;
   // --tls against a plain HTTP node.
-  CliRun plain = subscribe("--tls --ca " + node_->ca_file() + " --port " + plain_port() + " bids", kReaderToken);
+  CliRun plain =
+      subscribe("--tls --ca " + node_->ca_file() + " --port " + plain_port() + " bids", kReaderToken);
   EXPECT_EQ(plain.code, 1) << plain.err;
   EXPECT_TRUE(has(plain.err, "speaks plain HTTP, not TLS; drop --tls")) << plain.err;
 }

@@ -67,7 +67,9 @@ Peers peers_of(const FedNode& n) {
   return out;
 }
 
-bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 TEST(FederationTrust, WrongPinnedCaShowsTheReasonOnBothSides) {
   Federation fed;
@@ -82,45 +84,58 @@ TEST(FederationTrust, WrongPinnedCaShowsTheReasonOnBothSides) {
   // beta refuses acme's certificate itself (on the link it dials and on the
   // one acme dials): its peer entry for acme says so, with the reason.
   Peers b;
-  EXPECT_TRUE(eventually(15s, [&] {
-    b = peers_of(beta);
-    const Entry* p = b.peer(acme.identity());
-    return p && p->state == "refused" && p->refusal == "untrusted_chain" &&
-           has(p->last_error, "does not chain to the pinned CA of domain acme");
-  })) << "beta GET /v1/peers: " << b.body;
+  EXPECT_TRUE(eventually(15s,
+                         [&] {
+                           b = peers_of(beta);
+                           const Entry* p = b.peer(acme.identity());
+                           return p && p->state == "refused" && p->refusal == "untrusted_chain" &&
+                                  has(p->last_error, "does not chain to the pinned CA of domain acme");
+                         }))
+      << "beta GET /v1/peers: " << b.body;
 
   // The accepting side lists the refused client by the identity its
   // certificate claimed, not only by address.
-  EXPECT_TRUE(eventually(15s, [&] {
-    b = peers_of(beta);
-    for (const auto& r : b.refused)
-      if (r.identity == acme.identity() && r.refusal == "untrusted_chain" && r.by == "this_node" &&
-          has(r.address, "127.0.0.1:") && has(r.reason, "does not chain"))
-        return true;
-    return false;
-  })) << "beta GET /v1/peers: " << b.body;
-  EXPECT_TRUE(has(beta.process().stderr_text(), "refused " + acme.identity() + " (as its certificate claims) from "))
+  EXPECT_TRUE(eventually(15s,
+                         [&] {
+                           b = peers_of(beta);
+                           for (const auto& r : b.refused)
+                             if (r.identity == acme.identity() && r.refusal == "untrusted_chain" &&
+                                 r.by == "this_node" && has(r.address, "127.0.0.1:") &&
+                                 has(r.reason, "does not chain"))
+                               return true;
+                           return false;
+                         }))
+      << "beta GET /v1/peers: " << b.body;
+  EXPECT_TRUE(
+      has(beta.process().stderr_text(), "refused " + acme.identity() + " (as its certificate claims) from "))
       << beta.process().stderr_text();
 
   // acme was refused: it only received a TLS alert, and says what it means.
   Peers a;
-  EXPECT_TRUE(eventually(15s, [&] {
-    a = peers_of(acme);
-    const Entry* p = a.peer(beta.identity());
-    return p && p->state == "refused" && p->refusal == "untrusted_chain" &&
-           has(p->last_error, "refused this node's certificate") && has(p->last_error, "unknown ca") &&
-           has(p->last_error, "the CA it pins for domain acme");
-  })) << "acme GET /v1/peers: " << a.body << "\nacme stderr:\n" << acme.process().stderr_text();
+  EXPECT_TRUE(eventually(15s,
+                         [&] {
+                           a = peers_of(acme);
+                           const Entry* p = a.peer(beta.identity());
+                           return p && p->state == "refused" && p->refusal == "untrusted_chain" &&
+                                  has(p->last_error, "refused this node's certificate") &&
+                                  has(p->last_error, "unknown ca") &&
+                                  has(p->last_error, "the CA it pins for domain acme");
+                         }))
+      << "acme GET /v1/peers: " << a.body << "\nacme stderr:\n"
+      << acme.process().stderr_text();
   EXPECT_GE(a.refusals["refused_by_peer"], 1u) << a.body;
   // And it saw beta abort the handshake of the link beta dialed: listed by
   // address, refused by the peer.
-  EXPECT_TRUE(eventually(15s, [&] {
-    a = peers_of(acme);
-    for (const auto& r : a.refused)
-      if (r.by == "peer" && r.refusal == "untrusted_chain" && has(r.reason, "refused this node's certificate"))
-        return true;
-    return false;
-  })) << "acme GET /v1/peers: " << a.body;
+  EXPECT_TRUE(eventually(15s,
+                         [&] {
+                           a = peers_of(acme);
+                           for (const auto& r : a.refused)
+                             if (r.by == "peer" && r.refusal == "untrusted_chain" &&
+                                 has(r.reason, "refused this node's certificate"))
+                               return true;
+                           return false;
+                         }))
+      << "acme GET /v1/peers: " << a.body;
 
   // It never comes up, and neither node shows a bare "connecting".
   const auto until = std::chrono::steady_clock::now() + 2s;

@@ -142,7 +142,7 @@ struct ServerCertificate::Pair {
   std::unique_ptr<ssl::context> holder;
   X509* cert = nullptr;
   EVP_PKEY* key = nullptr;
-  STACK_OF(X509)* chain = nullptr;
+  STACK_OF(X509) * chain = nullptr;
 };
 
 ServerCertificate::ServerCertificate() = default;
