@@ -882,7 +882,7 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
     co_return;
   }
   if (wec) {
-    refuse("hello", who + ": could not send HELLO: " + wec.message());
+    refused_connection("hello", "could not send HELLO: " + wec.message(), dialed, address, peer.uri(), false);
     co_return;
   }
   uint16_t version = 0;
@@ -903,7 +903,7 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   }
   if (!problem.empty() || !theirs) {
     if (problem.empty()) problem = "no HELLO";
-    refuse("hello", who + ": " + problem);
+    refused_connection("hello", problem, dialed, address, peer.uri(), false);
     std::string goaway;
     append_frame(goaway, FrameType::goaway, 0, encode(GoAway{problem_code, problem}));
     Watchdog linger(io, milliseconds(200), stream.next_layer());

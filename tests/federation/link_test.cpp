@@ -734,6 +734,30 @@ TEST_F(LinkTest, BothSidesOfARefusalSayWhy) {
   EXPECT_TRUE(logged("refused entente://acme/n1 (as its certificate claims) from 127.0.0.1:"));
 }
 
+// The refusing node's alert for an expired certificate reads as "expired"
+// on the dialer that presented it.
+TEST_F(LinkTest, ExpiredCertificateIsNamedOnTheRefusedDialer) {
+  certs::NodeOptions old;
+  old.not_before = std::chrono::system_clock::now() - std::chrono::hours(24 * 10);
+  old.days = 1;
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", node_dir("acme", "n1", old), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(eventually([&] {
+    auto s = status_of(*a, "entente://beta/n1");
+    return s && s->refusal == "expired";
+  }));
+  auto s = status_of(*a, "entente://beta/n1");
+  EXPECT_EQ(s->state, "refused");
+  EXPECT_NE(s->last_error.find("TLS alert 'certificate expired'"), std::string::npos) << s->last_error;
+  auto r = b->refused();
+  ASSERT_FALSE(r.empty());
+  EXPECT_EQ(r.front().identity, "entente://acme/n1");
+  EXPECT_EQ(r.front().refusal, "expired");
+}
+
 // reload() adds a peer and its pin, then removes it; a certificate and key
 // that do not match change nothing.
 TEST_F(LinkTest, ReloadAddsAndRemovesPeersAndPins) {
