@@ -2,8 +2,10 @@
 
 #include <signal.h>
 
-#include <cstdio>
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -44,7 +46,35 @@ constexpr const char* kBrokerUsage =
     "\n"
     "Runs one node: the API listener, the streams, the deployed queries and their\n"
     "checkpoints. SIGTERM or SIGINT stops it cleanly: it stops accepting, drains,\n"
-    "checkpoints every query and exits 0.\n";
+    "checkpoints every query and exits 0. SIGHUP reloads FILE: API tokens, the\n"
+    "certificates and keys, pinned CAs and peers change at once; what needs a restart\n"
+    "is named in the log and kept; an invalid FILE changes nothing (docs/operations.md).\n";
+
+// SIGHUP: reads the configuration again and applies what a running node
+// can change. Every outcome is logged: what changed, what was kept (needs a
+// restart), or why nothing changed.
+void reload(Node& node, const std::string& config_path, const std::string& who) {
+  std::fprintf(stderr, "entente: %s: SIGHUP: reloading %s\n", who.c_str(), config_path.c_str());
+  auto config = load_config(config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "entente: %s: reload refused, nothing changed: %s: %s\n", who.c_str(),
+                 config_path.c_str(), config.error().message.c_str());
+    return;
+  }
+  std::vector<std::string> changes, kept;
+  if (Status s = node.reload(std::move(config).value(), changes, kept); !s.ok()) {
+    std::fprintf(stderr, "entente: %s: reload refused, nothing changed: %s\n", who.c_str(),
+                 s.error().message.c_str());
+    return;
+  }
+  for (const auto& c : changes) std::fprintf(stderr, "entente: %s: reload: %s\n", who.c_str(), c.c_str());
+  for (const auto& k : kept) {
+    std::fprintf(stderr, "entente: %s: reload: %s changed but is not reloaded; restart to apply it\n",
+                 who.c_str(), k.c_str());
+  }
+  std::fprintf(stderr, "entente: %s: reload done: %zu change(s), %zu setting(s) need a restart\n",
+               who.c_str(), changes.size(), kept.size());
+}
 
 int run_broker(const std::vector<std::string_view>& args) {
   std::string config_path;
@@ -78,6 +108,7 @@ int run_broker(const std::vector<std::string_view>& args) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -99,7 +130,11 @@ int run_broker(const std::vector<std::string_view>& args) {
               v6 ? "[" : "", address.c_str(), v6 ? "]" : "", static_cast<unsigned>((*node)->api_port()));
   std::fflush(stdout);
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) break;
+    reload(**node, config_path, who);
+  }
   std::fprintf(stderr, "entente: %s: stopping (%s)\n", who.c_str(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*node)->stop();
   std::fprintf(stderr, "entente: %s: stopped\n", who.c_str());
@@ -114,6 +149,82 @@ constexpr const char* kSubscribeUsage =
     "The token comes from the ENTENTE_TOKEN environment variable (role reader or above).\n"
     "--from SEQ resumes at a sequence number (0: the oldest retained; default: new tuples only);\n"
     "--count N stops after N tuples; --timeout-ms stops after that long without a tuple.\n";
+
+// The "detail" of a problem+json body, or the body itself (bounded).
+std::string problem_text(std::string_view body) {
+  const std::string_view key = "\"detail\":\"";
+  size_t at = body.find(key);
+  if (at != std::string_view::npos) {
+    std::string out;
+    for (size_t i = at + key.size(); i < body.size() && body[i] != '"'; ++i) {
+      if (body[i] == '\\' && i + 1 < body.size()) ++i;
+      out += body[i];
+    }
+    return out;
+  }
+  return std::string(body.substr(0, 300));
+}
+
+// Says what failed when the subscription could not start, and what to
+// change: the node's raw error ("HTTP 500: ", "TLS handshake ... failed:
+// wrong version number") alone does not tell an operator which option is
+// wrong. Probes the node once more when the scheme may be the problem.
+std::string explain_connect_failure(const http::ClientOptions& o, const Error& e, const std::string& stream,
+                                    bool have_token) {
+  const std::string at = o.host + ":" + std::to_string(o.port);
+  const std::string& m = e.message;
+  auto starts = [&](std::string_view p) { return m.rfind(p, 0) == 0; };
+  if (m.find("Connection refused") != std::string::npos) {
+    return "nothing listens at " + at + " (" + m +
+           "); check --host and --port (the node prints its address when "
+           "it starts)";
+  }
+  if (starts("resolve ")) return "cannot resolve --host " + o.host + " (" + m + ")";
+  if (starts("HTTP 401")) {
+    return have_token
+               ? "the node at " + at + " refused the token in ENTENTE_TOKEN: " + problem_text(m.substr(10))
+               : "the node at " + at + " needs a token: set ENTENTE_TOKEN (role reader or above)";
+  }
+  if (starts("HTTP 403")) return "the token may not read " + stream + ": " + problem_text(m.substr(10));
+  if (starts("HTTP 404"))
+    return "no stream " + stream + " on the node at " + at + ": " + problem_text(m.substr(10));
+  if (starts("HTTP 4") || (starts("HTTP 5") && m.size() > 10)) {
+    return "the node at " + at + " refused the subscription: " + m.substr(0, 9) + " " +
+           problem_text(m.substr(10));
+  }
+  // The rest may be a scheme mismatch: ask the node in the other scheme.
+  http::ClientOptions other = o;
+  other.tls = !o.tls;
+  other.verify_peer = false;
+  other.timeout_ms = std::min<int64_t>(o.timeout_ms, 3000);
+  auto probe = http::Client::connect(other);
+  const bool other_works = probe.ok() && (*probe)->request("GET", "/v1/health").ok();
+  if (!o.tls && other_works) {
+    return "the node at " + at +
+           " answered with TLS; pass --tls (and --ca FILE, the CA certificate of the node's "
+           "domain, e.g. the ca.crt that 'entente certs' wrote)";
+  }
+  if (o.tls && other_works) {
+    return "the node at " + at + " speaks plain HTTP, not TLS; drop --tls";
+  }
+  if (o.tls && m.find("certificate verify failed") != std::string::npos) {
+    return "the node's certificate is not trusted (" + m +
+           "); pass --ca FILE with the CA certificate of the "
+           "node's domain" +
+           (o.ca_file.empty() ? std::string() : " (not " + o.ca_file + ")");
+  }
+  if (o.tls && (m.find("hostname mismatch") != std::string::npos ||
+                m.find("IP address mismatch") != std::string::npos)) {
+    return "the node's certificate does not name " + o.host + " (" + m +
+           "); use a --host its certificate "
+           "names (entente certs show)";
+  }
+  if (starts("HTTP ")) {
+    return "the node at " + at + " refused the subscription without saying why (" + m +
+           "); its log may tell more";
+  }
+  return m;
+}
 
 int run_subscribe(const std::vector<std::string_view>& args) {
   http::ClientOptions o;
@@ -132,7 +243,15 @@ int run_subscribe(const std::vector<std::string_view>& args) {
     } else if (a == "--host") {
       o.host = value();
     } else if (a == "--port") {
-      o.port = static_cast<uint16_t>(std::strtoul(value().c_str(), nullptr, 10));
+      const std::string v = value();
+      char* end = nullptr;
+      const unsigned long port = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || port == 0 || port > 65535) {
+        std::fprintf(stderr, "entente subscribe: --port '%s' is not a port (1..65535)\n%s", v.c_str(),
+                     kSubscribeUsage);
+        return 2;
+      }
+      o.port = static_cast<uint16_t>(port);
     } else if (a == "--tls") {
       o.tls = true;
     } else if (a == "--ca") {
@@ -164,12 +283,26 @@ int run_subscribe(const std::vector<std::string_view>& args) {
   for (char c : stream) encoded += c == '/' ? std::string("%2F") : std::string(1, c);
   std::string target = "/v1/streams/" + encoded + "/subscribe?format=json";
   if (!from.empty()) target += "&from=" + from;
+  if (o.tls && !o.ca_file.empty()) {
+    if (std::FILE* f = std::fopen(o.ca_file.c_str(), "rb")) {
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "entente subscribe: --ca %s: %s\n", o.ca_file.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   auto ws = http::WsClient::connect(o, target, headers);
   if (!ws.ok()) {
-    std::fprintf(stderr, "entente subscribe: %s\n", ws.error().message.c_str());
+    std::fprintf(stderr, "entente subscribe: %s\n",
+                 explain_connect_failure(o, ws.error(), stream, token != nullptr).c_str());
     return 1;
   }
   uint64_t seen = 0;
+  uint64_t last_seq = 0;  // of the last tuple printed, for the resume hint
+  auto resume_hint = [&]() -> std::string {
+    if (last_seq == 0) return "";
+    return "; to continue where this stopped, pass --from " + std::to_string(last_seq + 1);
+  };
   auto last = std::chrono::steady_clock::now();
   while (count == 0 || seen < count) {
     auto m = (*ws)->receive(200);
@@ -178,11 +311,17 @@ int run_subscribe(const std::vector<std::string_view>& args) {
         if (idle_ms > 0 && std::chrono::steady_clock::now() - last > std::chrono::milliseconds(idle_ms)) break;
         continue;
       }
-      std::fprintf(stderr, "entente subscribe: %s\n", m.error().message.c_str());
+      std::fprintf(stderr, "entente subscribe: the connection to the node at %s:%u broke (%s)%s\n",
+                   o.host.c_str(), static_cast<unsigned>(o.port), m.error().message.c_str(),
+                   resume_hint().c_str());
       return 1;
     }
     if (m->closed) {
-      std::fprintf(stderr, "entente subscribe: closed by the node: %u %s\n", m->close_code, m->close_reason.c_str());
+      std::string why = m->close_reason;
+      if (m->close_code == 1001) why += " (the node is stopping or restarting)";
+      if (m->close_code == 4001) why += " (this client read too slowly for the node's send buffer)";
+      std::fprintf(stderr, "entente subscribe: closed by the node: %u %s%s\n", m->close_code, why.c_str(),
+                   m->close_code == 1000 ? "" : resume_hint().c_str());
       return m->close_code == 1000 ? 0 : 1;
     }
     last = std::chrono::steady_clock::now();
@@ -191,6 +330,7 @@ int run_subscribe(const std::vector<std::string_view>& args) {
       size_t nl = data.find('\n');
       std::string_view line = data.substr(0, nl);
       if (!line.empty()) {
+        if (line.rfind("{\"_seq\":", 0) == 0) last_seq = std::strtoull(line.data() + 8, nullptr, 10);
         std::fwrite(line.data(), 1, line.size(), stdout);
         std::fputc('\n', stdout);
         ++seen;

@@ -229,6 +229,94 @@ void NodeImpl::stop() {
   store_.reset();
 }
 
+Status NodeImpl::reload(NodeConfig next, std::vector<std::string>& changes, std::vector<std::string>& kept) {
+  auto differs = [&](bool changed, const char* key) {
+    if (changed) kept.push_back(key);
+  };
+  const NodeConfig& now = config_;
+  differs(next.domain != now.domain, "domain");
+  differs(next.node != now.node, "node");
+  differs(next.listen_address != now.listen_address || next.listen_port != now.listen_port, "api.listen");
+  differs(next.tls != now.tls, "api.tls (on or off)");
+  differs(next.data_dir != now.data_dir, "data_dir");
+  const ApiLimits &a = next.limits, &b = now.limits;
+  differs(a.max_body_bytes != b.max_body_bytes || a.max_header_bytes != b.max_header_bytes ||
+              a.read_timeout_ms != b.read_timeout_ms || a.idle_timeout_ms != b.idle_timeout_ms ||
+              a.max_connections != b.max_connections || a.ws_max_message_bytes != b.ws_max_message_bytes ||
+              a.ws_send_buffer_bytes != b.ws_send_buffer_bytes ||
+              a.ws_ping_interval_ms != b.ws_ping_interval_ms,
+          "api.limits");
+  differs(next.retention.max_tuples != now.retention.max_tuples ||
+              next.retention.max_bytes != now.retention.max_bytes ||
+              next.retention.max_age_ms != now.retention.max_age_ms,
+          "retention");
+  differs(next.checkpoint_interval_ms != now.checkpoint_interval_ms, "checkpoint_interval");
+  differs(next.ingest_durability != now.ingest_durability, "ingest_durability");
+  differs(next.retention_check_interval_ms != now.retention_check_interval_ms, "retention_check_interval");
+  differs(next.network_threads != now.network_threads || next.engine_threads != now.engine_threads,
+          "threads");
+  differs(next.ingest_queue_bytes != now.ingest_queue_bytes ||
+              next.query_max_lag_tuples != now.query_max_lag_tuples || next.max_streams != now.max_streams ||
+              next.max_queries != now.max_queries,
+          "limits");
+  differs(next.federation.enabled != now.federation.enabled, "federation (added or removed)");
+
+  // What can fail is checked before anything changes: the API
+  // certificate here, the federation's files inside Peering::reload, which
+  // applies nothing when they are wrong.
+  const bool api_tls = server_ && next.tls && now.tls;
+  if (api_tls) {
+    if (Status s = server_->check_certificate(next.tls_cert_file, next.tls_key_file); !s.ok()) {
+      return make_error(s.error().code, "api.tls: " + s.error().message);
+    }
+  }
+  const bool federation = peering_ && next.federation.enabled;
+  if (federation) {
+    ENTENTE_RETURN_IF_ERROR(peering_->reload(next.federation, changes, kept));
+    config_.federation.cert_file = next.federation.cert_file;
+    config_.federation.key_file = next.federation.key_file;
+    config_.federation.ca_file = next.federation.ca_file;
+    config_.federation.peers = next.federation.peers;
+  }
+  if (api_tls) {
+    // Checked above; fails only when the files changed meanwhile.
+    auto changed = server_->reload_certificate(next.tls_cert_file, next.tls_key_file);
+    if (!changed.ok()) {
+      return make_error(changed.error().code, "api.tls: " + changed.error().message +
+                                                  (federation ? " (the federation section was reloaded; the "
+                                                                "tokens are unchanged)"
+                                                              : ""));
+    }
+    if (*changed) {
+      changes.push_back("API certificate " + next.tls_cert_file + ": new connections present the new one");
+    }
+    config_.tls_cert_file = next.tls_cert_file;
+    config_.tls_key_file = next.tls_key_file;
+  }
+  {
+    std::lock_guard lock(tokens_mu_);
+    auto names = [](const std::vector<TokenEntry>& ts) {
+      std::map<std::string, std::pair<std::string, Role>> out;
+      for (const auto& t : ts) out[t.name] = {t.sha256, t.role};
+      return out;
+    };
+    const auto before = names(config_.tokens), after = names(next.tokens);
+    for (const auto& [name, v] : after) {
+      auto it = before.find(name);
+      if (it == before.end()) {
+        changes.push_back("token '" + name + "' added (" + std::string(role_name(v.second)) + ")");
+      } else if (it->second != v) {
+        changes.push_back("token '" + name + "' replaced (" + std::string(role_name(v.second)) + ")");
+      }
+    }
+    for (const auto& [name, v] : before) {
+      if (!after.count(name)) changes.push_back("token '" + name + "' removed");
+    }
+    config_.tokens = std::move(next.tokens);
+  }
+  return Status::Ok();
+}
+
 void NodeImpl::maintenance_loop() {
   int64_t next_cp = wall_clock_ms() + config_.checkpoint_interval_ms;
   int64_t next_ret = wall_clock_ms() + config_.retention_check_interval_ms;
@@ -647,6 +735,9 @@ Result<std::unique_ptr<Node>> Node::open(NodeConfig config) {
 }
 
 Status Node::start() { return impl_->start(); }
+Status Node::reload(NodeConfig config, std::vector<std::string>& changes, std::vector<std::string>& kept) {
+  return impl_->reload(std::move(config), changes, kept);
+}
 uint16_t Node::api_port() const { return impl_->port(); }
 void Node::stop() { impl_->stop(); }
 

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "broker/config.h"
 #include "engine/result.h"
@@ -30,6 +32,11 @@ class Node final {
   Node& operator=(const Node&) = delete;
 
   Status start();
+  // Applies a new configuration as far as a running node can (SIGHUP; see
+  // NodeImpl::reload and docs/operations.md): `changes` gets what changed,
+  // `kept` the settings that differ but need a restart. An error changes
+  // nothing (or says what it did change).
+  Status reload(NodeConfig config, std::vector<std::string>& changes, std::vector<std::string>& kept);
   // The API's bound port (after start()).
   uint16_t api_port() const;
   void stop();

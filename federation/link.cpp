@@ -9,8 +9,10 @@
 #endif
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -28,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -71,11 +74,157 @@ std::string openssl_reason(std::string_view fallback) {
 
 // What the certificate callback of one connection decided. Lives in the
 // connection's coroutine frame; the SSL object points at it through ex_data.
+// It holds the trust store it started with: a reload does not change the
+// pins under a handshake in progress.
 struct VerifyState {
-  const certs::TrustStore* trust = nullptr;
+  std::shared_ptr<const certs::TrustStore> trust;
   std::optional<std::string> expected_domain;
   std::optional<certs::Verdict> verdict;
+  std::string claimed;  // the identity the certificate claims, trusted or not
 };
+
+// The entente:// identity a certificate claims, for the log and the refused
+// list, before (and whether or not) it is trusted; empty when none parses.
+std::string claimed_identity(X509* leaf) {
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, nullptr, nullptr));
+  if (names == nullptr) return {};
+  std::string out;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names) && out.empty(); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    if (n->type != GEN_URI) continue;
+    const ASN1_IA5STRING* uri = n->d.uniformResourceIdentifier;
+    std::string_view text(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                          static_cast<std::size_t>(ASN1_STRING_length(uri)));
+    if (auto id = certs::parse_identity(text); id.ok()) out = id->uri();
+  }
+  GENERAL_NAMES_free(names);
+  return out;
+}
+
+// The verification error a refusal is reported with. OpenSSL turns it
+// into the TLS alert the peer receives, which is all a refused peer learns:
+// "unknown ca" (untrusted_chain, not_pinned), "certificate expired"
+// (expired), "bad certificate" (the others). See refusal_by_alert().
+int verify_error_for(const std::string& refusal) {
+  if (refusal == "untrusted_chain" || refusal == "not_pinned") {
+    return X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY;
+  }
+  if (refusal == "expired") return X509_V_ERR_CERT_HAS_EXPIRED;
+  if (refusal == "not_yet_valid") return X509_V_ERR_CERT_NOT_YET_VALID;
+  return X509_V_ERR_CERT_REJECTED;
+}
+
+// The OpenSSL reason code of a TLS error, 0 for another error.
+int ssl_reason(const error_code& ec) {
+  if (ec.category() != net::error::get_ssl_category()) return 0;
+  return ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+}
+
+// A TLS alert from the peer that says it refused this node's certificate,
+// as a refusal label and a line an admin can act on. `peer` names the peer
+// ("entente://beta/n1 at 127.0.0.1:7001", or an address); `self` is this
+// node's identity URI.
+struct PeerRefusal {
+  std::string label;
+  std::string reason;
+};
+std::optional<PeerRefusal> refusal_by_alert(const error_code& ec, const std::string& peer,
+                                            const certs::Identity& self) {
+  const std::string head = peer + " refused this node's certificate (" + self.uri() + ", TLS alert '";
+  switch (ssl_reason(ec)) {
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+      return PeerRefusal{"untrusted_chain",
+                         head +
+                             "unknown ca'): it does not trust the CA that signed it; the CA it pins for "
+                             "domain " +
+                             self.domain + " is another one, or it pins none"};
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+      return PeerRefusal{"expired", head +
+                                        "certificate expired'): expired as that node sees it; compare "
+                                        "the certificate's dates (entente certs show) and both clocks"};
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+      return PeerRefusal{"bad_certificate",
+                         head +
+                             "bad certificate'): not yet valid there, a CA certificate, no or another "
+                             "identity than that node expects; its log names the reason"};
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+      return PeerRefusal{"no_identity", head + "certificate required'): this node sent no certificate"};
+    case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+    case SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
+      return PeerRefusal{"refused", head + std::string(ec.message()) + "'); its log names the reason"};
+    default:
+      return std::nullopt;
+  }
+}
+
+// A certificate chain and its key, loaded and checked before a reload
+// replaces the ones in use.
+struct Credentials {
+  struct X509Free {
+    void operator()(X509* x) const { X509_free(x); }
+  };
+  struct ChainFree {
+    void operator()(STACK_OF(X509) * c) const { sk_X509_pop_free(c, X509_free); }
+  };
+  struct KeyFree {
+    void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+  };
+  std::unique_ptr<X509, X509Free> cert;
+  std::unique_ptr<STACK_OF(X509), ChainFree> chain;
+  std::unique_ptr<EVP_PKEY, KeyFree> key;
+};
+
+// The 1 MiB bound keeps a wrong path (a log, a device) from being read whole.
+Result<Credentials> load_credentials(const std::string& cert_file, const std::string& key_file) {
+  constexpr long kMaxPemBytes = 1 << 20;
+  auto open = [&](const std::string& path, const char* key) -> Result<BIO*> {
+    BIO* bio = BIO_new_file(path.c_str(), "r");
+    if (bio == nullptr) {
+      return make_error(Errc::invalid_argument, std::string("federation ") + key + " " + path + ": " +
+                                                    openssl_reason("cannot be read"));
+    }
+    return bio;
+  };
+  std::error_code size_ec;
+  for (const auto* path : {&cert_file, &key_file}) {
+    const auto size = std::filesystem::file_size(*path, size_ec);
+    if (!size_ec && size > static_cast<std::uintmax_t>(kMaxPemBytes)) {
+      return make_error(Errc::invalid_argument, "federation: " + *path + " is over 1 MiB");
+    }
+  }
+  Credentials c;
+  ERR_clear_error();
+  {
+    ENTENTE_ASSIGN_OR_RETURN(BIO * bio, open(cert_file, "cert_file"));
+    c.cert.reset(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
+    c.chain.reset(sk_X509_new_null());
+    while (c.cert && c.chain) {
+      X509* next = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+      if (next == nullptr) break;
+      sk_X509_push(c.chain.get(), next);
+    }
+    BIO_free(bio);
+    ERR_clear_error();  // the end of the file reads as an error
+    if (!c.cert || !c.chain) {
+      return make_error(Errc::invalid_argument,
+                        "federation cert_file " + cert_file + ": not a PEM certificate chain");
+    }
+  }
+  {
+    ENTENTE_ASSIGN_OR_RETURN(BIO * bio, open(key_file, "key_file"));
+    c.key.reset(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
+    BIO_free(bio);
+  }
+  if (!c.key || X509_check_private_key(c.cert.get(), c.key.get()) != 1) {
+    return make_error(Errc::invalid_argument,
+                      "federation key_file " + key_file + ": " +
+                          openssl_reason("not the private key of cert_file " + cert_file));
+  }
+  ERR_clear_error();
+  return c;
+}
 
 int verify_state_index() {
   static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
@@ -97,10 +246,11 @@ int verify_peer_certificate(X509_STORE_CTX* store_ctx, void*) {
   }
   std::optional<std::string_view> expected;
   if (state->expected_domain) expected = *state->expected_domain;
+  state->claimed = claimed_identity(leaf);
   state->verdict =
       state->trust->verify(leaf, X509_STORE_CTX_get0_untrusted(store_ctx), expected);
   if (!state->verdict->ok()) {
-    X509_STORE_CTX_set_error(store_ctx, X509_V_ERR_APPLICATION_VERIFICATION);
+    X509_STORE_CTX_set_error(store_ctx, verify_error_for(state->verdict->refusal));
     return 0;
   }
   return 1;
@@ -173,9 +323,13 @@ struct LinkManager::Impl {
   std::promise<void> io_done;
   std::atomic<bool> stopped{false};
 
-  mutable std::mutex mu;  // guards peers, refusals
+  mutable std::mutex mu;                   // guards peers, refusals, refused, opt.trust
   std::map<std::string, PeerEntry> peers;  // by identity URI
   std::map<std::string, uint64_t> refusals;
+  // Refused accepted connections by claimed identity, or by client host
+  // when there is none; at most kMaxRefused (the oldest goes).
+  static constexpr std::size_t kMaxRefused = 32;
+  std::map<std::string, RefusedStatus> refused;
   std::size_t connections = 0;  // io thread only
   // Closes each connection still in its handshake, for shutdown; io thread.
   std::map<uint64_t, std::function<void()>> handshaking;
@@ -195,6 +349,19 @@ struct LinkManager::Impl {
       ++refusals[label];
     }
     log("federation: refused " + reason);
+  }
+
+  // A refused connection with a known label, as GET /v1/peers shows it: on
+  // the configured peer it was with (dialed, or claimed by the client's
+  // certificate) and, for an accepted one, in `refused`. Counted under
+  // `label`, or "refused_by_peer" when the peer refused this node.
+  void refused_connection(const std::string& label, const std::string& reason,
+                          const std::optional<PeerConfig>& dialed, const std::string& address,
+                          const std::string& claimed, bool by_peer);
+
+  std::shared_ptr<const certs::TrustStore> trust() const {
+    std::lock_guard lock(mu);
+    return opt.trust;
   }
 
   net::awaitable<void> accept_loop();
@@ -568,6 +735,7 @@ bool LinkManager::Impl::install(const std::shared_ptr<Link>& link) {
     e.status.address = link->address();
     e.status.connects += 1;
     e.status.last_error.clear();
+    e.status.refusal.clear();
   }
   if (replaced) {
     replaced->close_with(WireError::none, "duplicate link");
@@ -613,7 +781,7 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   socket.set_option(tcp::no_delay(true), nodelay_ec);
   ssl::stream<tcp::socket> stream(std::move(socket), ctx);
   VerifyState verify;
-  verify.trust = opt.trust.get();
+  verify.trust = trust();
   if (dialed) verify.expected_domain = dialed->identity.domain;
   SSL_set_ex_data(stream.native_handle(), verify_state_index(), &verify);
 
@@ -636,8 +804,16 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   SSL_set_ex_data(stream.native_handle(), verify_state_index(), nullptr);
   if (hec) {
     deadline.disarm();
+    const int reason = ssl_reason(hec);
     if (verify.verdict && !verify.verdict->ok()) {
-      refuse(verify.verdict->refusal, who + ": " + verify.verdict->reason);
+      refused_connection(verify.verdict->refusal, verify.verdict->reason, dialed, address, verify.claimed,
+                         false);
+    } else if (reason == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+      // The same label as a certificate without an identity: either way
+      // the client did not say who it is.
+      refused_connection("no_identity", "presented no certificate", dialed, address, "", false);
+    } else if (auto by_peer = refusal_by_alert(hec, who, opt.self)) {
+      refused_connection(by_peer->label, by_peer->reason, dialed, address, "", true);
     } else {
       refuse("handshake", who + ": TLS handshake failed: " +
                               (deadline.fired() ? std::string("timed out") : openssl_reason(hec.message())));
@@ -653,8 +829,9 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   const certs::Identity peer = *verify.verdict->identity;
   if (dialed && !(peer == dialed->identity)) {
     deadline.disarm();
-    refuse("identity", who + ": expected " + dialed->identity.uri() + ", the certificate is " +
-                           peer.uri());
+    refused_connection("identity",
+                       "expected " + dialed->identity.uri() + ", the certificate is " + peer.uri(), dialed,
+                       address, peer.uri(), false);
     co_return;
   }
 
@@ -667,6 +844,10 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   std::string chunk(kReadChunk, '\0');
   std::string problem;
   WireError problem_code = WireError::protocol;
+  // In TLS 1.3 the client's handshake ends before the server checks the
+  // client's certificate: a refusal of this node arrives as an alert here.
+  std::optional<PeerRefusal> refused_by_peer;
+  if (wec) refused_by_peer = refusal_by_alert(wec, who, opt.self);
   while (!wec && !theirs && problem.empty()) {
     auto next = decoder.next();
     if (!next) {
@@ -689,14 +870,19 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
     }
     auto [rec, n] = co_await stream.async_read_some(net::buffer(chunk), use_tuple);
     if (rec) {
+      refused_by_peer = refusal_by_alert(rec, who, opt.self);
       problem = deadline.fired() ? "timed out waiting for HELLO" : "closed before HELLO: " + rec.message();
       break;
     }
     decoder.feed(std::string_view(chunk.data(), n));
   }
   deadline.disarm();
+  if (refused_by_peer) {
+    refused_connection(refused_by_peer->label, refused_by_peer->reason, dialed, address, peer.uri(), true);
+    co_return;
+  }
   if (wec) {
-    refuse("hello", who + ": could not send HELLO: " + wec.message());
+    refused_connection("hello", "could not send HELLO: " + wec.message(), dialed, address, peer.uri(), false);
     co_return;
   }
   uint16_t version = 0;
@@ -717,7 +903,7 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   }
   if (!problem.empty() || !theirs) {
     if (problem.empty()) problem = "no HELLO";
-    refuse("hello", who + ": " + problem);
+    refused_connection("hello", problem, dialed, address, peer.uri(), false);
     std::string goaway;
     append_frame(goaway, FrameType::goaway, 0, encode(GoAway{problem_code, problem}));
     Watchdog linger(io, milliseconds(200), stream.next_layer());
@@ -770,14 +956,20 @@ net::awaitable<void> LinkManager::Impl::accept_loop() {
 net::awaitable<void> LinkManager::Impl::dial_loop(PeerConfig peer,
                                                   std::shared_ptr<net::steady_timer> wake) {
   const std::string uri = peer.identity.uri();
-  const std::string address = peer.host + ":" + std::to_string(peer.port);
+  std::string address;
   milliseconds backoff = opt.reconnect_min;
   tcp::resolver resolver(io);
   while (!stopped.load()) {
     bool up = false;
     {
       std::lock_guard lock(mu);
-      const auto& link = peers[uri].link;
+      // A reload may have moved the peer (dial the new address) or removed
+      // it, or its address (this dialer ends; another may have replaced it).
+      PeerEntry& e = peers[uri];
+      if (e.dial_wake != wake || !e.config || e.config->port == 0) break;
+      peer = *e.config;
+      address = peer.host + ":" + std::to_string(peer.port);
+      const auto& link = e.link;
       // The smaller identity dials even when the peer's connection is up,
       // so the pair settles on the preferred link.
       up = link != nullptr && (preferred(*link) || !is_smaller(peer.identity));
@@ -792,8 +984,11 @@ net::awaitable<void> LinkManager::Impl::dial_loop(PeerConfig peer,
     {
       std::lock_guard lock(mu);
       PeerEntry& e = peers[uri];
-      // "failed" stays until a link is up again: it tells the operator why.
-      if (e.status.state != "up" && e.status.state != "failed") e.status.state = "connecting";
+      // "failed" and "refused" stay until a link is up again: they tell the
+      // operator why.
+      if (e.status.state != "up" && e.status.state != "failed" && e.status.state != "refused") {
+        e.status.state = "connecting";
+      }
     }
     auto [rec, endpoints] =
         co_await resolver.async_resolve(peer.host, std::to_string(peer.port), use_tuple);
@@ -815,7 +1010,8 @@ net::awaitable<void> LinkManager::Impl::dial_loop(PeerConfig peer,
         std::lock_guard lock(mu);
         PeerEntry& e = peers[uri];
         e.status.last_error = "connect to " + address + ": " + cec.message();
-        if (e.status.state == "connecting") e.status.state = "down";
+        e.status.refusal.clear();
+        if (e.status.state == "connecting" || e.status.state == "refused") e.status.state = "down";
       }
     } else {
       std::lock_guard lock(mu);
@@ -850,6 +1046,52 @@ void LinkManager::Impl::shutdown() {
   for (auto& w : wakes) w->cancel();
   auto closers = std::move(handshaking);
   for (auto& [id, close] : closers) close();
+}
+
+void LinkManager::Impl::refused_connection(const std::string& label, const std::string& reason,
+                                           const std::optional<PeerConfig>& dialed,
+                                           const std::string& address, const std::string& claimed,
+                                           bool by_peer) {
+  const std::string peer_uri = dialed ? dialed->identity.uri() : claimed;
+  std::string who;
+  if (dialed) {
+    who = dialed->identity.uri() + " at " + address;
+  } else if (!claimed.empty()) {
+    who = claimed + " (as its certificate claims) from " + address;
+  } else {
+    who = address;
+  }
+  {
+    std::lock_guard lock(mu);
+    ++refusals[by_peer ? "refused_by_peer" : label];
+    if (!dialed) {
+      // A client's port changes with each attempt: one entry per host.
+      const std::string key = !claimed.empty() ? claimed : address.substr(0, address.rfind(':'));
+      RefusedStatus& r = refused[key];
+      r.identity = claimed;
+      r.address = address;
+      r.refusal = label;
+      r.reason = reason;
+      r.by_peer = by_peer;
+      r.count += 1;
+      r.last_ms = unix_ms();
+      if (refused.size() > kMaxRefused) {
+        auto oldest = std::min_element(refused.begin(), refused.end(), [](const auto& a, const auto& b) {
+          return a.second.last_ms < b.second.last_ms;
+        });
+        refused.erase(oldest);
+      }
+    }
+    // Only a peer this node knows gets the reason: a claim alone adds no
+    // entry.
+    auto it = peer_uri.empty() ? peers.end() : peers.find(peer_uri);
+    if (it != peers.end() && !it->second.link) {
+      it->second.status.state = "refused";
+      it->second.status.refusal = label;
+      it->second.status.last_error = (by_peer ? "" : "refused " + peer_uri + ": ") + reason;
+    }
+  }
+  log("federation: refused " + std::string(by_peer ? "by " : "") + who + ": " + label + ": " + reason);
 }
 
 LinkManager::LinkManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -987,6 +1229,101 @@ std::vector<PeerStatus> LinkManager::peers() const {
 std::map<std::string, uint64_t> LinkManager::refusals() const {
   std::lock_guard lock(impl_->mu);
   return impl_->refusals;
+}
+
+std::vector<RefusedStatus> LinkManager::refused() const {
+  std::vector<RefusedStatus> out;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (const auto& [key, r] : impl_->refused) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.last_ms > b.last_ms; });
+  return out;
+}
+
+Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
+  if (!next.trust) return make_error(Errc::invalid_argument, "federation: no trust store (pinned CAs)");
+  // Everything that can fail is checked before anything changes.
+  ENTENTE_ASSIGN_OR_RETURN(Credentials creds, load_credentials(next.cert_file, next.key_file));
+  if (!impl_ || !impl_->thread.joinable()) return make_error(Errc::unavailable, "federation: not running");
+  Impl& m = *impl_;
+  if (m.stopped.load()) return make_error(Errc::unavailable, "federation: stopping");
+  std::promise<std::vector<std::string>> applied;
+  auto done = applied.get_future();
+  // On the io thread: every SSL object is made there from the context, so
+  // replacing the context's certificate races with nothing.
+  net::post(m.io, [&m, &next, &creds, &applied] {
+    std::vector<std::string> lines;
+    std::vector<std::shared_ptr<Link>> to_close;
+    std::vector<std::pair<PeerConfig, std::shared_ptr<net::steady_timer>>> to_dial;
+    std::vector<std::shared_ptr<net::steady_timer>> to_wake;
+    SSL_CTX* native = m.ctx.native_handle();
+    X509* old_cert = SSL_CTX_get0_certificate(native);
+    const bool new_cert = old_cert == nullptr || X509_cmp(old_cert, creds.cert.get()) != 0;
+    if (SSL_CTX_use_cert_and_key(native, creds.cert.get(), creds.key.get(), creds.chain.get(), 1) != 1) {
+      applied.set_value(
+          {"error: federation cert_file " + next.cert_file + ": " + openssl_reason("rejected")});
+      return;
+    }
+    if (new_cert) {
+      lines.push_back("federation certificate " + next.cert_file +
+                      ": new connections present the new one (links up keep theirs)");
+    }
+    {
+      std::lock_guard lock(m.mu);
+      m.opt.trust = next.trust;
+      m.opt.cert_file = next.cert_file;
+      m.opt.key_file = next.key_file;
+      std::map<std::string, const PeerConfig*> wanted;
+      for (const PeerConfig& p : next.peers) wanted[p.identity.uri()] = &p;
+      for (auto& [uri, e] : m.peers) {
+        if (!e.config || wanted.count(uri)) continue;
+        // No longer configured: not dialed; its link (if any) closes.
+        e.config.reset();
+        if (e.dial_wake) to_wake.push_back(std::exchange(e.dial_wake, nullptr));
+        if (e.link) to_close.push_back(e.link);
+        lines.push_back("peer " + uri + " removed");
+      }
+      for (const auto& [uri, p] : wanted) {
+        PeerEntry& e = m.peers[uri];
+        const bool added = !e.config;
+        const bool moved = !added && (e.config->host != p->host || e.config->port != p->port);
+        if (!added && !moved) continue;
+        e.config = *p;
+        e.status.identity = p->identity;
+        if (added && !e.link && e.status.state.empty()) e.status.state = "down";
+        const std::string where = p->port == 0 ? std::string("no address (accepted, not dialed)")
+                                               : p->host + ":" + std::to_string(p->port);
+        lines.push_back("peer " + uri + (added ? " added at " : " moved to ") + where);
+        if (p->port != 0 && !e.dial_wake) {
+          e.dial_wake = std::make_shared<net::steady_timer>(m.io);
+          to_dial.emplace_back(*p, e.dial_wake);
+        } else if (p->port != 0) {
+          to_wake.push_back(e.dial_wake);  // dials the new address now
+        } else if (e.dial_wake) {
+          to_wake.push_back(std::exchange(e.dial_wake, nullptr));
+        }
+      }
+      for (const std::string& d : next.retrust_domains) {
+        for (auto& [uri, e] : m.peers) {
+          if (e.link && e.link->peer().domain == d &&
+              std::find(to_close.begin(), to_close.end(), e.link) == to_close.end()) {
+            to_close.push_back(e.link);
+          }
+        }
+      }
+    }
+    for (auto& l : to_close) l->close_with(WireError::none, "configuration reloaded");
+    for (auto& w : to_wake) w->cancel();
+    for (auto& [p, wake] : to_dial) net::co_spawn(m.io, m.dial_loop(p, wake), net::detached);
+    applied.set_value(std::move(lines));
+  });
+  auto lines = done.get();
+  for (auto& l : lines) {
+    if (l.rfind("error: ", 0) == 0) return make_error(Errc::invalid_argument, l.substr(7));
+  }
+  changes.insert(changes.end(), lines.begin(), lines.end());
+  return {};
 }
 
 void LinkManager::stop() {

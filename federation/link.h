@@ -71,7 +71,9 @@ struct PeerStatus {
   certs::Identity identity;
   // "up"; "connecting" (dialing); "down" (not linked: never was, closed,
   // or unreachable); "failed" (the last link ended because heartbeats
-  // stopped; this node keeps dialing if it has an address).
+  // stopped; this node keeps dialing if it has an address); "refused" (the
+  // last attempt was refused, by this node or by the peer: see `refusal`
+  // and `last_error`; this node keeps dialing if it has an address).
   std::string state;
   bool dialed = false;  // this node opened the current (or last) connection
   std::string address;  // host:port of the current (or last) connection
@@ -83,6 +85,34 @@ struct PeerStatus {
   uint64_t frames_out = 0;
   uint64_t connects = 0;  // links established with this peer
   std::string last_error;
+  // The label of the last refusal of a connection with this peer (a
+  // TrustStore label such as "untrusted_chain", also when the peer refused
+  // this node's certificate), empty once a link is up.
+  std::string refusal;
+};
+
+// A connection this listener refused (or whose client refused this node),
+// for GET /v1/peers: the identity the client's certificate claimed, even
+// though it was not trusted, or only its address when it presented none.
+struct RefusedStatus {
+  std::string identity;  // "entente://acme/n1" as claimed; empty when unknown
+  std::string address;   // host:port of the last such connection
+  std::string refusal;   // label, as in LinkManager::refusals()
+  std::string reason;    // one line for the admin
+  bool by_peer = false;  // the client refused this node, not the other way
+  uint64_t count = 0;
+  int64_t last_ms = 0;  // Unix ms of the last one
+};
+
+// What LinkManager::reload() replaces on a running manager.
+struct LinkReload {
+  std::shared_ptr<const certs::TrustStore> trust;  // the pinned CAs; required
+  std::string cert_file;
+  std::string key_file;
+  std::vector<PeerConfig> peers;
+  // Domains whose pinned CA changed or was removed: their links are closed
+  // so that they authenticate again under the new pin.
+  std::vector<std::string> retrust_domains;
 };
 
 // What the layer above (stream delivery) implements. Calls arrive on the
@@ -130,11 +160,27 @@ class LinkManager {
 
   // Every configured peer, and every accepted peer seen since start.
   std::vector<PeerStatus> peers() const;
-  // Refused connections by TrustStore refusal label, plus "handshake" (TLS
-  // failed before verification, e.g. a plaintext client), "hello" (a bad or
+  // Refused connections by TrustStore refusal label (a client without any
+  // certificate counts as "no_identity"), plus "handshake" (TLS failed
+  // before verification, e.g. a plaintext client), "hello" (a bad or
   // mismatched HELLO), "identity" (a dialed peer that is not the one
-  // configured), "duplicate" is not a refusal and not counted.
+  // configured), "refused_by_peer" (the peer refused this node's
+  // certificate: a TLS alert, mapped to a label in the peer's `refusal`).
+  // "duplicate" is not a refusal and not counted.
   std::map<std::string, uint64_t> refusals() const;
+  // The latest refused accepted connections, by claimed identity (or by
+  // client address when none), newest first; at most 32.
+  std::vector<RefusedStatus> refused() const;
+
+  // Replaces the pinned CAs, this node's certificate and key (for the
+  // connections made from now on; links up keep theirs) and the peers:
+  // new peers are dialed, a peer whose address changed is dialed there,
+  // a peer no longer configured is not dialed any more and its link is
+  // closed, as are links of `retrust_domains`. invalid_argument naming the
+  // file when the certificate or key cannot be used; then nothing changed.
+  // `changes` gets one line per change. Thread-safe; waits for the io
+  // thread.
+  Status reload(LinkReload next, std::vector<std::string>& changes);
 
   // Closes every link with GOAWAY shutdown, stops the io thread. Idempotent.
   void stop();

@@ -303,8 +303,13 @@ NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) con
     return r;
   }
   const std::string digest = hash_token(h->substr(7));
+  std::vector<TokenEntry> tokens;
+  {
+    std::lock_guard lock(tokens_mu_);  // a reload may replace them
+    tokens = config_.tokens;
+  }
   const TokenEntry* found = nullptr;
-  for (const auto& t : config_.tokens) {
+  for (const auto& t : tokens) {
     // Constant-time comparison of the digests.
     unsigned char diff = t.sha256.size() != digest.size();
     for (size_t i = 0; i < digest.size() && i < t.sha256.size(); ++i)

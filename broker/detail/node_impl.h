@@ -43,6 +43,13 @@ class NodeImpl final : public http::Handler {
   Status open();
   Status start();
   void stop();
+  // A configuration reload (SIGHUP, docs/operations.md): applies the API
+  // tokens, the API's certificate and key, and the federation's pinned
+  // CAs, certificate, key and peers from `next` (parsed and validated);
+  // `changes` gets one line per change, `kept` each setting that differs
+  // but needs a restart. An error (a file that cannot be used) changes
+  // nothing. Called from one thread at a time (the signal thread).
+  Status reload(NodeConfig next, std::vector<std::string>& changes, std::vector<std::string>& kept);
   uint16_t port() const { return server_ ? server_->port() : 0; }
 
   // http::Handler (api.cpp, websocket.cpp)
@@ -104,7 +111,8 @@ class NodeImpl final : public http::Handler {
   void enforce_retention();
   void register_collectors();
 
-  NodeConfig config_;
+  NodeConfig config_;  // tokens: REQUIRES tokens_mu_ (a reload replaces them)
+  mutable std::mutex tokens_mu_;
   Registry metrics_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<store::GroupCommit> gc_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <numeric>
 
 #include "broker/detail/contracting.h"
@@ -592,6 +593,29 @@ bool Peering::is_remote(const std::string& stream) const {
   return parts && parts->first != self_.domain;
 }
 
+namespace {
+
+// A CA file's text, for comparing pins across a reload; at most 1 MiB (a
+// CA file is a few KiB). Empty when unreadable.
+std::string read_pem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string out(1 << 20, '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
+  return out;
+}
+
+std::map<std::string, std::string> pinned_pems(const FederationConfig& c, const std::string& self_domain) {
+  std::map<std::string, std::string> out;
+  out[self_domain] = read_pem(c.ca_file);
+  for (const PeerDomainConfig& d : c.peers) {
+    if (d.domain != self_domain) out[d.domain] = read_pem(d.ca_file);
+  }
+  return out;
+}
+
+}  // namespace
+
 Status Peering::start() {
   auto trust = std::make_shared<certs::TrustStore>();
   if (Status s = trust->pin(self_.domain, config_.ca_file); !s.ok()) {
@@ -634,6 +658,11 @@ Status Peering::start() {
   }
   trust_ = trust;
   lo.trust = std::move(trust);
+  pinned_pems_ = pinned_pems(config_, self_.domain);
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_ = std::make_shared<const std::vector<PeerDomainConfig>>(config_.peers);
+  }
 
   // Contracts: this node signs with its own key; the ledger is in the store.
   auto signer = certs::Signer::load(config_.key_file, config_.cert_file);
@@ -1132,7 +1161,8 @@ void Peering::create_import(const std::string& stream, engine::SchemaPtr expecte
                         parts->second + "'"));
     return;
   }
-  const bool known = std::any_of(config_.peers.begin(), config_.peers.end(),
+  const auto peers = peer_domains();
+  const bool known = std::any_of(peers->begin(), peers->end(),
                                  [&](const PeerDomainConfig& d) { return d.domain == parts->first; });
   if (!known) {
     done(make_error(Errc::not_found, "domain " + parts->first +
@@ -1168,8 +1198,9 @@ void Peering::create_import(const std::string& stream, engine::SchemaPtr expecte
 void Peering::open_import(const std::shared_ptr<Import>& imp) {
   std::lock_guard lock(imp->mu);
   if (imp->channel != 0 || !links_) return;
+  const auto peers = peer_domains();
   const PeerDomainConfig* domain = nullptr;
-  for (const auto& d : config_.peers) {
+  for (const auto& d : *peers) {
     if (d.domain == imp->domain) domain = &d;
   }
   if (domain == nullptr) return;
@@ -1352,8 +1383,9 @@ void Peering::import_frame(const std::shared_ptr<Import>& imp, FrameType type,
     drop_channel();
     // Another node of the domain may serve the stream.
     if (code == WireError::not_found) {
+      const auto peers = peer_domains();
       const PeerDomainConfig* domain = nullptr;
-      for (const auto& d : config_.peers) {
+      for (const auto& d : *peers) {
         if (d.domain == imp->domain) domain = &d;
       }
       if (domain && imp->node_index + 1 < domain->nodes.size()) {
@@ -1602,7 +1634,7 @@ Status Peering::forget_import(const std::string& stream) {
 bool Peering::send_to_domain(const std::string& domain, const std::string& message) {
   auto* links = this->links();
   if (links == nullptr) return false;
-  for (const PeerDomainConfig& d : config_.peers) {
+  for (const PeerDomainConfig& d : *peer_domains()) {
     if (d.domain != domain) continue;
     for (const PeerNodeConfig& n : d.nodes) {
       const certs::Identity id{d.domain, n.node};
@@ -1880,6 +1912,24 @@ std::string Peering::peers_json() const {
       }
       j.key("connects").u64(p.connects);
       j.key("last_error").str(p.last_error);
+      j.key("refusal").str(p.refusal);
+      j.end_object();
+    }
+  }
+  j.end_array();
+  // Connections this listener refused (or whose client refused this node),
+  // by the identity their certificate claimed, or by address.
+  j.key("refused").begin_array();
+  if (links_) {
+    for (const auto& r : links_->refused()) {
+      j.begin_object();
+      j.key("identity").str(r.identity);
+      j.key("address").str(r.address);
+      j.key("refusal").str(r.refusal);
+      j.key("reason").str(r.reason);
+      j.key("by").str(r.by_peer ? "peer" : "this_node");
+      j.key("count").u64(r.count);
+      j.key("last_ms").i64(r.last_ms);
       j.end_object();
     }
   }
@@ -1922,6 +1972,102 @@ void Peering::register_collectors() {
                 static_cast<double>(p.bytes_out));
     }
   });
+}
+
+// ---------------------------------------------------------------------------
+// Reload (SIGHUP).
+
+Status Peering::reload(const FederationConfig& next, std::vector<std::string>& changes,
+                       std::vector<std::string>& kept) {
+  if (!links_) return make_error(Errc::unavailable, "federation is not running");
+  // Everything is checked before anything changes, as at start-up.
+  auto trust = std::make_shared<certs::TrustStore>();
+  std::map<std::string, std::string> pems;
+  auto pin = [&](const std::string& domain, const std::string& file, const std::string& key) -> Status {
+    pems[domain] = read_pem(file);
+    if (Status s = trust->pin(domain, file); !s.ok())
+      return make_error(Errc::invalid_argument, key + ": " + s.error().message);
+    return {};
+  };
+  ENTENTE_RETURN_IF_ERROR(pin(self_.domain, next.ca_file, "federation.ca_file"));
+  federation::LinkReload lr;
+  for (size_t i = 0; i < next.peers.size(); ++i) {
+    const PeerDomainConfig& d = next.peers[i];
+    if (d.domain != self_.domain) {
+      ENTENTE_RETURN_IF_ERROR(
+          pin(d.domain, d.ca_file, "federation.peers[" + std::to_string(i) + "].ca_file"));
+    }
+    for (const PeerNodeConfig& n : d.nodes) {
+      if (d.domain == self_.domain && n.node == self_.node) continue;
+      lr.peers.push_back({{d.domain, n.node}, n.host, n.port});
+    }
+  }
+  auto info = certs::read_certificate(next.cert_file);
+  if (!info.ok()) return make_error(Errc::invalid_argument, "federation.cert_file: " + info.error().message);
+  if (!info->identity || !(*info->identity == self_)) {
+    return make_error(Errc::invalid_argument,
+                      "federation.cert_file: " + next.cert_file + " is the certificate of " +
+                          (info->identity ? info->identity->uri() : std::string("no entente identity")) +
+                          ", not of this node " + self_.uri());
+  }
+  std::vector<std::string> pin_changes;
+  for (const auto& [domain, pem] : pinned_pems_) {
+    auto it = pems.find(domain);
+    if (it == pems.end()) {
+      lr.retrust_domains.push_back(domain);
+      pin_changes.push_back("domain " + domain + " unpinned");
+    } else if (it->second != pem) {
+      lr.retrust_domains.push_back(domain);
+      pin_changes.push_back("pinned CA of domain " + domain + " replaced; its links authenticate again");
+    }
+  }
+  for (const auto& [domain, pem] : pems) {
+    if (!pinned_pems_.count(domain)) pin_changes.push_back("domain " + domain + " pinned");
+  }
+  lr.trust = trust;
+  lr.cert_file = next.cert_file;
+  lr.key_file = next.key_file;
+  ENTENTE_RETURN_IF_ERROR(links_->reload(std::move(lr), changes));
+  changes.insert(changes.end(), pin_changes.begin(), pin_changes.end());
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_ = std::make_shared<const std::vector<PeerDomainConfig>>(next.peers);
+  }
+  pinned_pems_ = std::move(pems);
+  trust_ = std::move(trust);
+  // Contracts keep what they were opened with (Contracting holds them).
+  if (!pin_changes.empty()) {
+    kept.push_back("contract verification (the pinned CAs and peer domains contracts use)");
+  }
+  if (next.cert_file != config_.cert_file || next.key_file != config_.key_file) {
+    kept.push_back("contract signing (the key and certificate contracts are signed with)");
+  }
+  auto differs = [&](bool changed, const char* key) {
+    if (changed) kept.push_back(std::string("federation.") + key);
+  };
+  differs(next.listen_host != config_.listen_host || next.listen_port != config_.listen_port, "listen");
+  differs(next.heartbeat_interval_ms != config_.heartbeat_interval_ms, "heartbeat_interval");
+  differs(next.failure_timeout_ms != config_.failure_timeout_ms, "failure_timeout");
+  differs(next.max_frame != config_.max_frame, "max_frame");
+  differs(next.import_window != config_.import_window, "import_window");
+  auto exports_text = [](const FederationConfig& c) {
+    std::string t;
+    for (const auto& e : c.exports) {
+      t += e.stream + "|";
+      for (const auto& d : e.to) t += d + ",";
+      t += "|";
+      for (const auto& f : e.fields) t += f + ",";
+      t += ";";
+    }
+    return t;
+  };
+  differs(exports_text(next) != exports_text(config_), "exports");
+  return {};
+}
+
+std::shared_ptr<const std::vector<PeerDomainConfig>> Peering::peer_domains() const {
+  std::lock_guard lock(peers_mu_);
+  return peers_ ? peers_ : std::make_shared<const std::vector<PeerDomainConfig>>(config_.peers);
 }
 
 }  // namespace entente::broker::detail

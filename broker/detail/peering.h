@@ -80,6 +80,15 @@ class Peering final : public federation::LinkHandler {
   Status start();
   void stop();
   uint16_t port() const;
+  // A configuration reload (SIGHUP): replaces the pinned CAs, the peer
+  // links' certificate and key, and the peers, from `next` (parsed and
+  // validated). Links to a peer no longer configured, or of a domain whose
+  // CA changed, are closed and authenticate again. invalid_argument naming
+  // the key when a file or the certificate's identity is wrong; then
+  // nothing changed. `changes` gets what changed; `kept` what differs but
+  // needs a restart.
+  Status reload(const FederationConfig& next, std::vector<std::string>& changes,
+                std::vector<std::string>& kept);
 
   // --- the API
   // Imports DOMAIN/NAME: answers once the owner accepted (the mirror
@@ -165,6 +174,13 @@ class Peering final : public federation::LinkHandler {
   certs::Identity self_;
   std::unique_ptr<federation::LinkManager> links_;
   std::shared_ptr<const certs::TrustStore> trust_;
+  // config_.peers as a reload leaves it; read through peer_domains().
+  mutable std::mutex peers_mu_;
+  std::shared_ptr<const std::vector<PeerDomainConfig>> peers_;  // REQUIRES: peers_mu_
+  std::shared_ptr<const std::vector<PeerDomainConfig>> peer_domains() const;
+  // The PEM text pinned per domain, to tell which pins a reload changes.
+  // Start-up and reload only (the main thread).
+  std::map<std::string, std::string> pinned_pems_;
   std::unique_ptr<Contracting> contracting_;
 
   mutable std::mutex mu_;

@@ -270,6 +270,7 @@ struct ServerCore {
   Handler& handler;
   tcp::endpoint endpoint;
   net::io_context ioc;  // before every Asio object: destroyed last
+  ServerCertificate certificate;  // outlives `tls`, which calls it
   std::optional<ssl::context> tls;
   tcp::acceptor acceptor;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -894,6 +895,7 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options, Handler& h
     impl->tls.emplace(ssl::context::tls_server);
     ENTENTE_RETURN_IF_ERROR(
         configure_server_context(*impl->tls, options.cert_file, options.key_file));
+    impl->certificate.attach(*impl->tls);
   }
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
@@ -937,6 +939,17 @@ Status Server::start() {
 }
 
 uint16_t Server::port() const { return impl_->port; }
+
+Result<bool> Server::reload_certificate(const std::string& cert_file, const std::string& key_file) {
+  if (!impl_->tls) return make_error(Errc::conflict, "the API listens without TLS");
+  return impl_->certificate.load(cert_file, key_file);
+}
+
+Status Server::check_certificate(const std::string& cert_file, const std::string& key_file) const {
+  if (!impl_->tls) return make_error(Errc::conflict, "the API listens without TLS");
+  ssl::context scratch(ssl::context::tls_server);
+  return configure_server_context(scratch, cert_file, key_file);
+}
 
 void Server::stop_accepting() {
   Impl& s = *impl_;

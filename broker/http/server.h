@@ -143,6 +143,14 @@ class Server final {
   // Binds and starts the network threads.
   Status start();
   uint16_t port() const;  // the bound port, after start()
+  // Presents `cert_file` and `key_file` to the TLS handshakes from now on
+  // (connections already open keep theirs); true when the certificate is
+  // another than before. invalid_argument naming the file when the pair
+  // cannot be used, conflict without TLS; then nothing changed.
+  // Thread-safe.
+  Result<bool> reload_certificate(const std::string& cert_file, const std::string& key_file);
+  // The same checks without replacing anything.
+  Status check_certificate(const std::string& cert_file, const std::string& key_file) const;
   void stop_accepting();
   void stop();
   ServerStats stats() const;

@@ -667,3 +667,133 @@ TEST_F(LinkTest, SameDomainLinkRefusesACertificateOfAnotherCa) {
 
 }  // namespace
 }  // namespace entente::federation
+
+namespace entente::federation {
+namespace {
+
+// A TLS 1.3 client that presents no certificate at all: refused as
+// no_identity, the label a certificate without an identity gets (not
+// "handshake", which is for TLS failing before any certificate is checked).
+TEST_F(LinkTest, ClientWithoutCertificateIsRefusedAsNoIdentity) {
+  Recorder rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  net::io_context io;
+  ssl::context ctx(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_3_VERSION);
+  ssl::stream<tcp::socket> stream(io, ctx);
+  stream.set_verify_mode(ssl::verify_none);
+  stream.next_layer().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), b->port()));
+  boost::system::error_code ec;
+  stream.handshake(ssl::stream_base::client, ec);
+  if (!ec) {
+    // TLS 1.3: the server's refusal arrives after the client's handshake.
+    char buf[64];
+    stream.read_some(net::buffer(buf), ec);
+  }
+  EXPECT_TRUE(ec) << "the listener kept a client without a certificate";
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "no_identity") >= 1; }));
+  EXPECT_EQ(refusals(*b, "handshake"), 0u);
+  EXPECT_TRUE(logged("no_identity: presented no certificate"));
+  auto refused = b->refused();
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].refusal, "no_identity");
+  EXPECT_TRUE(refused[0].identity.empty());
+  EXPECT_EQ(refused[0].address.rfind("127.0.0.1:", 0), 0u) << refused[0].address;
+}
+
+// An attacker's acme/n1 (its own CA calling itself acme) dials beta: beta
+// lists the identity the certificate claimed with the reason; the dialer
+// learns from the TLS alert that beta does not trust its CA.
+TEST_F(LinkTest, BothSidesOfARefusalSayWhy) {
+  const fs::path evil = dir_ / "evil";
+  ASSERT_TRUE(certs::init_domain("acme", evil / "ca").ok());
+  certs::NodeOptions evil_node;
+  evil_node.sans = {"127.0.0.1"};
+  ASSERT_TRUE(certs::issue_node("acme", "n1", evil / "ca", evil / "n1", evil_node).ok());
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", evil / "n1", trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(eventually([&] {
+    auto s = status_of(*a, "entente://beta/n1");
+    return s && s->state == "refused";
+  }));
+  auto s = status_of(*a, "entente://beta/n1");
+  EXPECT_EQ(s->refusal, "untrusted_chain");
+  EXPECT_NE(s->last_error.find("refused this node's certificate (entente://acme/n1, TLS alert 'unknown ca')"),
+            std::string::npos)
+      << s->last_error;
+  EXPECT_GE(refusals(*a, "refused_by_peer"), 1u);
+  ASSERT_TRUE(eventually([&] { return !b->refused().empty(); }));
+  auto r = b->refused().front();
+  EXPECT_EQ(r.identity, "entente://acme/n1");
+  EXPECT_EQ(r.refusal, "untrusted_chain");
+  EXPECT_FALSE(r.by_peer);
+  EXPECT_NE(r.reason.find("does not chain to the pinned CA of domain acme"), std::string::npos) << r.reason;
+  EXPECT_TRUE(logged("refused entente://acme/n1 (as its certificate claims) from 127.0.0.1:"));
+}
+
+// The refusing node's alert for an expired certificate reads as "expired"
+// on the dialer that presented it.
+TEST_F(LinkTest, ExpiredCertificateIsNamedOnTheRefusedDialer) {
+  certs::NodeOptions old;
+  old.not_before = std::chrono::system_clock::now() - std::chrono::hours(24 * 10);
+  old.days = 1;
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  auto oa = options("acme", "n1", node_dir("acme", "n1", old), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(eventually([&] {
+    auto s = status_of(*a, "entente://beta/n1");
+    return s && s->refusal == "expired";
+  }));
+  auto s = status_of(*a, "entente://beta/n1");
+  EXPECT_EQ(s->state, "refused");
+  EXPECT_NE(s->last_error.find("TLS alert 'certificate expired'"), std::string::npos) << s->last_error;
+  auto r = b->refused();
+  ASSERT_FALSE(r.empty());
+  EXPECT_EQ(r.front().identity, "entente://acme/n1");
+  EXPECT_EQ(r.front().refusal, "expired");
+}
+
+// reload() adds a peer and its pin, then removes it; a certificate and key
+// that do not match change nothing.
+TEST_F(LinkTest, ReloadAddsAndRemovesPeersAndPins) {
+  Recorder ra, rb;
+  auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+  const fs::path acme = node_dir("acme", "n1");
+  auto a = start(options("acme", "n1", acme, trust({"acme"})), ra);
+  EXPECT_FALSE(status_of(*a, "entente://beta/n1").has_value());
+
+  LinkReload next;
+  next.trust = trust({"acme", "beta"});
+  next.cert_file = (acme / "node.crt").string();
+  next.key_file = (acme / "node.key").string();
+  next.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  std::vector<std::string> changes;
+  ASSERT_TRUE(a->reload(next, changes).ok());
+  EXPECT_NE(std::find(changes.begin(), changes.end(),
+                      "peer entente://beta/n1 added at 127.0.0.1:" + std::to_string(b->port())),
+            changes.end());
+  ASSERT_TRUE(eventually([&] { return a->is_up({"beta", "n1"}) && b->is_up({"acme", "n1"}); }));
+
+  LinkReload broken = next;
+  broken.peers.clear();
+  broken.key_file = (node_dir("gamma", "n1") / "node.key").string();
+  changes.clear();
+  auto s = a->reload(broken, changes);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("key_file"), std::string::npos) << s.error().message;
+  EXPECT_TRUE(changes.empty());
+  EXPECT_TRUE(a->is_up({"beta", "n1"}));
+
+  next.peers.clear();
+  ASSERT_TRUE(a->reload(next, changes).ok());
+  EXPECT_NE(std::find(changes.begin(), changes.end(), "peer entente://beta/n1 removed"), changes.end());
+  ASSERT_TRUE(eventually([&] { return !a->is_up({"beta", "n1"}); }));
+}
+
+}  // namespace
+}  // namespace entente::federation

@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "broker/http/client.h"
+#include "tests/integration/support/broker_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -179,6 +182,43 @@ TEST_F(CertsCliProcessTest, ExitCodesAndMessages) {
   Outcome show_missing = entente({"show", p("nothing.crt")});
   EXPECT_EQ(show_missing.code, 1);
   EXPECT_TRUE(contains(show_missing.err, p("nothing.crt"))) << show_missing.err;
+}
+
+// docs/examples/node-tls.json names the files `entente certs issue-node`
+// writes (certs/node.crt, certs/node.key, relative to the configuration's
+// directory): a node starts from it as written, with only its listen
+// address and data_dir changed for the test, and serves HTTPS with that
+// certificate.
+TEST_F(CertsCliProcessTest, ExampleTlsConfigurationRunsWithTheFilesEntenteCertsWrites) {
+  entente::testing::BrokerOptions options;
+  options.tls = true;
+  entente::testing::BrokerProcess node(options);
+  const std::string dir = node.data_dir();
+  ASSERT_EQ(entente({"init-domain", "acme", "--out", dir + "/acme-ca"}).code, 0);
+  Outcome issued = entente(
+      {"issue-node", "acme", "n1", "--ca", dir + "/acme-ca", "--san", "127.0.0.1", "--out", dir + "/certs"});
+  ASSERT_EQ(issued.code, 0) << issued.err;
+
+  std::string config = slurp(fs::path(ENTENTE_SOURCE_DIR) / "docs" / "examples" / "node-tls.json");
+  ASSERT_FALSE(config.empty());
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"0.0.0.0:8443", "127.0.0.1:0"},
+                                 {"/var/lib/entente/acme-n1", dir + "/data"}}) {
+    const size_t at = config.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " is not in the example any more";
+    config.replace(at, from.size(), to);
+  }
+  std::ofstream(node.config_path(), std::ios::trunc) << config;
+  ASSERT_TRUE(node.start()) << node.last_error();
+
+  entente::broker::http::ClientOptions o;
+  o.port = node.port();
+  o.tls = true;
+  o.ca_file = dir + "/certs/ca.crt";
+  auto client = entente::broker::http::Client::connect(o);
+  ASSERT_TRUE(client.ok()) << client.error().message;
+  auto health = (*client)->request("GET", "/v1/health");
+  ASSERT_TRUE(health.ok()) << health.error().message;
+  EXPECT_EQ(health->status, 200u) << health->body;
 }
 
 }  // namespace

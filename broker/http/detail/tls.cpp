@@ -133,3 +133,69 @@ std::string handshake_failure(SSL* ssl, const error_code& ec) {
 }
 
 }  // namespace entente::broker::http::detail
+
+namespace entente::broker::http::detail {
+
+// A checked pair, as SSL_use_cert_and_key wants it. The scratch context
+// that loaded it owns the objects.
+struct ServerCertificate::Pair {
+  std::unique_ptr<ssl::context> holder;
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  STACK_OF(X509) * chain = nullptr;
+};
+
+ServerCertificate::ServerCertificate() = default;
+ServerCertificate::~ServerCertificate() = default;
+
+namespace {
+std::string der_of(X509* cert) {
+  unsigned char* der = nullptr;
+  const int n = cert == nullptr ? -1 : i2d_X509(cert, &der);
+  if (n <= 0) return {};
+  std::string out(reinterpret_cast<const char*>(der), static_cast<size_t>(n));
+  OPENSSL_free(der);
+  return out;
+}
+}  // namespace
+
+void ServerCertificate::attach(ssl::context& ctx) {
+  SSL_CTX_set_cert_cb(ctx.native_handle(), &ServerCertificate::on_handshake, this);
+  std::lock_guard lock(mu_);
+  current_der_ = der_of(SSL_CTX_get0_certificate(ctx.native_handle()));
+}
+
+Result<bool> ServerCertificate::load(const std::string& cert_file, const std::string& key_file) {
+  // The same checks and messages as at start-up: a scratch context.
+  auto pair = std::make_shared<Pair>();
+  pair->holder = std::make_unique<ssl::context>(ssl::context::tls_server);
+  ENTENTE_RETURN_IF_ERROR(configure_server_context(*pair->holder, cert_file, key_file));
+  SSL_CTX* native = pair->holder->native_handle();
+  pair->cert = SSL_CTX_get0_certificate(native);
+  pair->key = SSL_CTX_get0_privatekey(native);
+  SSL_CTX_get0_chain_certs(native, &pair->chain);
+  if (pair->cert == nullptr || pair->key == nullptr) {
+    return make_error(Errc::invalid_argument, "cert_file " + cert_file + ": no certificate loaded");
+  }
+  std::string der = der_of(pair->cert);
+  std::lock_guard lock(mu_);
+  const bool changed = der != current_der_;
+  current_ = std::move(pair);
+  current_der_ = std::move(der);
+  return changed;
+}
+
+int ServerCertificate::on_handshake(SSL* ssl, void* self) {
+  auto* me = static_cast<ServerCertificate*>(self);
+  std::shared_ptr<const Pair> pair;
+  {
+    std::lock_guard lock(me->mu_);
+    pair = me->current_;
+  }
+  if (!pair) return 1;  // the context's own
+  // Copied into the connection (reference counts), so the pair may be
+  // replaced while this connection lives.
+  return SSL_use_cert_and_key(ssl, pair->cert, pair->key, pair->chain, 1) == 1 ? 1 : 0;
+}
+
+}  // namespace entente::broker::http::detail

@@ -3,6 +3,8 @@
 // TLS 1.2+, credentials loaded with errors that name the file and OpenSSL's
 // reason, and client-side peer verification by host name or IP address.
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -20,6 +22,32 @@ std::string openssl_reason(std::string_view fallback);
 // malformed, or the key does not match the certificate.
 Status configure_server_context(ssl::context& ctx, const std::string& cert_file,
                                 const std::string& key_file);
+
+// The certificate and key a server presents, replaceable while it serves
+// (a configuration reload). attach() makes the context ask for them at
+// each handshake; until the first load() the context's own are used.
+// Connections already established keep theirs. Thread-safe; outlives the
+// contexts it is attached to.
+class ServerCertificate final {
+ public:
+  ServerCertificate();
+  ~ServerCertificate();
+  ServerCertificate(const ServerCertificate&) = delete;
+  ServerCertificate& operator=(const ServerCertificate&) = delete;
+
+  void attach(ssl::context& ctx);
+  // Loads and checks the pair; the next handshakes present it. True when
+  // its certificate differs from the one presented so far.
+  // invalid_argument as configure_server_context; then nothing changed.
+  Result<bool> load(const std::string& cert_file, const std::string& key_file);
+
+ private:
+  struct Pair;
+  static int on_handshake(SSL* ssl, void* self);
+  std::mutex mu_;
+  std::shared_ptr<const Pair> current_;  // REQUIRES: mu_
+  std::string current_der_;              // REQUIRES: mu_; the certificate presented
+};
 
 // A client context that verifies the peer against `ca_file` (when
 // `verify_peer`). invalid_argument when the CA file cannot be used.
