@@ -296,6 +296,24 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
     return terms_problem(std::to_string(items.size()) + " problem(s) with the catalog of " + config().domain + ": ",
                          items);
   };
+  // The terms of a proposal or a counter-offer, checked in form and against
+  // this node's catalog; nullopt once the refusal has been answered.
+  auto proposed_terms = [&](std::initializer_list<std::string_view> members) -> std::optional<contracts::Terms> {
+    if (Status s = only_members(*doc, members); !s.ok()) {
+      answer(Response::problem(400, "Bad Request", s.error().message));
+      return std::nullopt;
+    }
+    auto terms = terms_of(*doc);
+    if (!terms.ok()) {
+      answer(terms_problem(terms.error()));
+      return std::nullopt;
+    }
+    if (Diagnostics diag = catalog_problems(*this, *terms, given_streams(*doc)); !diag.ok()) {
+      answer(catalog_answer(diag));
+      return std::nullopt;
+    }
+    return std::move(*terms);
+  };
   const bool is_proposal = route == "/v1/contracts" || route == "/v1/contracts/{id}/counter";
   auto dry_run = is_proposal ? dry_run_of(req) : Result<bool>(false);
   if (!dry_run.ok()) {
@@ -304,19 +322,8 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
   }
   Result<Contracting::Outcome> out = Error{Errc::invalid_argument, "no action"};
   if (route == "/v1/contracts") {
-    if (Status s = only_members(*doc, {"terms"}); !s.ok()) {
-      answer(Response::problem(400, "Bad Request", s.error().message));
-      return;
-    }
-    auto terms = terms_of(*doc);
-    if (!terms.ok()) {
-      answer(terms_problem(terms.error()));
-      return;
-    }
-    if (Diagnostics diag = catalog_problems(*this, *terms, given_streams(*doc)); !diag.ok()) {
-      answer(catalog_answer(diag));
-      return;
-    }
+    auto terms = proposed_terms({"terms"});
+    if (!terms) return;
     if (*dry_run) {
       auto v = c->check_propose(*terms);
       if (!v.ok()) {
@@ -342,19 +349,8 @@ void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
     return;
   }
   if (route == "/v1/contracts/{id}/counter") {
-    if (Status s = only_members(*doc, {"version", "terms"}); !s.ok()) {
-      answer(Response::problem(400, "Bad Request", s.error().message));
-      return;
-    }
-    auto terms = terms_of(*doc);
-    if (!terms.ok()) {
-      answer(terms_problem(terms.error()));
-      return;
-    }
-    if (Diagnostics diag = catalog_problems(*this, *terms, given_streams(*doc)); !diag.ok()) {
-      answer(catalog_answer(diag));
-      return;
-    }
+    auto terms = proposed_terms({"version", "terms"});
+    if (!terms) return;
     if (*dry_run) {
       auto v = c->check_counter(id, *version, *terms);
       if (!v.ok()) {

@@ -614,6 +614,20 @@ std::map<std::string, std::string> pinned_pems(const FederationConfig& c, const 
   return out;
 }
 
+// The certificate must be this node's: a misplaced file would otherwise
+// only show as every peer refusing the link.
+Status check_own_certificate(const std::string& cert_file, const certs::Identity& self) {
+  auto info = certs::read_certificate(cert_file);
+  if (!info.ok()) return make_error(Errc::invalid_argument, "federation.cert_file: " + info.error().message);
+  if (!info->identity || !(*info->identity == self)) {
+    return make_error(Errc::invalid_argument,
+                      "federation.cert_file: " + cert_file + " is the certificate of " +
+                          (info->identity ? info->identity->uri() : std::string("no entente identity")) +
+                          ", not of this node " + self.uri());
+  }
+  return {};
+}
+
 }  // namespace
 
 Status Peering::start() {
@@ -646,16 +660,7 @@ Status Peering::start() {
       lo.peers.push_back({{d.domain, n.node}, n.host, n.port});
     }
   }
-  // The certificate must be this node's: a misplaced file would otherwise
-  // only show as every peer refusing the link.
-  auto info = certs::read_certificate(config_.cert_file);
-  if (!info.ok()) return make_error(Errc::invalid_argument, "federation.cert_file: " + info.error().message);
-  if (!info->identity || !(*info->identity == self_)) {
-    return make_error(Errc::invalid_argument,
-                      "federation.cert_file: " + config_.cert_file + " is the certificate of " +
-                          (info->identity ? info->identity->uri() : std::string("no entente identity")) +
-                          ", not of this node " + self_.uri());
-  }
+  ENTENTE_RETURN_IF_ERROR(check_own_certificate(config_.cert_file, self_));
   trust_ = trust;
   lo.trust = std::move(trust);
   pinned_pems_ = pinned_pems(config_, self_.domain);
@@ -2002,14 +2007,7 @@ Status Peering::reload(const FederationConfig& next, std::vector<std::string>& c
       lr.peers.push_back({{d.domain, n.node}, n.host, n.port});
     }
   }
-  auto info = certs::read_certificate(next.cert_file);
-  if (!info.ok()) return make_error(Errc::invalid_argument, "federation.cert_file: " + info.error().message);
-  if (!info->identity || !(*info->identity == self_)) {
-    return make_error(Errc::invalid_argument,
-                      "federation.cert_file: " + next.cert_file + " is the certificate of " +
-                          (info->identity ? info->identity->uri() : std::string("no entente identity")) +
-                          ", not of this node " + self_.uri());
-  }
+  ENTENTE_RETURN_IF_ERROR(check_own_certificate(next.cert_file, self_));
   std::vector<std::string> pin_changes;
   for (const auto& [domain, pem] : pinned_pems_) {
     auto it = pems.find(domain);
