@@ -312,9 +312,14 @@ void Contracting::on_sync(const certs::Identity& peer, const rapidjson::Value& h
   const std::vector<Contract> mine = ledger_->list(f, unix_now_ms());
   std::map<std::string_view, uint64_t> ours;
   for (const Contract& c : mine) ours[c.id] = c.current().number;
+  // One lookup per contract, not a scan of `have` per contract.
+  std::map<std::string_view, uint64_t> theirs;
+  for (auto it = have.MemberBegin(); it != have.MemberEnd(); ++it) {
+    if (it->value.IsUint64()) theirs[{it->name.GetString(), it->name.GetStringLength()}] = it->value.GetUint64();
+  }
   auto theirs_of = [&](const std::string& id) -> uint64_t {
-    auto it = have.FindMember(id.c_str());
-    return it != have.MemberEnd() && it->value.IsUint64() ? it->value.GetUint64() : 0;
+    auto it = theirs.find(id);
+    return it == theirs.end() ? 0 : it->second;
   };
   // What to send, and which contracts the peer caught up with.
   std::vector<const Contract*> behind;
@@ -326,12 +331,10 @@ void Contracting::on_sync(const certs::Identity& peer, const rapidjson::Value& h
     // it sends them when it gets this node's sync.
     ps.catching_up.clear();
     ps.caught_any = false;
-    for (auto it = have.MemberBegin(); it != have.MemberEnd(); ++it) {
-      if (!it->value.IsUint64()) continue;
-      const std::string_view id(it->name.GetString(), it->name.GetStringLength());
+    for (const auto& [id, number] : theirs) {
       if (!contracts::valid_contract_id(id)) continue;
       auto held = ours.find(id);
-      if (it->value.GetUint64() > (held == ours.end() ? 0 : held->second)) ps.catching_up.emplace(id);
+      if (number > (held == ours.end() ? 0 : held->second)) ps.catching_up.emplace(id);
     }
     for (const Contract& c : mine) {
       if (theirs_of(c.id) < c.current().number) {
@@ -352,8 +355,8 @@ void Contracting::on_sync(const certs::Identity& peer, const rapidjson::Value& h
   // The peer now holds what it was sent (it had lost it: a restore).
   for (const Contract* c : caught_up) {
     if (hooks_.log) {
-      hooks_.log("contracts: " + peer.domain + " holds version " + std::to_string(c->current().number) +
-                 " of " + c->id + " again");
+      hooks_.log("contracts: " + peer.domain + " now holds version " + std::to_string(c->current().number) +
+                 " of " + c->id + ", as this node does");
     }
     if (hooks_.changed) hooks_.changed(*c);
   }
@@ -362,7 +365,11 @@ void Contracting::on_sync(const certs::Identity& peer, const rapidjson::Value& h
 void Contracting::ask_for_gap(const certs::Identity& peer, const std::string& id, uint64_t current) {
   {
     std::lock_guard lock(sync_mu_);
-    auto [it, fresh] = peers_[peer.domain].stuck_at.try_emplace(id, current);
+    auto& stuck = peers_[peer.domain].stuck_at;
+    // Ids of contracts this node does not hold come from the peer: bound
+    // what they may cost (forgetting only allows one more ask each).
+    if (stuck.size() >= kMaxSyncEntries) stuck.clear();
+    auto [it, fresh] = stuck.try_emplace(id, current);
     // Asking again at the same number brings the same versions, and the
     // same refusal: the loop a restored data directory used to start.
     if (!fresh && it->second == current) return;
@@ -438,6 +445,7 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
       // Asking for this version again would only bring it back.
       std::lock_guard lock(sync_mu_);
       PeerSync& ps = peers_[peer.domain];
+      if (ps.stuck_at.size() >= kMaxSyncEntries) ps.stuck_at.clear();
       ps.stuck_at[id] = current;
       ps.catching_up.erase(id);
     }

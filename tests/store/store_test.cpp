@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -382,33 +383,38 @@ TEST_F(StoreTest, SecondOpenOfAnOpenStoreSaysItIsInUseAndNamesTheLockFile) {
 }
 
 // Another process holds the lock file the way RocksDB does (a POSIX write
-// lock on LOCK): the error names that process and the file. The child
-// only locks and waits, so forking this multi-threaded test is safe.
+// lock on LOCK): the error names that process and the file. The child of
+// this multi-threaded test makes raw system calls only (no allocation, no
+// sanitizer interceptor), then blocks reading a pipe until it is killed.
 TEST_F(StoreTest, AStoreLockedByAnotherProcessNamesItsPidAndTheLockFile) {
   open();
   store_.reset();
   const std::string lock_file = options().path + "/LOCK";
-  int ready[2];
+  int ready[2], hold[2];
   ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    const int fd = ::open(lock_file.c_str(), O_RDWR);
-    struct flock l {};
-    l.l_type = F_WRLCK;
-    l.l_whence = SEEK_SET;
-    const char ok = fd >= 0 && fcntl(fd, F_SETLK, &l) == 0 ? 'y' : 'n';
-    (void)!write(ready[1], &ok, 1);
-    pause();
-    _exit(0);
+    const long fd = syscall(SYS_openat, AT_FDCWD, lock_file.c_str(), O_RDWR);
+    const char ok = fd >= 0 && syscall(SYS_fcntl, fd, F_SETLK, &l) == 0 ? 'y' : 'n';
+    (void)syscall(SYS_write, ready[1], &ok, 1);
+    char byte;
+    (void)syscall(SYS_read, hold[0], &byte, 1);
+    syscall(SYS_exit_group, 0);
   }
   close(ready[1]);
+  close(hold[0]);
   char ok = 'n';
   ASSERT_EQ(read(ready[0], &ok, 1), 1);
   close(ready[0]);
   auto locked = Store::open(options());
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
+  close(hold[1]);
   ASSERT_EQ(ok, 'y');
   ASSERT_FALSE(locked.ok());
   EXPECT_EQ(locked.error().code, Errc::unavailable);
