@@ -78,9 +78,16 @@ TEST(Restore, AnOldDataDirGetsBackTheContractVersionsItLostAndTheLinkStaysQuiet)
   // proposed, beta countered, and acme accepted (beta countersigned).
   const int64_t from = seconds_from_now(-60), until = seconds_from_now(3600);
   const std::string id = d.agree(stream_terms(5, from, until));
-  const std::string id2 = d.propose(stream_terms(7, from, until, R"(["auction"])"));
-  auto countered = act(beta, id2, "counter", "{\"version\":1,\"terms\":" +
-                                                 stream_terms(6, from, until, R"(["auction"])") + "}");
+  // The second covers another stream: two contracts in force on one stream
+  // with different fields would make which one an import runs under a
+  // matter of chance.
+  auto on_asks = [&](int64_t price) {
+    std::string t = stream_terms(price, from, until);
+    t.replace(t.find(R"(["bids"])"), 8, R"(["asks"])");
+    return t;
+  };
+  const std::string id2 = d.propose(on_asks(7));
+  auto countered = act(beta, id2, "counter", "{\"version\":1,\"terms\":" + on_asks(6) + "}");
   ASSERT_EQ(countered.status, 200u) << countered.body;
   ASSERT_EQ(wait_version(acme, id2, 2).version, 2u);
   auto accepted = act(acme, id2, "accept", R"({"version":2})");
