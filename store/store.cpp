@@ -518,7 +518,9 @@ Result<BackupInfo> Store::backup(const std::string& dir) const {
   s = checkpoint->CreateCheckpoint(dir, 0, &info.sequence);
   if (!s.ok()) return impl_->error(s, "backup to '" + dir + "'", std::nullopt);
   for (const auto& entry : fs::recursive_directory_iterator(target, ec)) {
-    if (entry.is_regular_file(ec)) info.bytes += entry.file_size(ec);
+    std::error_code size_ec;
+    const auto size = entry.is_regular_file(size_ec) ? entry.file_size(size_ec) : 0;
+    if (!size_ec) info.bytes += size;
   }
   return info;
 }
