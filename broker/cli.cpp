@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "broker/http/client.h"
 #include "broker/node.h"
 #include "certs/cli.h"
+#include "rapidjson/document.h"
 
 #ifndef ENTENTE_VERSION
 #define ENTENTE_VERSION "0.1.0"
@@ -31,6 +36,9 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  broker --config FILE   run one node of a domain (see docs/configuration.md)\n"
+    "  backup --config FILE --out DIR\n"
+    "                         a consistent copy of a running node's store, to restore\n"
+    "                         from (entente backup --help; docs/operations.md)\n"
     "  certs <command> ...    domain CAs and node certificates (entente certs --help)\n"
     "  token-hash TOKEN       print the SHA-256 of a token, as the configuration stores it\n"
     "  subscribe [options] STREAM\n"
@@ -344,6 +352,164 @@ int run_subscribe(const std::vector<std::string_view>& args) {
   return 0;
 }
 
+constexpr const char* kBackupUsage =
+    "usage: entente backup --config FILE --out DIR [--host H] [--port P] [--ca FILE]\n"
+    "                      [--server-name NAME] [--token-file FILE] [--timeout-ms MS]\n"
+    "\n"
+    "Asks the running node that FILE configures for a consistent copy of its store\n"
+    "(POST /v1/admin/backup: a RocksDB checkpoint, taken while the node serves) and\n"
+    "waits for it. The node writes DIR itself: DIR must not exist, and must be on the\n"
+    "node's machine where the node's user may write (a path on the same filesystem as\n"
+    "data_dir costs little: table files are hard links). DIR then serves as a\n"
+    "data_dir: stop the node, put DIR in place of its data_dir, start it\n"
+    "(docs/operations.md, \"Backup and restore\").\n"
+    "\n"
+    "The admin token comes from --token-file or the ENTENTE_TOKEN environment variable.\n"
+    "The node's address is its api.listen; --host/--port override it (needed when\n"
+    "api.listen has port 0). With api.tls, --ca names the CA that issued the node's\n"
+    "API certificate and --server-name the name in it (default: the host).\n";
+
+// The "detail" of a problem+json answer, or the body itself.
+std::string problem_detail(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (!d.HasParseError() && d.IsObject() && d.HasMember("detail") && d["detail"].IsString()) return d["detail"].GetString();
+  return body.substr(0, 500);
+}
+
+int run_backup(const std::vector<std::string_view>& args) {
+  std::string config_path, out, token_file, host, ca, server_name;
+  long port = -1;
+  int64_t timeout_ms = 600'000;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto a = args[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= args.size()) return std::nullopt;
+      return std::string(args[++i]);
+    };
+    std::optional<std::string> v;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kBackupUsage, stdout);
+      return 0;
+    }
+    const bool known = a == "--config" || a == "--out" || a == "--host" || a == "--port" || a == "--ca" ||
+                       a == "--server-name" || a == "--token-file" || a == "--timeout-ms";
+    if (!known || !(v = value())) {
+      std::fprintf(stderr, "entente backup: %s '%.*s'\n%s", known ? "a value is missing after" : "unknown argument",
+                   static_cast<int>(a.size()), a.data(), kBackupUsage);
+      return 2;
+    }
+    if (a == "--config") config_path = *v;
+    else if (a == "--out") out = *v;
+    else if (a == "--host") host = *v;
+    else if (a == "--ca") ca = *v;
+    else if (a == "--server-name") server_name = *v;
+    else if (a == "--token-file") token_file = *v;
+    else if (a == "--port" || a == "--timeout-ms") {
+      char* end = nullptr;
+      const long long n = std::strtoll(v->c_str(), &end, 10);
+      const bool is_port = a == "--port";
+      if (v->empty() || *end != '\0' || n <= 0 || (is_port && n > 65535)) {
+        std::fprintf(stderr, "entente backup: %.*s must be a positive integer%s, not '%s'\n",
+                     static_cast<int>(a.size()), a.data(), is_port ? " up to 65535" : "", v->c_str());
+        return 2;
+      }
+      if (is_port) port = static_cast<long>(n);
+      else timeout_ms = n;
+    }
+  }
+  if (config_path.empty() || out.empty()) {
+    std::fprintf(stderr, "entente backup: --config FILE and --out DIR are required\n%s", kBackupUsage);
+    return 2;
+  }
+  auto config = load_config(config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "entente backup: %s: %s\n", config_path.c_str(), config.error().message.c_str());
+    return 2;
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream f(token_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (!f) {
+      std::fprintf(stderr, "entente backup: cannot read the token file '%s'\n", token_file.c_str());
+      return 2;
+    }
+    token = ss.str();
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  } else if (const char* t = std::getenv("ENTENTE_TOKEN")) {
+    token = t;
+  }
+  if (token.empty()) {
+    std::fputs("entente backup: no admin token: set ENTENTE_TOKEN or give --token-file FILE\n", stderr);
+    return 2;
+  }
+  http::ClientOptions o;
+  o.host = host.empty() ? config->listen_address : host;
+  // A node listening on every address answers on loopback.
+  if (host.empty() && o.host == "0.0.0.0") o.host = "127.0.0.1";
+  if (host.empty() && o.host == "::") o.host = "::1";
+  o.port = static_cast<uint16_t>(port > 0 ? port : config->listen_port);
+  if (o.port == 0) {
+    std::fputs("entente backup: the configuration's api.listen has port 0 (chosen at start-up, printed in the "
+               "node's \"listening on\" line): give --port P\n",
+               stderr);
+    return 2;
+  }
+  o.tls = config->tls;
+  o.ca_file = ca;
+  o.server_name = server_name;
+  o.timeout_ms = timeout_ms;
+  if (o.tls && o.ca_file.empty()) {
+    std::fputs("entente backup: the node serves its API over TLS: give --ca FILE, the CA that issued its "
+               "certificate\n",
+               stderr);
+    return 2;
+  }
+  // The node resolves the path, not this process: make it absolute here.
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(out, ec).lexically_normal().string();
+  if (ec) {
+    std::fprintf(stderr, "entente backup: --out %s: %s\n", out.c_str(), ec.message().c_str());
+    return 2;
+  }
+  auto client = http::Client::connect(o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "entente backup: cannot reach the node at %s:%u: %s\n", o.host.c_str(),
+                 static_cast<unsigned>(o.port), client.error().message.c_str());
+    return 1;
+  }
+  std::string body = "{\"dir\":\"";
+  for (char c : dir) {
+    if (c == '"' || c == '\\') body += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      std::fprintf(stderr, "entente backup: --out contains a control character\n");
+      return 2;
+    }
+    body += c;
+  }
+  body += "\"}";
+  auto r = (*client)->request("POST", "/v1/admin/backup", body, "application/json",
+                              {{"authorization", "Bearer " + token}});
+  if (!r.ok()) {
+    std::fprintf(stderr, "entente backup: %s\n", r.error().message.c_str());
+    return 1;
+  }
+  if (r->status != 201) {
+    std::fprintf(stderr, "entente backup: the node answered %u: %s\n", r->status, problem_detail(r->body).c_str());
+    return 1;
+  }
+  rapidjson::Document d;
+  d.Parse(r->body.data(), r->body.size());
+  const bool ok = !d.HasParseError() && d.IsObject() && d.HasMember("bytes") && d["bytes"].IsUint64() &&
+                  d.HasMember("rocksdb_sequence") && d["rocksdb_sequence"].IsUint64();
+  std::printf("entente: backup of %s/%s in %s (%llu bytes, up to RocksDB sequence %llu)\n", config->domain.c_str(),
+              config->node.c_str(), dir.c_str(), ok ? static_cast<unsigned long long>(d["bytes"].GetUint64()) : 0ULL,
+              ok ? static_cast<unsigned long long>(d["rocksdb_sequence"].GetUint64()) : 0ULL);
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -363,6 +529,7 @@ int run_cli(int argc, char** argv) {
     return 0;
   }
   if (cmd == "broker") return run_broker(rest);
+  if (cmd == "backup") return run_backup(rest);
   if (cmd == "subscribe") return run_subscribe(rest);
   if (cmd == "certs") {
     const std::vector<std::string> certs_args(rest.begin(), rest.end());

@@ -65,7 +65,19 @@ Status NodeImpl::open() {
   if (ec) return make_error(Errc::io_error, "data_dir " + config_.data_dir + ": " + ec.message());
   store::StoreOptions so;
   so.path = (std::filesystem::path(config_.data_dir) / "store").string();
-  ENTENTE_ASSIGN_OR_RETURN(store_, store::Store::open(so));
+  auto opened = store::Store::open(so);
+  if (!opened.ok()) {
+    Error e = opened.error();
+    // A second node started on a data_dir in use (unavailable: RocksDB's
+    // lock is held): say so in the operator's terms.
+    if (e.code == Errc::unavailable) {
+      e.message = "data_dir '" + config_.data_dir + "' is in use: " + e.message +
+                  ". Another entente broker runs on this data_dir; stop it, or give this node a "
+                  "data_dir of its own";
+    }
+    return e;
+  }
+  store_ = std::move(opened).value();
   store::GroupCommitOptions go;
   go.max_pending_bytes = config_.ingest_queue_bytes;
   // "process": the ack waits for RocksDB's WAL write (a write(2) into the page
@@ -214,6 +226,13 @@ void NodeImpl::stop() {
   }
   maint_cv_.notify_all();
   if (maint_thread_.joinable()) maint_thread_.join();
+  // A backup asked for but never started.
+  std::optional<BackupJob> pending;
+  {
+    std::lock_guard lock(maint_mu_);
+    pending = std::exchange(backup_job_, std::nullopt);
+  }
+  if (pending) pending->done(make_error(Errc::unavailable, "the node is stopping"));
   if (pool_) pool_->stop();
   if (gc_) gc_->stop();
   // The final checkpoints, and the tuples before them, reach the disk before
@@ -334,12 +353,27 @@ void NodeImpl::maintenance_loop() {
   while (!stopping_) {
     const int64_t wake = std::min(next_cp, next_ret);
     maint_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(1, wake - wall_clock_ms())),
-                       [&] { return stopping_ || *checkpoint_unsynced; });
+                       [&] { return stopping_ || *checkpoint_unsynced || backup_job_.has_value(); });
     if (stopping_) break;
     const bool sync_now = std::exchange(*checkpoint_unsynced, false);
+    std::optional<BackupJob> job = std::exchange(backup_job_, std::nullopt);
     const int64_t now = wall_clock_ms();
     lock.unlock();
     if (sync_now) sync_wal(*store_, "a checkpoint");
+    if (job) {
+      auto result = write_backup(job->dir);
+      if (result.ok()) {
+        log_line("backup of the store in " + result->dir + " (" + std::to_string(result->store.bytes) +
+                 " bytes, up to RocksDB sequence " + std::to_string(result->store.sequence) + ")");
+      } else {
+        log_line("backup to " + job->dir + " failed: " + result.error().message);
+      }
+      {
+        std::lock_guard l(maint_mu_);
+        backup_running_ = false;
+      }
+      job->done(std::move(result));
+    }
     if (now >= next_cp) {
       for (auto& q : list_queries()) {
         if (q->info().state == "running")
@@ -365,6 +399,73 @@ void NodeImpl::maintenance_loop() {
     }
     lock.lock();
   }
+}
+
+void NodeImpl::backup(std::string dir, std::function<void(Result<BackupResult>)> done) {
+  {
+    std::lock_guard lock(maint_mu_);
+    if (stopping_) {
+      done(make_error(Errc::unavailable, "the node is stopping"));
+      return;
+    }
+    if (backup_running_) {
+      done(make_error(Errc::unavailable, "a backup is running already; ask again when it is done"));
+      return;
+    }
+    backup_running_ = true;
+    backup_job_ = BackupJob{std::move(dir), std::move(done)};
+  }
+  maint_cv_.notify_all();
+}
+
+Result<NodeImpl::BackupResult> NodeImpl::write_backup(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path target(dir);
+  if (dir.empty() || !target.is_absolute()) {
+    return make_error(Errc::invalid_argument, "the backup directory must be an absolute path on the node's "
+                                              "machine, not '" + dir + "'");
+  }
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    return make_error(Errc::already_exists, "backup directory '" + dir + "' exists already; name a new one");
+  }
+  if (!fs::is_directory(target.parent_path(), ec)) {
+    return make_error(Errc::not_found, "the parent of backup directory '" + dir + "' ('" +
+                                           target.parent_path().string() + "') is not a directory");
+  }
+  // Nothing is left behind by a backup that fails half-way.
+  if (!fs::create_directory(target, ec) || ec) {
+    return make_error(Errc::io_error, "cannot create backup directory '" + dir + "': " + ec.message());
+  }
+  auto remove = [&] {
+    std::error_code ignored;
+    fs::remove_all(target, ignored);
+  };
+  BackupResult out;
+  out.dir = dir;
+  out.created_ms = wall_clock_ms();
+  auto copied = store_->backup((target / "store").string());
+  if (!copied.ok()) {
+    remove();
+    return copied.error();
+  }
+  out.store = std::move(copied).value();
+  // Says what the directory is, for the admin who finds it later.
+  const std::string description =
+      "{\"domain\":\"" + config_.domain + "\",\"node\":\"" + config_.node +
+      "\",\"created_at_ms\":" + std::to_string(out.created_ms) +
+      ",\"rocksdb_sequence\":" + std::to_string(out.store.sequence) + ",\"store\":\"store\"}\n";
+  {
+    std::FILE* f = std::fopen((target / "backup.json").c_str(), "wx");
+    const bool written = f != nullptr && std::fwrite(description.data(), 1, description.size(), f) == description.size() &&
+                         std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+    if (f != nullptr) std::fclose(f);
+    if (!written) {
+      remove();
+      return make_error(Errc::io_error, "cannot write " + (target / "backup.json").string());
+    }
+  }
+  return out;
 }
 
 void NodeImpl::enforce_retention() {

@@ -4,12 +4,16 @@
 
 #include "store/store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
@@ -95,6 +99,36 @@ std::string prefix_end(std::string_view prefix) {
     end.pop_back();
   }
   return end;
+}
+
+// When RocksDB could not take the store's lock file: who holds it. RocksDB
+// locks `LOCK` with a POSIX record lock (fcntl F_SETLK), so F_GETLK names
+// the process holding it; a lock held by this very process is invisible to
+// F_GETLK, and RocksDB says so itself ("lock hold by current process").
+// nullopt when the failure is not about the lock.
+std::optional<Error> lock_error(const rocksdb::Status& s, const std::string& path) {
+  if (!s.IsIOError()) return std::nullopt;
+  // RocksDB's two messages (env/fs_posix.cc, LockFile).
+  const std::string text = s.ToString();
+  const bool by_us = text.find("lock hold by current process") != std::string::npos;
+  if (!by_us && text.find("While lock file") == std::string::npos) return std::nullopt;
+  const std::string lock_file = (std::filesystem::path(path) / "LOCK").string();
+  if (by_us) {
+    return make_error(Errc::unavailable, "store '" + path + "' is open already in this process, which holds its lock file '" +
+                                             lock_file + "'");
+  }
+  std::string holder = "another process";
+  if (const int fd = ::open(lock_file.c_str(), O_RDWR | O_CLOEXEC); fd >= 0) {
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    if (::fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != F_UNLCK && probe.l_pid > 0) {
+      holder += " (pid " + std::to_string(probe.l_pid) + ")";
+    }
+    ::close(fd);
+  }
+  return make_error(Errc::unavailable, "store '" + path + "' is in use by " + holder + ", which holds its lock file '" +
+                                           lock_file + "' (RocksDB: " + text + ")");
 }
 
 }  // namespace
@@ -301,7 +335,10 @@ Result<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   const rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, descriptors, &handles, &raw);
-  if (!s.ok()) return to_error(s, "cannot open store at '" + options.path + "'");
+  if (!s.ok()) {
+    if (auto locked = lock_error(s, options.path)) return *locked;
+    return to_error(s, "cannot open store at '" + options.path + "'");
+  }
 
   auto impl = std::make_unique<Impl>();
   impl->path = options.path;
@@ -453,6 +490,39 @@ Result<std::optional<std::pair<std::string, std::string>>> Store::seek_for_prev(
   const std::string_view found = view(it->key());
   if (found.substr(0, prefix.size()) != prefix) return Found();
   return Found(std::in_place, std::string(found), std::string(view(it->value())));
+}
+
+Result<BackupInfo> Store::backup(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  const fs::path target(dir);
+  if (dir.empty() || !target.is_absolute()) {
+    return make_error(Errc::invalid_argument, "a backup directory must be an absolute path, not '" + dir + "'");
+  }
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    return make_error(Errc::already_exists, "backup directory '" + dir + "' exists already; name a new one");
+  }
+  const fs::path parent = target.parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    return make_error(Errc::not_found, "the parent of backup directory '" + dir + "' ('" + parent.string() +
+                                           "') is not a directory");
+  }
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(impl_->db.get(), &raw);
+  if (!s.ok()) return impl_->error(s, "backup to '" + dir + "'", std::nullopt);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  BackupInfo info;
+  info.path = dir;
+  // log_size_for_flush 0: every memtable is flushed first, so the copy's
+  // table files hold every write and its WAL only what came during the call.
+  s = checkpoint->CreateCheckpoint(dir, 0, &info.sequence);
+  if (!s.ok()) return impl_->error(s, "backup to '" + dir + "'", std::nullopt);
+  for (const auto& entry : fs::recursive_directory_iterator(target, ec)) {
+    std::error_code size_ec;
+    const auto size = entry.is_regular_file(size_ec) ? entry.file_size(size_ec) : 0;
+    if (!size_ec) info.bytes += size;
+  }
+  return info;
 }
 
 uint64_t Store::approximate_size(Cf cf, std::string_view begin, std::string_view end) const {

@@ -61,6 +61,13 @@ class WriteBatch final {
   std::unique_ptr<Impl> impl_;
 };
 
+// What Store::backup wrote.
+struct BackupInfo {
+  std::string path;       // the new directory
+  uint64_t sequence = 0;  // a RocksDB sequence number the copy contains (every write up to it)
+  uint64_t bytes = 0;     // the size of the files in the copy
+};
+
 struct StoreStats {
   uint64_t live_bytes = 0;   // approximate on-disk size of all families
   uint64_t wal_syncs = 0;    // fsyncs of the write-ahead log since open
@@ -70,7 +77,11 @@ struct StoreStats {
 class Store final {
  public:
   // Opens (creating when missing) the database at options.path with all
-  // column families. Errors: io_error (with RocksDB's message), corrupt.
+  // column families. Errors: io_error (with RocksDB's message), corrupt;
+  // unavailable when another process (or this one) has the store open:
+  // the message names the lock file and, when it can tell, the process
+  // that holds it ("store '/d/store' is in use by another process (pid
+  // 4242), which holds its lock file '/d/store/LOCK'").
   static Result<std::unique_ptr<Store>> open(const StoreOptions& options);
   ~Store();
   Store(const Store&) = delete;
@@ -91,6 +102,18 @@ class Store final {
   // contains sequence number N" lookups). nullopt when there is none.
   Result<std::optional<std::pair<std::string, std::string>>> seek_for_prev(
       Cf cf, std::string_view prefix, std::string_view key) const;
+
+  // A consistent copy of the whole store, every column family at one point
+  // in its history (a RocksDB checkpoint), written while the store is in
+  // use: everything written before the call is in it. `dir` must be an
+  // absolute path that does not exist; its parent must. Store::open opens
+  // the copy like any store. Table files are hard links when `dir` is on
+  // the same filesystem (the copy then costs little space until the store
+  // compacts them away), copies otherwise. Blocks for a memtable flush and
+  // the copying: call it off latency-sensitive threads. Errors:
+  // invalid_argument (a relative path), already_exists, not_found (no
+  // parent), io_error.
+  Result<BackupInfo> backup(const std::string& dir) const;
 
   // Approximate bytes on disk + in memtables of keys in [begin, end).
   uint64_t approximate_size(Cf cf, std::string_view begin, std::string_view end) const;

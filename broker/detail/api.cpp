@@ -233,6 +233,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"DELETE", "/v1/queries/{name}", false},
       {"GET", "/v1/checkpoints", false},
       {"POST", "/v1/checkpoints", false},
+      {"POST", "/v1/admin/backup", false},
       {"GET", "/v1/peers", false},
       {"GET", "/v1/imports", false},
       {"POST", "/v1/imports", false},
@@ -267,6 +268,7 @@ std::string match_route(std::string_view path, std::string& param) {
     if (seg[1] == "contracts") return "/v1/contracts";
     return "";
   }
+  if (seg.size() == 3 && seg[1] == "admin" && seg[2] == "backup") return "/v1/admin/backup";
   if (seg[1] == "contracts" && (seg.size() == 3 || seg.size() == 4)) {
     param = percent_decode(seg[2]);
     if (seg.size() == 3) return "/v1/contracts/{id}";
@@ -690,6 +692,36 @@ void NodeImpl::handle(Request&& req, Respond respond) {
       j.end_array().end_object();
       if (!failures.empty()) answer(Response::problem(500, "Checkpoint Failed", failures));
       else answer(Response::json(200, j.take()));
+    });
+    return;
+  }
+  if (route == "/v1/admin/backup") {
+    if (!need(Role::admin) || !want_json_body()) return;
+    rapidjson::Document doc;
+    doc.Parse(req.body.data(), req.body.size());
+    if (doc.HasParseError() || !doc.IsObject() || doc.MemberCount() != 1 || !doc.HasMember("dir") ||
+        !doc["dir"].IsString()) {
+      answer(Response::problem(400, "Bad Request",
+                               "the body must be {\"dir\": \"/absolute/path/of/a/new/directory\"}"));
+      return;
+    }
+    const std::string dir(doc["dir"].GetString(), doc["dir"].GetStringLength());
+    if (dir.size() > 4096 || dir.find('\0') != std::string::npos) {
+      answer(Response::problem(400, "Bad Request", "$.dir is not a path (longer than 4096 bytes, or a NUL)"));
+      return;
+    }
+    backup(dir, [answer](Result<BackupResult> r) {
+      if (!r.ok()) {
+        // A directory that cannot be made is the request's fault, not the node's.
+        answer(r.error().code == Errc::not_found ? Response::problem(400, "Bad Request", r.error().message)
+                                                 : problem_for(r.error()));
+        return;
+      }
+      JsonOut j;
+      j.begin_object().key("dir").str(r->dir).key("store").str(r->store.path);
+      j.key("rocksdb_sequence").u64(r->store.sequence).key("bytes").u64(r->store.bytes);
+      j.key("created_at").str(rfc3339(r->created_ms)).end_object();
+      answer(Response::json(201, j.take()));
     });
     return;
   }

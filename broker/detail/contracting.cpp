@@ -17,6 +17,9 @@ using contracts::State;
 using contracts::Version;
 
 constexpr size_t kMaxSyncEntries = 100000;
+constexpr std::chrono::seconds kRefusalLogWindow{10};
+// meta: offers in this domain's name that came back from the peer.
+constexpr std::string_view kReturnedPrefix = "contract_returned/";
 
 int64_t unix_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -24,11 +27,19 @@ int64_t unix_now_ms() {
       .count();
 }
 
-std::string version_message(const std::string& id, const Version& v) {
+// `held`: the sender's latest version of the contract.
+std::string version_message(const std::string& id, const Version& v, uint64_t held) {
   JsonOut j;
   j.begin_object().key("type").str("contract.version").key("id").str(id);
-  j.key("version").raw(contracts::version_to_json(v)).end_object();
+  j.key("version").raw(contracts::version_to_json(v)).key("held").u64(held).end_object();
   return j.take();
+}
+
+std::string returned_key(std::string_view id, uint64_t number) {
+  std::string key(kReturnedPrefix);
+  key.append(id).push_back('/');
+  store::put_key_u64(key, number);
+  return key;
 }
 
 }  // namespace
@@ -43,15 +54,16 @@ Result<std::unique_ptr<Contracting>> Contracting::open(store::Store& store, cert
                                                        std::vector<std::string> peer_domains,
                                                        Registry& metrics, Hooks hooks) {
   ENTENTE_ASSIGN_OR_RETURN(auto ledger, contracts::Ledger::open(store));
-  return std::unique_ptr<Contracting>(new Contracting(std::move(ledger), std::move(signer),
+  return std::unique_ptr<Contracting>(new Contracting(store, std::move(ledger), std::move(signer),
                                                       std::move(trust), std::move(peer_domains),
                                                       metrics, std::move(hooks)));
 }
 
-Contracting::Contracting(std::unique_ptr<contracts::Ledger> ledger, certs::Signer signer,
-                         std::shared_ptr<const certs::TrustStore> trust,
+Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger> ledger,
+                         certs::Signer signer, std::shared_ptr<const certs::TrustStore> trust,
                          std::vector<std::string> peer_domains, Registry& metrics, Hooks hooks)
-    : ledger_(std::move(ledger)),
+    : store_(store),
+      ledger_(std::move(ledger)),
       signer_(std::move(signer)),
       trust_(std::move(trust)),
       self_(signer_.identity().domain),
@@ -168,6 +180,12 @@ void Contracting::flush_usage() {
   if (Status s = ledger_->flush_usage(); !s.ok() && hooks_.log) {
     hooks_.log("contracts: writing usage failed: " + s.error().message);
   }
+  std::string summary;
+  {
+    std::lock_guard lock(sync_mu_);
+    summary = take_refusal_summary(std::chrono::steady_clock::now());
+  }
+  if (!summary.empty() && hooks_.log) hooks_.log(summary);
 }
 
 // ---------------------------------------------------------------------------
@@ -175,7 +193,17 @@ void Contracting::flush_usage() {
 
 bool Contracting::send_version(const std::string& domain, const std::string& id, const Version& v) {
   if (!hooks_.send_to_domain) return false;
-  return hooks_.send_to_domain(domain, version_message(id, v));
+  const bool sent = hooks_.send_to_domain(domain, version_message(id, v, v.number));
+  if (sent) count_message("version", "sent");
+  return sent;
+}
+
+void Contracting::count_message(const char* type, const char* direction) {
+  metrics_
+      .counter("entente_contract_messages_total",
+               "Contract CONTROL messages sent to and received from peer domains, by type",
+               {{"type", type}, {"direction", direction}})
+      .inc();
 }
 
 void Contracting::send_sync(const certs::Identity& peer) {
@@ -185,12 +213,33 @@ void Contracting::send_sync(const certs::Identity& peer) {
   j.begin_object().key("type").str("contract.sync").key("have").begin_object();
   for (const Contract& c : ledger_->list(f, unix_now_ms())) j.key(c.id).u64(c.current().number);
   j.end_object().end_object();
-  if (hooks_.send_to_peer) (void)hooks_.send_to_peer(peer, j.take());
+  if (hooks_.send_to_peer && hooks_.send_to_peer(peer, j.take())) count_message("sync", "sent");
 }
 
 void Contracting::on_link_up(const certs::Identity& peer) {
   if (!is_peer_domain(peer.domain)) return;
+  {
+    // A new link starts a new exchange: what was asked or refused on the
+    // last one may go through now.
+    std::lock_guard lock(sync_mu_);
+    peers_[peer.domain] = PeerSync{};
+  }
   send_sync(peer);
+}
+
+std::string Contracting::take_refusal_summary(std::chrono::steady_clock::time_point now) {
+  if (now - refusal_window_ < kRefusalLogWindow) return {};
+  std::string summary;
+  if (refusals_unlogged_ > 0) {
+    summary = "contracts: " + std::to_string(refusals_unlogged_) +
+              " more refused contract messages were not logged in the last " +
+              std::to_string(kRefusalLogWindow.count()) +
+              " s (entente_contract_refusals_total counts every one)";
+  }
+  refusal_window_ = now;
+  refusal_lines_ = 0;
+  refusals_unlogged_ = 0;
+  return summary;
 }
 
 void Contracting::refused(const certs::Identity& peer, const std::string& reason,
@@ -200,7 +249,22 @@ void Contracting::refused(const certs::Identity& peer, const std::string& reason
                "Contract messages from a peer domain that were refused, by reason",
                {{"reason", label}})
       .inc();
-  if (hooks_.log) hooks_.log("contracts: refused a message from " + peer.uri() + ": " + reason);
+  if (!hooks_.log) return;
+  // A peer that keeps sending what this node refuses must not fill the log.
+  std::string summary;
+  bool log_this = false;
+  {
+    std::lock_guard lock(sync_mu_);
+    summary = take_refusal_summary(std::chrono::steady_clock::now());
+    log_this = refusal_lines_ < kRefusalLogBurst;
+    if (log_this) {
+      ++refusal_lines_;
+    } else {
+      ++refusals_unlogged_;
+    }
+  }
+  if (!summary.empty()) hooks_.log(summary);
+  if (log_this) hooks_.log("contracts: refused a message from " + peer.uri() + ": " + reason);
 }
 
 void Contracting::on_control(const certs::Identity& peer, std::string_view message) {
@@ -229,8 +293,16 @@ void Contracting::on_control(const certs::Identity& peer, std::string_view messa
       refused(peer, "contract.version without 'id' and 'version'", "malformed");
       return;
     }
+    uint64_t held = 0;  // absent: the sender did not say (an older node)
+    if (auto it = doc.FindMember("held"); it != doc.MemberEnd()) {
+      if (!it->value.IsUint64()) {
+        refused(peer, "contract.version with a 'held' that is not an unsigned integer", "malformed");
+        return;
+      }
+      held = it->value.GetUint64();
+    }
     on_version(peer, std::string(doc["id"].GetString(), doc["id"].GetStringLength()),
-               doc["version"]);
+               doc["version"], held);
     return;
   }
   refused(peer, "unknown message type '" + std::string(type.substr(0, 64)) + "'", "unknown_type");
@@ -242,20 +314,88 @@ void Contracting::on_sync(const certs::Identity& peer, const rapidjson::Value& h
             "limit");
     return;
   }
+  count_message("sync", "received");
   contracts::ContractFilter f;
   f.peer = peer.domain;
-  for (const Contract& c : ledger_->list(f, unix_now_ms())) {
-    uint64_t theirs = 0;
-    auto it = have.FindMember(c.id.c_str());
-    if (it != have.MemberEnd() && it->value.IsUint64()) theirs = it->value.GetUint64();
-    for (uint64_t n = theirs + 1; n <= c.current().number; ++n) {
-      if (!hooks_.send_to_peer(peer, version_message(c.id, c.history[n - 1]))) return;
+  const std::vector<Contract> mine = ledger_->list(f, unix_now_ms());
+  std::map<std::string_view, uint64_t> ours;
+  for (const Contract& c : mine) ours[c.id] = c.current().number;
+  // One lookup per contract, not a scan of `have` per contract.
+  std::map<std::string_view, uint64_t> theirs;
+  for (auto it = have.MemberBegin(); it != have.MemberEnd(); ++it) {
+    if (it->value.IsUint64()) theirs[{it->name.GetString(), it->name.GetStringLength()}] = it->value.GetUint64();
+  }
+  auto theirs_of = [&](const std::string& id) -> uint64_t {
+    auto it = theirs.find(id);
+    return it == theirs.end() ? 0 : it->second;
+  };
+  // What to send, and which contracts the peer caught up with.
+  std::vector<const Contract*> behind;
+  std::vector<const Contract*> caught_up;
+  {
+    std::lock_guard lock(sync_mu_);
+    PeerSync& ps = peers_[peer.domain];
+    // The contracts the peer holds more of than this node (lost ones too):
+    // it sends them when it gets this node's sync.
+    ps.catching_up.clear();
+    ps.caught_any = false;
+    for (const auto& [id, number] : theirs) {
+      if (!contracts::valid_contract_id(id)) continue;
+      auto held = ours.find(id);
+      if (number > (held == ours.end() ? 0 : held->second)) ps.catching_up.emplace(id);
     }
+    for (const Contract& c : mine) {
+      if (theirs_of(c.id) < c.current().number) {
+        behind.push_back(&c);
+        ps.sent_behind.insert(c.id);
+      } else if (ps.sent_behind.erase(c.id) > 0) {
+        caught_up.push_back(&c);
+      }
+    }
+  }
+  for (const Contract* c : behind) {
+    const uint64_t current = c->current().number;
+    for (uint64_t n = theirs_of(c->id) + 1; n <= current; ++n) {
+      if (!hooks_.send_to_peer(peer, version_message(c->id, c->history[n - 1], current))) return;
+      count_message("version", "sent");
+    }
+  }
+  // The peer now holds what it was sent (it had lost it: a restore).
+  for (const Contract* c : caught_up) {
+    if (hooks_.log) {
+      hooks_.log("contracts: " + peer.domain + " now holds version " + std::to_string(c->current().number) +
+                 " of " + c->id + ", as this node does");
+    }
+    if (hooks_.changed) hooks_.changed(*c);
   }
 }
 
+void Contracting::ask_for_gap(const certs::Identity& peer, const std::string& id, uint64_t current) {
+  {
+    std::lock_guard lock(sync_mu_);
+    auto& stuck = peers_[peer.domain].stuck_at;
+    // Ids of contracts this node does not hold come from the peer: bound
+    // what they may cost (forgetting only allows one more ask each).
+    if (stuck.size() >= kMaxSyncEntries) stuck.clear();
+    auto [it, fresh] = stuck.try_emplace(id, current);
+    // Asking again at the same number brings the same versions, and the
+    // same refusal: the loop a restored data directory used to start.
+    if (!fresh && it->second == current) return;
+    it->second = current;
+  }
+  send_sync(peer);
+}
+
+bool Contracting::returned_offer(const std::string& id, const Version& v) const {
+  auto mark = store_.get(store::Cf::meta, returned_key(id, v.number));
+  // When the mark cannot be read, assume the worst: no countersignature.
+  if (!mark.ok()) return true;
+  return mark->has_value() && **mark == contracts::version_to_json(v);
+}
+
 void Contracting::on_version(const certs::Identity& peer, const std::string& id,
-                             const rapidjson::Value& json) {
+                             const rapidjson::Value& json, uint64_t held) {
+  count_message("version", "received");
   auto v = contracts::version_from_json(json, "$.version");
   if (!v.ok()) {
     refused(peer, "contract " + id.substr(0, 64) + ": " + v.error().message, "malformed");
@@ -273,29 +413,56 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
             "not_a_party");
     return;
   }
+  held = std::max(held, v->number);
   // Already held (a resend after a sync), or a gap to be filled first.
-  if (auto held = ledger_->get(id); held.ok()) {
-    const uint64_t current = held->current().number;
-    if (v->number <= current) {
-      if (!(held->history[v->number - 1] == *v)) {
-        refused(peer, "contract " + id + " version " + std::to_string(v->number) +
-                          " differs from the version this domain holds",
-                "diverged");
-      }
-      return;
+  auto existing = ledger_->get(id);
+  const uint64_t current = existing.ok() ? existing->current().number : 0;
+  if (v->number <= current) {
+    if (!(existing->history[v->number - 1] == *v)) {
+      refused(peer, "contract " + id + " version " + std::to_string(v->number) +
+                        " differs from the version this domain holds",
+              "diverged");
     }
-    if (v->number > current + 1) {
-      send_sync(peer);
-      return;
-    }
-  } else if (v->number > 1) {
-    send_sync(peer);
     return;
   }
-  auto recorded = ledger_->apply(id, *v, peer.domain, *trust_);
+  if (v->number > current + 1) {
+    ask_for_gap(peer, id, current);
+    return;
+  }
+  // A version in this domain's name that the peer holds and this node does
+  // not: this node lost it (its data directory was restored from an older
+  // copy). It passes the checks of a local change, signatures included.
+  const bool returned = v->by == self_;
+  bool marked = false;
+  if (returned && (v->state == State::proposed || v->state == State::countered)) {
+    // Marked before it is recorded: a crash in between leaves a mark
+    // without the version, never the version without its mark.
+    Status m = store_.put(store::Cf::meta, returned_key(id, v->number), contracts::version_to_json(*v),
+                          store::Durability::synced);
+    if (!m.ok()) {
+      if (hooks_.log) hooks_.log("contracts: cannot record version " + std::to_string(v->number) + " of " + id +
+                                 " from " + peer.domain + ": " + m.error().message);
+      return;
+    }
+    marked = true;
+  }
+  auto recorded = ledger_->apply(id, *v, returned ? self_ : peer.domain, *trust_);
   if (!recorded.ok()) {
+    if (marked) (void)store_.erase(store::Cf::meta, returned_key(id, v->number), store::Durability::synced);
+    {
+      // Asking for this version again would only bring it back.
+      std::lock_guard lock(sync_mu_);
+      PeerSync& ps = peers_[peer.domain];
+      if (ps.stuck_at.size() >= kMaxSyncEntries) ps.stuck_at.clear();
+      ps.stuck_at[id] = current;
+      ps.catching_up.erase(id);
+    }
     const Errc code = recorded.error().code;
-    refused(peer, recorded.error().message,
+    refused(peer,
+            (returned ? "contract " + id + " version " + std::to_string(v->number) + " in the name of " + self_ +
+                            ": "
+                      : std::string()) +
+                recorded.error().message,
             code == Errc::permission_denied ? "not_permitted"
             : code == Errc::conflict        ? "conflict"
                                             : "invalid");
@@ -303,17 +470,45 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
   }
   metrics_
       .counter("entente_contract_versions_total", "Contract versions recorded, by who made them",
-               {{"by", "peer"}})
+               {{"by", returned ? "self_returned" : "peer"}})
       .inc();
   if (hooks_.log) {
-    hooks_.log("contracts: " + peer.domain + " made version " + std::to_string(v->number) +
-               " of " + id + " (" + std::string(contracts::state_name(v->state)) + ")");
+    hooks_.log(returned ? "contracts: got back version " + std::to_string(v->number) + " of " + id + " (" +
+                              std::string(contracts::state_name(v->state)) + " by " + self_ + ") from " +
+                              peer.domain + ", which this node had lost (a restored data directory?)"
+                        : "contracts: " + peer.domain + " made version " + std::to_string(v->number) +
+                              " of " + id + " (" + std::string(contracts::state_name(v->state)) + ")");
   }
   if (hooks_.changed) hooks_.changed(*recorded);
+  bool sync_now = false;
+  if (held == v->number) {
+    std::lock_guard lock(sync_mu_);
+    PeerSync& ps = peers_[peer.domain];
+    ps.stuck_at.erase(id);
+    if (ps.catching_up.erase(id) > 0) {
+      ps.caught_any = true;
+      sync_now = ps.catching_up.empty();
+    }
+  }
+  // Caught up with everything the peer showed: it learns so from a sync.
+  if (sync_now) send_sync(peer);
   // The peer accepted this domain's offer: countersign it, since these are
   // the terms this domain offered.
   if (v->state == State::accepted && v->offer >= 1 && v->offer <= recorded->history.size() &&
       recorded->history[v->offer - 1].by == self_) {
+    // The peer holds later versions: after a restore, this domain's own
+    // countersignature is among them, and comes next.
+    if (held > v->number) return;
+    const Version& offer = recorded->history[v->offer - 1];
+    if (returned_offer(id, offer)) {
+      if (hooks_.log) {
+        hooks_.log("contracts: " + peer.domain + " accepted version " + std::to_string(v->offer) + " of " + id +
+                   ", an offer in this domain's name that this node got back from " + peer.domain +
+                   " and cannot tell it made; it does not countersign it (revoke the contract and propose "
+                   "again if these are the terms to agree)");
+      }
+      return;
+    }
     auto signed_version = contracts::countersign(*recorded, signer_, v->number, unix_now_ms());
     if (!signed_version.ok()) {
       if (hooks_.log) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -86,6 +87,21 @@ class NodeImpl final : public http::Handler {
   // Checkpoints every query now; `done` gets them all (on some thread).
   void checkpoint_all(std::function<void(std::vector<Result<CheckpointInfo>>)> done);
 
+  // Backs the node up into the new directory `dir` (absolute; its parent
+  // exists): a consistent copy of the whole store (a RocksDB checkpoint)
+  // in `dir`/store and a description in `dir`/backup.json, so that `dir`
+  // serves as a data_dir. Everything acknowledged before the call is in
+  // it. Runs on the maintenance thread, one backup at a time; `done` gets
+  // the result there. Errors: invalid_argument, already_exists, not_found
+  // (no parent), unavailable (a backup is running, or the node stops),
+  // io_error.
+  struct BackupResult {
+    std::string dir;
+    store::BackupInfo store;
+    int64_t created_ms = 0;
+  };
+  void backup(std::string dir, std::function<void(Result<BackupResult>)> done);
+
   // Ingest: parses, appends, and answers through `respond`. Also used by
   // the WebSocket publisher with `on_done` instead of an HTTP response.
   struct IngestOk {
@@ -110,6 +126,7 @@ class NodeImpl final : public http::Handler {
   void maintenance_loop();
   void enforce_retention();
   void register_collectors();
+  Result<BackupResult> write_backup(const std::string& dir);
 
   NodeConfig config_;  // tokens: REQUIRES tokens_mu_ (a reload replaces them)
   mutable std::mutex tokens_mu_;
@@ -128,6 +145,13 @@ class NodeImpl final : public http::Handler {
   std::mutex maint_mu_;
   std::condition_variable maint_cv_;
   bool stopping_ = false;  // REQUIRES: maint_mu_
+  // The backup asked for and not started yet, and whether one runs.
+  struct BackupJob {
+    std::string dir;
+    std::function<void(Result<BackupResult>)> done;
+  };
+  std::optional<BackupJob> backup_job_;  // REQUIRES: maint_mu_
+  bool backup_running_ = false;          // REQUIRES: maint_mu_
   std::thread maint_thread_;
   std::atomic<bool> stopped_{false};
   int64_t started_ms_ = 0;

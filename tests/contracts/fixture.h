@@ -138,8 +138,28 @@ class Node {
   Ledger& ledger() { return *ledger_; }
   store::Store& store() { return *store_; }
 
+  // A copy of the store as it is now (Store::backup), for restore().
+  std::string backup() {
+    const std::string copy = dir_ + "/copy-" + std::to_string(++copies_);
+    auto b = store_->backup(copy);
+    EXPECT_TRUE(b.ok()) << b.error().message;
+    return copy;
+  }
+  // Closes the ledger and the store, puts `copy` in the store's place and
+  // opens it again: a data directory restored from an older copy.
+  void restore(const std::string& copy) {
+    ledger_.reset();
+    store_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_ + "/db", ec);
+    fs::copy(copy, dir_ + "/db", fs::copy_options::recursive, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    reopen();
+  }
+
  private:
   std::string dir_;
+  int copies_ = 0;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Ledger> ledger_;
 };

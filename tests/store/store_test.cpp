@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -367,15 +370,100 @@ TEST_F(StoreTest, OpenOnARegularFileIsAnIoErrorNamingThePath) {
   EXPECT_EQ(s.error().code, Errc::invalid_argument);
 }
 
-TEST_F(StoreTest, SecondOpenOfAnOpenStoreFailsWithRocksDbMessage) {
+TEST_F(StoreTest, SecondOpenOfAnOpenStoreSaysItIsInUseAndNamesTheLockFile) {
   open();
   auto second = Store::open(options());
   ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.error().code, Errc::io_error);
-  EXPECT_NE(second.error().message.find("cannot open store at '" + options().path + "'"),
+  EXPECT_EQ(second.error().code, Errc::unavailable);
+  EXPECT_NE(second.error().message.find("store '" + options().path + "' is open already in this process"),
             std::string::npos)
       << second.error().message;
-  EXPECT_NE(second.error().message.find("lock"), std::string::npos) << second.error().message;
+  EXPECT_NE(second.error().message.find("'" + options().path + "/LOCK'"), std::string::npos)
+      << second.error().message;
+}
+
+// Another process holds the lock file the way RocksDB does (a POSIX write
+// lock on LOCK): the error names that process and the file. The child of
+// this multi-threaded test makes raw system calls only (no allocation, no
+// sanitizer interceptor), then blocks reading a pipe until it is killed.
+TEST_F(StoreTest, AStoreLockedByAnotherProcessNamesItsPidAndTheLockFile) {
+  open();
+  store_.reset();
+  const std::string lock_file = options().path + "/LOCK";
+  int ready[2], hold[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const long fd = syscall(SYS_openat, AT_FDCWD, lock_file.c_str(), O_RDWR);
+    const char ok = fd >= 0 && syscall(SYS_fcntl, fd, F_SETLK, &l) == 0 ? 'y' : 'n';
+    (void)syscall(SYS_write, ready[1], &ok, 1);
+    char byte;
+    (void)syscall(SYS_read, hold[0], &byte, 1);
+    syscall(SYS_exit_group, 0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  char ok = 'n';
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  close(ready[0]);
+  auto locked = Store::open(options());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(hold[1]);
+  ASSERT_EQ(ok, 'y');
+  ASSERT_FALSE(locked.ok());
+  EXPECT_EQ(locked.error().code, Errc::unavailable);
+  const std::string& m = locked.error().message;
+  EXPECT_NE(m.find("is in use by another process (pid " + std::to_string(child) + ")"), std::string::npos) << m;
+  EXPECT_NE(m.find("'" + lock_file + "'"), std::string::npos) << m;
+  // Once that process is gone, the store opens.
+  auto reopened = Store::open(options());
+  EXPECT_TRUE(reopened.ok()) << reopened.error().message;
+}
+
+TEST_F(StoreTest, BackupOfAStoreInUseHoldsEverythingWrittenBeforeIt) {
+  Store& store = open();
+  // Buffered writes: still in the memtable and the WAL, not in table files.
+  ASSERT_TRUE(store.put(Cf::catalog, "stream/bids", "schema", Durability::buffered).ok());
+  WriteBatch b;
+  b.put(Cf::log, "bids/1", "tuples");
+  b.put(Cf::contracts, "v/c-1/1", "proposed");
+  ASSERT_TRUE(store.write(b, Durability::buffered).ok());
+  const std::string copy_dir = dir_ + "/copy";
+  auto info = store.backup(copy_dir);
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(info->path, copy_dir);
+  EXPECT_GT(info->sequence, 0u);
+  EXPECT_GT(info->bytes, 0u);
+  ASSERT_TRUE(store.put(Cf::meta, "after", "x", Durability::synced).ok());
+
+  // The copy opens beside the store, which stays in use.
+  StoreOptions o = options();
+  o.path = copy_dir;
+  auto copy = Store::open(o);
+  ASSERT_TRUE(copy.ok()) << copy.error().message;
+  EXPECT_EQ((*copy)->get(Cf::catalog, "stream/bids").value(), "schema");
+  EXPECT_EQ((*copy)->get(Cf::log, "bids/1").value(), "tuples");
+  EXPECT_EQ((*copy)->get(Cf::contracts, "v/c-1/1").value(), "proposed");
+  EXPECT_EQ((*copy)->get(Cf::meta, "after").value(), std::nullopt);
+  EXPECT_EQ(get(Cf::meta, "after"), "x");
+
+  // Where it may not write.
+  auto again = store.backup(copy_dir);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, Errc::already_exists);
+  auto relative = store.backup("copy2");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_EQ(relative.error().code, Errc::invalid_argument);
+  auto orphan = store.backup(dir_ + "/missing/copy");
+  ASSERT_FALSE(orphan.ok());
+  EXPECT_EQ(orphan.error().code, Errc::not_found);
+  EXPECT_NE(orphan.error().message.find(dir_ + "/missing"), std::string::npos) << orphan.error().message;
 }
 
 TEST_F(StoreTest, DamagedManifestPointerIsCorrupt) {
