@@ -64,6 +64,8 @@ TEST(Restore, AnOldDataDirGetsBackTheContractVersionsItLostAndTheLinkStaysQuiet)
   FedNode& beta = *d.beta;
   constexpr uint64_t kN = 500;
   ASSERT_NO_FATAL_FAILURE(publish(acme, "bids", 0, kN));
+  // The second contract's stream (terms are checked against acme's catalog).
+  ASSERT_NO_FATAL_FAILURE(create_stream(acme, "asks"));
 
   // The old copy: acme stopped cleanly, its data directory copied aside.
   const std::string data = acme.process().data_dir() + "/data";
