@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/broker/http_test_support.h"
+#include "tests/support/raw_tcp.h"
 
 namespace entente::broker::http {
 namespace {
@@ -233,6 +234,116 @@ TEST(HttpServer, GarbageIs400AndTheServerKeepsServing) {
   auto ok = fresh->request("GET", "/hello");
   ASSERT_TRUE(ok.ok()) << ok.error().message;
   EXPECT_EQ(ok->status, 200u);
+}
+
+// RFC 9112 §6.1: a request whose body length the server cannot determine
+// from Transfer-Encoding is refused (400: chunked is not the final coding;
+// 501: a coding the server does not implement) and the connection closed,
+// so a request hidden in the body is never read as the next request.
+TEST(HttpServer, UnsupportedTransferEncodingIsRefusedAndTheBodyIsNeverRead) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  const std::string hidden = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::pair<std::string, unsigned> cases[] = {
+      {"gzip", 400}, {"xchunked", 400}, {"chunked, identity", 400}, {"gzip, chunked", 501},
+      {"chunked, chunked", 400}, {"", 400}};
+  for (const auto& [coding, status] : cases) {
+    SCOPED_TRACE("Transfer-Encoding: " + coding);
+    auto x = entente::testing::raw_exchange(
+        server->port(),
+        "POST /inspect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + coding + "\r\n\r\n" + hidden);
+    ASSERT_TRUE(x.connected);
+    EXPECT_TRUE(x.closed) << x.received;
+    EXPECT_EQ(entente::testing::count_responses(x.received), 1) << x.received;
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 " + std::to_string(status) + " ", 0), 0u) << x.received;
+    EXPECT_NE(x.received.find("Content-Type: application/problem+json"), std::string::npos)
+        << x.received;
+    EXPECT_NE(x.received.find("Connection: close"), std::string::npos) << x.received;
+  }
+  EXPECT_EQ(handler.requests.load(), 0);
+  // The same coding split over two field lines is one list: gzip, chunked.
+  auto split = entente::testing::raw_exchange(
+      server->port(),
+      "POST /inspect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + hidden);
+  EXPECT_EQ(split.received.rfind("HTTP/1.1 501 ", 0), 0u) << split.received;
+  EXPECT_EQ(entente::testing::count_responses(split.received), 1) << split.received;
+  EXPECT_EQ(handler.requests.load(), 0);
+  EXPECT_EQ(server->stats().bad_requests, 7u);
+}
+
+// A message with both Transfer-Encoding and Content-Length is refused with
+// 400 and the connection closed, whichever comes first and whatever the coding.
+TEST(HttpServer, TransferEncodingWithContentLengthIs400AndCloses) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  const std::string hidden = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string heads[] = {
+      "Content-Length: 5\r\nTransfer-Encoding: gzip\r\n",
+      "Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
+      "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+      "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+  };
+  for (const auto& head : heads) {
+    SCOPED_TRACE(head);
+    auto x = entente::testing::raw_exchange(
+        server->port(), "POST /inspect HTTP/1.1\r\nHost: x\r\n" + head + "\r\n0\r\n\r\n" + hidden);
+    ASSERT_TRUE(x.connected);
+    EXPECT_TRUE(x.closed) << x.received;
+    EXPECT_EQ(entente::testing::count_responses(x.received), 1) << x.received;
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 400 ", 0), 0u) << x.received;
+    EXPECT_NE(x.received.find("Content-Type: application/problem+json"), std::string::npos)
+        << x.received;
+  }
+  // HTTP/1.0 has no Transfer-Encoding: its framing is faulty (RFC 9112 §6.1).
+  auto old = entente::testing::raw_exchange(
+      server->port(), "POST /inspect HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + hidden);
+  EXPECT_TRUE(old.closed);
+  EXPECT_EQ(old.received.rfind("HTTP/1.0 400 ", 0), 0u) << old.received;
+  EXPECT_EQ(entente::testing::count_responses(old.received), 1) << old.received;
+  EXPECT_EQ(handler.requests.load(), 0);
+}
+
+TEST(HttpServer, ChunkedBodiesAreStillRead) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->raw(
+      "POST /inspect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
+      "2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "POST|/inspect|||-|abcd|local");
+  auto again = client->request("GET", "/hello");  // still in step
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->status, 200u);
+}
+
+// RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two,
+// is refused with 400. HTTP/1.0 predates Host and is served without it.
+TEST(HttpServer, MissingOrDuplicateHostIs400) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto none = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(none.closed);
+  EXPECT_EQ(none.received.rfind("HTTP/1.1 400 ", 0), 0u) << none.received;
+  EXPECT_NE(none.received.find("Content-Type: application/problem+json"), std::string::npos);
+  EXPECT_NE(none.received.find("Host header field"), std::string::npos) << none.received;
+  auto two = entente::testing::raw_exchange(
+      server->port(), "GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_TRUE(two.closed);
+  EXPECT_EQ(two.received.rfind("HTTP/1.1 400 ", 0), 0u) << two.received;
+  EXPECT_NE(two.received.find("more than one Host"), std::string::npos) << two.received;
+  EXPECT_EQ(handler.requests.load(), 0);
+  auto old = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(old.received.rfind("HTTP/1.0 200 ", 0), 0u) << old.received;
+  EXPECT_NE(old.received.find(R"({"hello":"world"})"), std::string::npos) << old.received;
+  EXPECT_EQ(handler.requests.load(), 1);
 }
 
 TEST(HttpServer, HalfARequestIsDisconnectedAfterTheReadTimeout) {
