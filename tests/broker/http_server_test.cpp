@@ -403,6 +403,69 @@ TEST(HttpServer, ConnectionsOverTheLimitAreRefused) {
   EXPECT_EQ(r->status, 200u);
 }
 
+// One address may hold only max_connections_per_address: more are closed
+// on accept and counted, and other addresses are served meanwhile.
+TEST(HttpServer, ConnectionsFromOneAddressOverItsShareAreRefused) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.max_connections_per_address = 2;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  entente::testing::RawTcp a("127.0.0.1", server->port(), "127.0.0.2");
+  entente::testing::RawTcp b("127.0.0.1", server->port(), "127.0.0.2");
+  ASSERT_TRUE(a.connected() && b.connected());
+  ASSERT_TRUE(wait_until([&] { return server->stats().connections_open == 2; }));
+  entente::testing::RawTcp c("127.0.0.1", server->port(), "127.0.0.2");
+  ASSERT_TRUE(c.connected());
+  EXPECT_TRUE(c.closed_within(3s));
+  EXPECT_EQ(server->stats().connections_refused_per_address, 1u);
+  EXPECT_EQ(server->stats().connections_refused, 0u);
+  auto client = connect(*server);  // from 127.0.0.1
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("GET", "/hello");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+  // A place given back is taken again.
+  a = entente::testing::RawTcp();
+  ASSERT_TRUE(wait_until([&] { return server->stats().connections_open == 2; }));
+  auto again = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n", 3s,
+                                              "127.0.0.2");
+  EXPECT_EQ(again.received.rfind("HTTP/1.0 200 ", 0), 0u) << again.received;
+}
+
+// A fresh connection's first request header must be complete within
+// handshake_timeout_ms of accept, however long read_timeout_ms is; later
+// requests on a kept-alive connection are not bound by it.
+TEST(HttpServer, FirstRequestHeaderMustArriveWithinTheHandshakeTimeout) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.handshake_timeout_ms = 300;
+  options.read_timeout_ms = 10'000;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  entente::testing::RawTcp idle("127.0.0.1", server->port());
+  entente::testing::RawTcp partial("127.0.0.1", server->port());
+  ASSERT_TRUE(idle.connected() && partial.connected());
+  ASSERT_TRUE(partial.send_all("GET /hello HTTP/1.1\r\nHost: x\r\n"));
+  EXPECT_TRUE(idle.closed_within(5s));
+  EXPECT_TRUE(partial.closed_within(5s));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_TRUE(wait_until([&] { return server->stats().handshake_timeouts == 2; }));
+  EXPECT_EQ(handler.requests.load(), 0);
+  // A client that asks at once is served, and may wait longer than the
+  // handshake deadline before its next request.
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->request("GET", "/hello").ok());
+  std::this_thread::sleep_for(600ms);
+  auto later = client->request("GET", "/hello");
+  ASSERT_TRUE(later.ok()) << later.error().message;
+  EXPECT_EQ(later->status, 200u);
+}
+
 TEST(HttpServer, StopWithOpenConnectionsFinishesPromptly) {
   TestHandler handler;
   auto server = start_server(plain_options(), handler);
