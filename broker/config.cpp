@@ -409,6 +409,10 @@ Status read_api_limits(const Value& v, const std::string& path, ApiLimits& lim) 
   if (const Value* x = r.get("max_connections_per_address")) {
     ENTENTE_ASSIGN_OR_RETURN(lim.max_connections_per_address,
                              read_uint(*x, r.path_of("max_connections_per_address"), 1, 1'000'000));
+  } else {
+    // The default leaves one address at most a quarter of a smaller budget.
+    lim.max_connections_per_address =
+        std::min(lim.max_connections_per_address, std::max<size_t>(1, lim.max_connections / 4));
   }
   if (const Value* x = r.get("handshake_timeout")) {
     ENTENTE_ASSIGN_OR_RETURN(lim.handshake_timeout_ms,
@@ -660,6 +664,12 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
     return config_error(r.path_of("max_handshaking_connections"),
                         "must be at most max_connections (" + std::to_string(f.max_connections) + "), got " +
                             std::to_string(f.max_handshaking_connections));
+  }
+  if (!r.get("max_connections_per_address")) {
+    // The default leaves one address at most half of the unverified share,
+    // so that it alone cannot keep other peers from starting a handshake.
+    f.max_connections_per_address = std::min(f.max_connections_per_address,
+                                             std::max<size_t>(1, f.max_handshaking_connections / 2));
   }
   if (const Value* x = r.get("handshake_timeout")) {
     ENTENTE_ASSIGN_OR_RETURN(f.handshake_timeout_ms, read_duration(*x, r.path_of("handshake_timeout"), 10, 300'000));

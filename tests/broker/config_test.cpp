@@ -584,6 +584,11 @@ TEST(Config, ConnectionBudgets) {
   auto small = parse_config(federation(R"(, "max_connections": 8)"), "/etc/entente");
   ASSERT_TRUE(small.ok()) << small.error().message;
   EXPECT_EQ(small->federation.max_handshaking_connections, 2u);
+  EXPECT_EQ(small->federation.max_connections_per_address, 1u) << "half the unverified share";
+  auto small_api = parse_config(
+      minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"max_connections": 32}})"), "/etc/entente");
+  ASSERT_TRUE(small_api.ok()) << small_api.error().message;
+  EXPECT_EQ(small_api->limits.max_connections_per_address, 8u) << "a quarter of max_connections";
   EXPECT_EQ(error_of(federation(R"(, "max_connections": 8, "max_handshaking_connections": 9)")),
             "federation.max_handshaking_connections: must be at most max_connections (8), got 9");
   EXPECT_EQ(error_of(federation(R"(, "max_connections_per_address": 0)")),

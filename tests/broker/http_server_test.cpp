@@ -544,6 +544,12 @@ TEST(HttpServer, CreateRejectsBadOptions) {
   options = plain_options();
   options.read_timeout_ms = 0;
   EXPECT_FALSE(Server::create(options, handler).ok());
+  options = plain_options();
+  options.handshake_timeout_ms = 0;
+  EXPECT_FALSE(Server::create(options, handler).ok());
+  options = plain_options();
+  options.max_connections_per_address = 0;
+  EXPECT_FALSE(Server::create(options, handler).ok());
 }
 
 TEST(HttpServer, BindFailureIsIoErrorNamingTheAddress) {

@@ -700,6 +700,7 @@ TEST_F(LinkTest, OneAddressCannotTakeEveryConnectionSlot) {
   oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
   auto a = start(std::move(oa), ra);
   ASSERT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.ups_.empty(); }));
   EXPECT_TRUE(b->is_up({"acme", "n1"}));
   EXPECT_EQ(refusals(*b, "connections"), 0u);
 }
@@ -725,6 +726,7 @@ TEST_F(LinkTest, UnverifiedConnectionsMayUseOnlyPartOfTheBudget) {
   auto g = start(std::move(og), rg);
   ASSERT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
   ASSERT_TRUE(rg.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(rb.wait([](auto& r) { return r.ups_.size() == 2; }));
   // Three idle connections from three addresses: two get the unverified
   // share, the third is refused although max_connections has room.
   std::vector<entente::testing::RawTcp> flood;
