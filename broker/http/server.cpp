@@ -575,6 +575,9 @@ class Connection final : public ConnectionBase {
     if (hosts == 0 && h.version() >= 11) {
       return refusal(400, "an HTTP/1.1 request must have a Host header field");
     }
+    if (hosts == 1 && !is_host_value(h[bhttp::field::host])) {
+      return refusal(400, "the Host header field is not a host name or address with an optional port");
+    }
     const auto [te_begin, te_end] = h.equal_range(bhttp::field::transfer_encoding);
     if (te_begin == te_end) return std::nullopt;
     if (h.count(bhttp::field::content_length) > 0) {

@@ -339,7 +339,21 @@ TEST(HttpServer, MissingOrDuplicateHostIs400) {
   EXPECT_TRUE(two.closed);
   EXPECT_EQ(two.received.rfind("HTTP/1.1 400 ", 0), 0u) << two.received;
   EXPECT_NE(two.received.find("more than one Host"), std::string::npos) << two.received;
-  EXPECT_EQ(handler.requests.load(), 0);
+  for (const char* bad : {"a b", "x/y", "user@x", "x?y"}) {
+    auto x = entente::testing::raw_exchange(
+        server->port(), std::string("GET /hello HTTP/1.1\r\nHost: ") + bad + "\r\n\r\n");
+    EXPECT_TRUE(x.closed);
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 400 ", 0), 0u) << bad << ": " << x.received;
+  }
+  for (const char* good : {"127.0.0.1:8443", "[::1]:8443", "node-1.example", ""}) {
+    auto c = Client::connect(client_options(*server));
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->raw(std::string("GET /hello HTTP/1.1\r\nHost: ") + good + "\r\n\r\n");
+    ASSERT_TRUE(r.ok()) << good << ": " << r.error().message;
+    EXPECT_EQ(r->status, 200u) << good;
+  }
+  EXPECT_EQ(handler.requests.load(), 4);
+  handler.requests = 0;
   auto old = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n");
   EXPECT_EQ(old.received.rfind("HTTP/1.0 200 ", 0), 0u) << old.received;
   EXPECT_NE(old.received.find(R"({"hello":"world"})"), std::string::npos) << old.received;

@@ -196,6 +196,16 @@ std::optional<FramingRefusal> check_transfer_codings(const std::vector<std::stri
   return std::nullopt;
 }
 
+bool is_host_value(std::string_view host) {
+  for (char c : host) {
+    const bool alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    // unreserved, sub-delims, pct-encoded's '%', the port's ':' and an IP literal's brackets
+    static constexpr std::string_view kOther = "-._~!$&'()*+,;=%:[]";
+    if (!alnum && kOther.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
 bool is_websocket_key(std::string_view key) {
   // 16 bytes encode to 22 significant characters and two '=' of padding.
   if (key.size() != 24 || key[22] != '=' || key[23] != '=') return false;

@@ -44,6 +44,12 @@ struct FramingRefusal {
 };
 std::optional<FramingRefusal> check_transfer_codings(const std::vector<std::string_view>& values);
 
+// True when `host` may be a Host field value (RFC 9110 §7.2): a reg-name,
+// an IP literal in brackets or an IPv4 address, with an optional port; only
+// the characters those allow (empty is allowed too). Not a full parse:
+// enough to refuse whitespace, '/', '@' and the like.
+bool is_host_value(std::string_view host);
+
 // True when `key` is a Sec-WebSocket-Key as RFC 6455 §4.1 requires: the
 // base64 encoding of exactly 16 bytes (22 base64 characters and "==").
 bool is_websocket_key(std::string_view key);
