@@ -386,7 +386,8 @@ Status read_api_limits(const Value& v, const std::string& path, ApiLimits& lim) 
   ENTENTE_ASSIGN_OR_RETURN(ObjectReader r,
                            ObjectReader::open(v, path,
                                               {"max_body_bytes", "max_header_bytes", "read_timeout",
-                                               "idle_timeout", "max_connections", "ws_max_message_bytes",
+                                               "idle_timeout", "max_connections", "max_connections_per_address",
+                                               "handshake_timeout", "ws_max_message_bytes",
                                                "ws_send_buffer_bytes", "ws_ping_interval"}));
   if (const Value* x = r.get("max_body_bytes")) {
     ENTENTE_ASSIGN_OR_RETURN(lim.max_body_bytes, read_size(*x, r.path_of("max_body_bytes"), 1, kGiB));
@@ -404,6 +405,18 @@ Status read_api_limits(const Value& v, const std::string& path, ApiLimits& lim) 
   }
   if (const Value* x = r.get("max_connections")) {
     ENTENTE_ASSIGN_OR_RETURN(lim.max_connections, read_uint(*x, r.path_of("max_connections"), 1, 1'000'000));
+  }
+  if (const Value* x = r.get("max_connections_per_address")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.max_connections_per_address,
+                             read_uint(*x, r.path_of("max_connections_per_address"), 1, 1'000'000));
+  } else {
+    // The default leaves one address at most a quarter of a smaller budget.
+    lim.max_connections_per_address =
+        std::min(lim.max_connections_per_address, std::max<size_t>(1, lim.max_connections / 4));
+  }
+  if (const Value* x = r.get("handshake_timeout")) {
+    ENTENTE_ASSIGN_OR_RETURN(lim.handshake_timeout_ms,
+                             read_duration(*x, r.path_of("handshake_timeout"), kMinIntervalMs, kHourMs));
   }
   if (const Value* x = r.get("ws_max_message_bytes")) {
     ENTENTE_ASSIGN_OR_RETURN(lim.ws_max_message_bytes,
@@ -595,7 +608,9 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
   ENTENTE_ASSIGN_OR_RETURN(
       ObjectReader r, ObjectReader::open(v, path,
                                          {"listen", "cert_file", "key_file", "ca_file", "heartbeat_interval",
-                                          "failure_timeout", "max_frame", "import_window", "peers", "exports"}));
+                                          "failure_timeout", "max_frame", "import_window", "max_connections",
+                                          "max_connections_per_address", "max_handshaking_connections",
+                                          "handshake_timeout", "peers", "exports"}));
   FederationConfig& f = cfg.federation;
   f.enabled = true;
   ENTENTE_ASSIGN_OR_RETURN(const Value* listen, r.required("listen"));
@@ -629,6 +644,35 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
     // A window smaller than one frame could never carry a full DATA frame.
     return config_error(r.path_of("import_window"), "must be at least max_frame (" + size_text(f.max_frame) +
                                                         "), got " + size_text(f.import_window));
+  }
+  if (const Value* x = r.get("max_connections")) {
+    ENTENTE_ASSIGN_OR_RETURN(f.max_connections, read_uint(*x, r.path_of("max_connections"), 1, 100'000));
+  }
+  if (const Value* x = r.get("max_connections_per_address")) {
+    ENTENTE_ASSIGN_OR_RETURN(f.max_connections_per_address,
+                             read_uint(*x, r.path_of("max_connections_per_address"), 1, 100'000));
+  }
+  if (const Value* x = r.get("max_handshaking_connections")) {
+    ENTENTE_ASSIGN_OR_RETURN(f.max_handshaking_connections,
+                             read_uint(*x, r.path_of("max_handshaking_connections"), 1, 100'000));
+  } else {
+    // The default keeps three quarters of a smaller budget for verified peers too.
+    f.max_handshaking_connections = std::min(f.max_handshaking_connections,
+                                             std::max<size_t>(1, f.max_connections / 4));
+  }
+  if (f.max_handshaking_connections > f.max_connections) {
+    return config_error(r.path_of("max_handshaking_connections"),
+                        "must be at most max_connections (" + std::to_string(f.max_connections) + "), got " +
+                            std::to_string(f.max_handshaking_connections));
+  }
+  if (!r.get("max_connections_per_address")) {
+    // The default leaves one address at most half of the unverified share,
+    // so that it alone cannot keep other peers from starting a handshake.
+    f.max_connections_per_address = std::min(f.max_connections_per_address,
+                                             std::max<size_t>(1, f.max_handshaking_connections / 2));
+  }
+  if (const Value* x = r.get("handshake_timeout")) {
+    ENTENTE_ASSIGN_OR_RETURN(f.handshake_timeout_ms, read_duration(*x, r.path_of("handshake_timeout"), 10, 300'000));
   }
   if (const Value* peers = r.get("peers")) {
     const std::string pp = r.path_of("peers");

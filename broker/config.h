@@ -29,6 +29,8 @@ struct ApiLimits {
   int64_t read_timeout_ms = 10'000;   // a request's headers + body must arrive within this
   int64_t idle_timeout_ms = 60'000;   // keep-alive connection with no request
   size_t max_connections = 1024;
+  size_t max_connections_per_address = 64;  // one client address (IPv6: its /64)
+  int64_t handshake_timeout_ms = 5'000;     // accept to TLS handshake + first request header
   size_t ws_max_message_bytes = 16u << 20;
   size_t ws_send_buffer_bytes = 8u << 20;  // per subscriber; overflow closes it
   int64_t ws_ping_interval_ms = 15'000;

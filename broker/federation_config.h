@@ -38,6 +38,14 @@ struct FederationConfig {
   int64_t failure_timeout_ms = 1000;
   uint32_t max_frame = 1u << 20;
   uint32_t import_window = 8u << 20;  // byte credit an import grants
+  // The listener's budget (docs/configuration.md): accepted connections in
+  // all, from one address, and whose peer certificate is not verified yet
+  // (the rest of max_connections is kept for verified peers); and how long
+  // TLS + HELLO may take.
+  size_t max_connections = 256;
+  size_t max_connections_per_address = 16;
+  size_t max_handshaking_connections = 64;
+  int64_t handshake_timeout_ms = 5000;
   std::vector<PeerDomainConfig> peers;
   std::vector<ExportConfig> exports;
 };

@@ -177,6 +177,8 @@ Status NodeImpl::start() {
   so.read_timeout_ms = config_.limits.read_timeout_ms;
   so.idle_timeout_ms = config_.limits.idle_timeout_ms;
   so.max_connections = config_.limits.max_connections;
+  so.max_connections_per_address = config_.limits.max_connections_per_address;
+  so.handshake_timeout_ms = config_.limits.handshake_timeout_ms;
   so.ws_max_message_bytes = config_.limits.ws_max_message_bytes;
   so.ws_send_buffer_bytes = config_.limits.ws_send_buffer_bytes;
   so.ws_ping_interval_ms = config_.limits.ws_ping_interval_ms;
@@ -816,7 +818,13 @@ void NodeImpl::register_collectors() {
       w.gauge("entente_api_websockets", "Open WebSockets", {}, static_cast<double>(ss.websockets_open));
       w.counter("entente_api_connections_refused_total", "Connections refused over limits.max_connections", {},
                 static_cast<double>(ss.connections_refused));
-      w.counter("entente_api_bad_requests_total", "Unparsable or over-limit requests", {},
+      w.counter("entente_api_connections_refused_per_address_total",
+                "Connections refused over limits.max_connections_per_address", {},
+                static_cast<double>(ss.connections_refused_per_address));
+      w.counter("entente_api_handshake_timeouts_total",
+                "Connections closed for no TLS handshake and first request header within limits.handshake_timeout",
+                {}, static_cast<double>(ss.handshake_timeouts));
+      w.counter("entente_api_bad_requests_total", "Malformed or over-limit requests", {},
                 static_cast<double>(ss.bad_requests));
       w.counter("entente_api_tls_handshake_failures_total", "Failed TLS handshakes", {},
                 static_cast<double>(ss.tls_handshake_failures));

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "federation/messages.h"
 
@@ -287,6 +288,41 @@ class Watchdog {
   net::steady_timer timer_;
 };
 
+// An accepted connection's place among those whose peer is not verified
+// yet (LinkOptions::max_handshaking_connections): taken at accept, given
+// back when the peer's certificate has been verified or when the
+// connection ends, whichever comes first. Dialed connections hold none.
+// io thread only.
+class UnverifiedSlot {
+ public:
+  UnverifiedSlot() = default;
+  explicit UnverifiedSlot(std::size_t& count) : count_(&count) { ++count; }
+  UnverifiedSlot(UnverifiedSlot&& o) noexcept : count_(std::exchange(o.count_, nullptr)) {}
+  UnverifiedSlot& operator=(UnverifiedSlot&&) = delete;
+  UnverifiedSlot(const UnverifiedSlot&) = delete;
+  UnverifiedSlot& operator=(const UnverifiedSlot&) = delete;
+  ~UnverifiedSlot() { release(); }
+
+  void release() {
+    if (count_ != nullptr) --*count_;
+    count_ = nullptr;
+  }
+
+ private:
+  std::size_t* count_ = nullptr;
+};
+
+// Whose accepted connections count together for max_connections_per_address:
+// an IPv4 address (also IPv4-mapped), or an IPv6 peer's /64.
+std::string address_key(const net::ip::address& addr) {
+  if (addr.is_v4()) return addr.to_string();
+  const auto v6 = addr.to_v6();
+  if (v6.is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, v6).to_string();
+  auto bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return net::ip::address_v6(bytes).to_string() + "/64";
+}
+
 Hello my_hello(const LinkOptions& opt) {
   Hello h;
   h.domain = opt.self.domain;
@@ -316,6 +352,10 @@ struct LinkManager::Impl {
 
   LinkOptions opt;
   LinkHandler& handler;
+  // The listener's budget besides `connections`; io thread only. Declared
+  // before `io`: connection frames destroyed with it give their places back.
+  std::size_t unverified = 0;  // accepted, peer certificate not verified yet
+  std::map<std::string, std::size_t> per_address;  // accepted, by address_key(); no zeros
   net::io_context io{1};
   ssl::context ctx;
   tcp::acceptor acceptor;
@@ -367,8 +407,10 @@ struct LinkManager::Impl {
   net::awaitable<void> accept_loop();
   net::awaitable<void> dial_loop(PeerConfig peer, std::shared_ptr<net::steady_timer> wake);
   // Handshakes and, when that succeeds, runs the link until it ends.
+  // `slot`: an accepted connection's unverified place, released once the
+  // peer's certificate is verified.
   net::awaitable<void> run_connection(tcp::socket socket, std::optional<PeerConfig> dialed,
-                                      std::string address);
+                                      std::string address, UnverifiedSlot slot = {});
   // Installs an established link; false when an existing link wins.
   bool install(const std::shared_ptr<Link>& link);
   // The connection a pair of nodes keeps is the one dialed by the smaller
@@ -772,7 +814,7 @@ void LinkManager::Impl::uninstall(const std::shared_ptr<Link>& link, const std::
 
 net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
                                                        std::optional<PeerConfig> dialed,
-                                                       std::string address) {
+                                                       std::string address, UnverifiedSlot slot) {
   const std::string who = dialed ? dialed->identity.uri() + " at " + address : address;
   // Frames are written as soon as they are queued (the writer gathers what
   // queued meanwhile): Nagle would hold a small DATA or ACK back until the
@@ -827,6 +869,7 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
     co_return;
   }
   const certs::Identity peer = *verify.verdict->identity;
+  slot.release();  // a verified peer: its place comes from the rest of max_connections
   if (dialed && !(peer == dialed->identity)) {
     deadline.disarm();
     refused_connection("identity",
@@ -945,11 +988,42 @@ net::awaitable<void> LinkManager::Impl::accept_loop() {
     }
     error_code rec;
     const auto remote = socket.remote_endpoint(rec);
-    std::string address = rec ? std::string("unknown")
-                              : remote.address().to_string() + ":" + std::to_string(remote.port());
+    if (rec) {
+      error_code ignored;
+      socket.close(ignored);  // reset before we got to it
+      continue;
+    }
+    std::string address = remote.address().to_string() + ":" + std::to_string(remote.port());
+    // Unverified connections may take only part of the budget, so a flood
+    // of connections that never finish TLS cannot crowd out verified peers.
+    if (unverified >= opt.max_handshaking_connections) {
+      refuse("handshaking", address + ": over max_handshaking_connections (" +
+                                std::to_string(opt.max_handshaking_connections) +
+                                " connections not yet verified)");
+      error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    std::string key = address_key(remote.address());
+    if (auto it = per_address.find(key);
+        it != per_address.end() && it->second >= opt.max_connections_per_address) {
+      refuse("connections_per_address", address + ": over max_connections_per_address (" +
+                                            std::to_string(opt.max_connections_per_address) + ")");
+      error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    ++per_address[key];
     ++connections;
-    net::co_spawn(io, run_connection(std::move(socket), std::nullopt, std::move(address)),
-                  [this](std::exception_ptr) { --connections; });
+    net::co_spawn(io,
+                  run_connection(std::move(socket), std::nullopt, std::move(address),
+                                 UnverifiedSlot(unverified)),
+                  [this, key = std::move(key)](std::exception_ptr) {
+                    --connections;
+                    if (auto it = per_address.find(key); it != per_address.end() && --it->second == 0) {
+                      per_address.erase(it);
+                    }
+                  });
   }
 }
 
@@ -1110,6 +1184,11 @@ Result<std::unique_ptr<LinkManager>> LinkManager::start(LinkOptions options,
   if (options.max_frame < 4096 || options.max_frame > kMaxMaxFrame) {
     return make_error(Errc::invalid_argument, "federation: max_frame must be 4096.." +
                                                   std::to_string(kMaxMaxFrame));
+  }
+  if (options.max_connections == 0 || options.max_connections_per_address == 0 ||
+      options.max_handshaking_connections == 0 || options.handshake_timeout.count() <= 0) {
+    return make_error(Errc::invalid_argument,
+                      "federation: connection limits and handshake_timeout must be positive");
   }
   if (options.heartbeat_interval.count() <= 0 ||
       options.failure_timeout <= options.heartbeat_interval) {

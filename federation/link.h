@@ -53,13 +53,22 @@ struct LinkOptions {
 
   std::chrono::milliseconds heartbeat_interval{250};
   std::chrono::milliseconds failure_timeout{1000};  // silence before "failed"
-  std::chrono::milliseconds handshake_timeout{5000};  // TCP connect + TLS + HELLO
+  // TCP connect + TLS + HELLO; an accepted connection that has not
+  // finished both by then is closed (and counted as a "handshake" refusal).
+  std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds reconnect_min{100};       // first backoff, doubling
   std::chrono::milliseconds reconnect_max{5000};
   uint32_t max_frame = kDefaultMaxFrame;  // our receive limit, sent in HELLO
   // Bytes queued for one link beyond which send() answers unavailable.
   std::size_t max_send_queue_bytes = 64u << 20;
-  std::size_t max_connections = 256;  // accepted, including handshaking
+  // The listener's budget, checked before a connection costs anything but
+  // its socket: accepted connections in all; from one address (an IPv6
+  // peer: its /64); and accepted connections whose peer has not yet been
+  // verified (in the TLS handshake), so that the rest of max_connections
+  // stays for verified peers.
+  std::size_t max_connections = 256;
+  std::size_t max_connections_per_address = 16;
+  std::size_t max_handshaking_connections = 64;
 
   // Where log lines go (one line each, no trailing newline); stderr when
   // empty.

@@ -644,6 +644,10 @@ Status Peering::start() {
   lo.heartbeat_interval = std::chrono::milliseconds(config_.heartbeat_interval_ms);
   lo.failure_timeout = std::chrono::milliseconds(config_.failure_timeout_ms);
   lo.max_frame = config_.max_frame;
+  lo.max_connections = config_.max_connections;
+  lo.max_connections_per_address = config_.max_connections_per_address;
+  lo.max_handshaking_connections = config_.max_handshaking_connections;
+  lo.handshake_timeout = std::chrono::milliseconds(config_.handshake_timeout_ms);
   lo.log = [](std::string_view line) {
     std::fprintf(stderr, "entente: %.*s\n", static_cast<int>(line.size()), line.data());
   };

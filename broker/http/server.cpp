@@ -69,6 +69,18 @@ void report_exception(const std::exception_ptr& e, const char* where) {
   }
 }
 
+// Whose connections count together for max_connections_per_address: an IPv4
+// address (also when it arrives IPv4-mapped on an IPv6 listener), or an IPv6
+// client's /64, the smallest block one subscriber is usually given.
+std::string address_key(const net::ip::address& addr) {
+  if (addr.is_v4()) return addr.to_string();
+  const auto v6 = addr.to_v6();
+  if (v6.is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, v6).to_string();
+  auto bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return net::ip::address_v6(bytes).to_string() + "/64";
+}
+
 std::string endpoint_string(const tcp::endpoint& ep) {
   const auto addr = ep.address();
   std::string out = addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
@@ -83,6 +95,8 @@ struct Counters {
   std::atomic<uint64_t> open{0};
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> refused_per_address{0};
+  std::atomic<uint64_t> handshake_timeouts{0};
   std::atomic<uint64_t> websockets_open{0};
   std::atomic<uint64_t> tls_failures{0};
   std::atomic<uint64_t> bad_requests{0};
@@ -285,6 +299,9 @@ struct ServerCore {
   bool stopping = false;
   bool stopped = false;
   std::unordered_map<ConnectionBase*, std::shared_ptr<ConnectionBase>> connections;
+  // Open connections by address_key(); entries are removed at zero.
+  std::mutex per_address_mu;
+  std::unordered_map<std::string, size_t> per_address;  // REQUIRES per_address_mu
 
   void enter() {
     std::lock_guard lock(mu);
@@ -322,7 +339,20 @@ struct ServerCore {
 
   net::awaitable<void> accept_loop();
   template <class Stream>
-  void spawn_connection(tcp::socket socket);
+  void spawn_connection(tcp::socket socket, std::string address_key);
+  // False when `key` holds max_connections_per_address already.
+  bool admit_address(const std::string& key) {
+    std::lock_guard lock(per_address_mu);
+    size_t& n = per_address[key];
+    if (n >= options.max_connections_per_address) return false;
+    ++n;
+    return true;
+  }
+  void release_address(const std::string& key) {
+    std::lock_guard lock(per_address_mu);
+    auto it = per_address.find(key);
+    if (it != per_address.end() && --it->second == 0) per_address.erase(it);
+  }
 };
 
 template <class Stream>
@@ -331,7 +361,10 @@ class Connection final : public ConnectionBase {
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
   Connection(ServerCore& core, tcp::socket socket)
-      : ConnectionBase(socket.get_executor()), core_(core) {
+      : ConnectionBase(socket.get_executor()),
+        core_(core),
+        handshake_deadline_(std::chrono::steady_clock::now() +
+                            milliseconds(core.options.handshake_timeout_ms)) {
     error_code ec;
     const auto remote = socket.remote_endpoint(ec);
     if (!ec) remote_ = endpoint_string(remote);
@@ -351,12 +384,13 @@ class Connection final : public ConnectionBase {
     } unregister{core_, this};
 
     if constexpr (kTls) {
-      lowest().expires_after(milliseconds(core_.options.read_timeout_ms));
+      lowest().expires_at(handshake_deadline_);
       idle_ = true;  // nothing to finish yet: a graceful shutdown may cut the handshake
       auto [ec] = co_await stream_->async_handshake(ssl::stream_base::server, use_tuple);
       idle_ = false;
       if (ec) {
         core_.counters.tls_failures.fetch_add(1);
+        if (ec == beast::error::timeout) core_.counters.handshake_timeouts.fetch_add(1);
         co_return;
       }
     }
@@ -405,7 +439,9 @@ class Connection final : public ConnectionBase {
     switch (status) {
       case 400: return "Bad Request";
       case 413: return "Content Too Large";
+      case 426: return "Upgrade Required";
       case 431: return "Request Header Fields Too Large";
+      case 501: return "Not Implemented";
       default: return "Error";
     }
   }
@@ -415,19 +451,29 @@ class Connection final : public ConnectionBase {
     bool first = true;
     for (;;) {
       if (shutting_down_) break;
-      // Wait for the next request's first bytes under the idle deadline (the
-      // read deadline for a fresh connection); the request as a whole then
-      // gets read_timeout_ms, so a slow sender cannot hold the slot.
+      // Wait for the next request's first bytes under the idle deadline; the
+      // request as a whole then gets read_timeout_ms, so a slow sender cannot
+      // hold the slot. A fresh connection's first request header must be
+      // complete by the handshake deadline: a client that has not said what
+      // it wants by then is not worth a slot.
       if (buffer_.size() == 0) {
-        lowest().expires_after(milliseconds(first ? opt.read_timeout_ms : opt.idle_timeout_ms));
+        if (first) {
+          lowest().expires_at(handshake_deadline_);
+        } else {
+          lowest().expires_after(milliseconds(opt.idle_timeout_ms));
+        }
         idle_ = true;
         auto [ec, n] = co_await stream_->async_read_some(buffer_.prepare(kFirstRead), use_tuple);
         idle_ = false;
-        if (ec) co_return;
+        if (ec) {
+          if (first && ec == beast::error::timeout) core_.counters.handshake_timeouts.fetch_add(1);
+          co_return;
+        }
         buffer_.commit(n);
       }
-      first = false;
-      lowest().expires_after(milliseconds(opt.read_timeout_ms));
+      const auto read_deadline =
+          std::chrono::steady_clock::now() + milliseconds(opt.read_timeout_ms);
+      lowest().expires_at(first ? std::min(read_deadline, handshake_deadline_) : read_deadline);
       parser_.emplace();
       parser_->header_limit(static_cast<uint32_t>(
           std::min<size_t>(opt.max_header_bytes, std::numeric_limits<uint32_t>::max())));
@@ -435,9 +481,20 @@ class Connection final : public ConnectionBase {
       {
         auto [ec, n] = co_await bhttp::async_read_header(*stream_, buffer_, *parser_, use_tuple);
         if (ec) {
+          if (first && ec == beast::error::timeout) core_.counters.handshake_timeouts.fetch_add(1);
           co_await fail_request(ec);
           co_return;
         }
+      }
+      // The body has read_timeout_ms, also on a connection's first request.
+      if (first) lowest().expires_at(read_deadline);
+      first = false;
+      // Framing and Host are judged before any body is read: bytes whose
+      // place in the stream is in doubt must never be read as the next request.
+      if (std::optional<Response> refusal = check_header(parser_->get())) {
+        core_.counters.bad_requests.fetch_add(1);
+        co_await write_error(std::move(*refusal));
+        co_return;
       }
       if (!parser_->is_done()) {
         // curl and others wait up to a second for "100 Continue" before sending a large body.
@@ -472,6 +529,13 @@ class Connection final : public ConnectionBase {
       request.websocket = websocket::is_upgrade(msg);
       head_ = msg.method() == bhttp::verb::head;
       if (request.websocket) {
+        // The handshake is checked here, before the handler, so that every
+        // refusal is problem+json and a malformed key never gets 101.
+        if (std::optional<Response> refusal = check_websocket_handshake(msg)) {
+          core_.counters.bad_requests.fetch_add(1);
+          co_await write_error(std::move(*refusal));
+          co_return;
+        }
         co_await serve_websocket(std::move(request));
         co_return;
       }
@@ -503,10 +567,60 @@ class Connection final : public ConnectionBase {
     co_await write_error(status, detail);
   }
 
+  // RFC 9112 §3.2 and §6.1. A refusal ends the connection: what follows a
+  // request with doubtful framing cannot be told apart from a next request.
+  static std::optional<Response> check_header(const bhttp::request_header<>& h) {
+    const size_t hosts = h.count(bhttp::field::host);
+    if (hosts > 1) return refusal(400, "the request has more than one Host header field");
+    // HTTP/1.0 predates Host; such clients are still served (docs/api.md).
+    if (hosts == 0 && h.version() >= 11) {
+      return refusal(400, "an HTTP/1.1 request must have a Host header field");
+    }
+    if (hosts == 1 && !is_host_value(h[bhttp::field::host])) {
+      return refusal(400, "the Host header field is not a host name or address with an optional port");
+    }
+    const auto [te_begin, te_end] = h.equal_range(bhttp::field::transfer_encoding);
+    if (te_begin == te_end) return std::nullopt;
+    if (h.count(bhttp::field::content_length) > 0) {
+      return refusal(400, "the request has both Transfer-Encoding and Content-Length");
+    }
+    if (h.version() < 11) {
+      return refusal(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+    }
+    std::vector<std::string_view> values;
+    for (auto it = te_begin; it != te_end; ++it) values.emplace_back(it->value());
+    if (auto bad = check_transfer_codings(values)) return refusal(bad->status, bad->detail);
+    return std::nullopt;
+  }
+
+  // RFC 6455 §4.2.1 for an upgrade request (GET, HTTP/1.1, Connection and
+  // Upgrade already checked by websocket::is_upgrade, Host by check_header).
+  static std::optional<Response> check_websocket_handshake(const bhttp::request_header<>& h) {
+    if (h.count(bhttp::field::sec_websocket_key) != 1 ||
+        !is_websocket_key(h[bhttp::field::sec_websocket_key])) {
+      return refusal(400,
+                     "Sec-WebSocket-Key must be the base64 encoding of 16 bytes (RFC 6455 §4.1)");
+    }
+    if (h.count(bhttp::field::sec_websocket_version) != 1 ||
+        h[bhttp::field::sec_websocket_version] != "13") {
+      Response r = refusal(426, "the WebSocket protocol version must be 13 (Sec-WebSocket-Version)");
+      r.headers.emplace_back("Sec-WebSocket-Version", "13");
+      return r;
+    }
+    return std::nullopt;
+  }
+
+  static Response refusal(unsigned status, std::string_view detail) {
+    return Response::problem(status, status_title(status), detail);
+  }
+
   // Answers a request that ends the connection, then lingers so the client can read it.
   net::awaitable<void> write_error(unsigned status, std::string_view detail) {
+    co_await write_error(refusal(status, detail));
+  }
+  net::awaitable<void> write_error(Response response) {
     head_ = false;
-    if (!co_await write_response(Response::problem(status, status_title(status), detail), false)) {
+    if (!co_await write_response(std::move(response), false)) {
       co_return;
     }
     error_code ec;
@@ -633,8 +747,21 @@ class Connection final : public ConnectionBase {
     ws_->set_option(pmd);
     ws_->read_message_max(opt.ws_max_message_bytes);
     ws_->auto_fragment(false);
-    ws_->set_option(websocket::stream_base::decorator(
-        [](websocket::response_type& res) { res.set(bhttp::field::server, "entente"); }));
+    ws_->set_option(websocket::stream_base::decorator([](websocket::response_type& res) {
+      res.set(bhttp::field::server, "entente");
+      // Beast checks the handshake again and answers its own refusals in
+      // plain text; check_websocket_handshake should leave it none, but
+      // should one come, it is problem+json like every other refusal.
+      if (res.result() != bhttp::status::switching_protocols) {
+        const unsigned status = res.result_int();
+        Response p = Response::problem(status, std::string(bhttp::obsolete_reason(res.result())),
+                                       "WebSocket handshake refused: " + res.body());
+        res.set(bhttp::field::content_type, p.content_type);
+        res.body() = std::move(p.body);
+        res.keep_alive(false);
+        res.prepare_payload();
+      }
+    }));
     {
       auto [ec] = co_await ws_->async_accept(parser_->release(), use_tuple);
       if (ec) co_return;
@@ -799,6 +926,7 @@ class Connection final : public ConnectionBase {
   enum class WriterState : uint8_t { idle, writing, closing };
 
   ServerCore& core_;
+  const std::chrono::steady_clock::time_point handshake_deadline_;
   std::optional<Stream> stream_;                 // the HTTP phase
   std::optional<websocket::stream<Stream>> ws_;  // after an accepted upgrade
   beast::flat_buffer buffer_;
@@ -837,29 +965,45 @@ net::awaitable<void> ServerCore::accept_loop() {
       socket.close(ignored);
       continue;
     }
+    error_code rec;
+    const auto remote = socket.remote_endpoint(rec);
+    if (rec) {
+      error_code ignored;
+      socket.close(ignored);  // gone already (reset before we got to it)
+      continue;
+    }
+    std::string key = address_key(remote.address());
+    if (!admit_address(key)) {
+      counters.refused_per_address.fetch_add(1);
+      error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
     counters.accepted.fetch_add(1);
     counters.open.fetch_add(1);
     if (tls) {
-      spawn_connection<beast::ssl_stream<beast::tcp_stream>>(std::move(socket));
+      spawn_connection<beast::ssl_stream<beast::tcp_stream>>(std::move(socket), std::move(key));
     } else {
-      spawn_connection<beast::tcp_stream>(std::move(socket));
+      spawn_connection<beast::tcp_stream>(std::move(socket), std::move(key));
     }
   }
 }
 
 template <class Stream>
-void ServerCore::spawn_connection(tcp::socket socket) {
+void ServerCore::spawn_connection(tcp::socket socket, std::string address_key) {
   error_code ec;
   socket.set_option(tcp::no_delay(true), ec);  // small WebSocket frames must not wait for Nagle
   const auto ex = socket.get_executor();
   auto conn = std::make_shared<Connection<Stream>>(*this, std::move(socket));
   enter();
-  net::co_spawn(ex, conn->run(), [this, conn](std::exception_ptr e) mutable {
-    report_exception(e, "connection");
-    conn.reset();
-    counters.open.fetch_sub(1);
-    leave();
-  });
+  net::co_spawn(ex, conn->run(),
+                [this, conn, key = std::move(address_key)](std::exception_ptr e) mutable {
+                  report_exception(e, "connection");
+                  conn.reset();
+                  release_address(key);
+                  counters.open.fetch_sub(1);
+                  leave();
+                });
 }
 
 }  // namespace
@@ -872,11 +1016,12 @@ Result<std::unique_ptr<Server>> Server::create(ServerOptions options, Handler& h
   if (options.threads < 1 || options.threads > 256) {
     return make_error(Errc::invalid_argument, "threads must be between 1 and 256");
   }
-  if (options.max_connections == 0) {
-    return make_error(Errc::invalid_argument, "max_connections must be at least 1");
+  if (options.max_connections == 0 || options.max_connections_per_address == 0) {
+    return make_error(Errc::invalid_argument,
+                      "max_connections and max_connections_per_address must be at least 1");
   }
   if (options.read_timeout_ms <= 0 || options.idle_timeout_ms <= 0 ||
-      options.ws_ping_interval_ms <= 0) {
+      options.handshake_timeout_ms <= 0 || options.ws_ping_interval_ms <= 0) {
     return make_error(Errc::invalid_argument, "timeouts and the ping interval must be positive");
   }
   if (options.max_header_bytes == 0 || options.max_body_bytes == 0 ||
@@ -992,6 +1137,8 @@ ServerStats Server::stats() const {
   out.connections_open = c.open.load();
   out.connections_accepted = c.accepted.load();
   out.connections_refused = c.refused.load();
+  out.connections_refused_per_address = c.refused_per_address.load();
+  out.handshake_timeouts = c.handshake_timeouts.load();
   out.websockets_open = c.websockets_open.load();
   out.tls_handshake_failures = c.tls_failures.load();
   out.bad_requests = c.bad_requests.load();

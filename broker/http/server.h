@@ -117,6 +117,13 @@ struct ServerOptions {
   int64_t read_timeout_ms = 10'000;
   int64_t idle_timeout_ms = 60'000;
   size_t max_connections = 1024;
+  // Connections one client address may hold at once (an IPv6 client: its
+  // /64), so that one address cannot take every slot.
+  size_t max_connections_per_address = 64;
+  // From accept: the TLS handshake and the first request's header must be
+  // complete within this, so that connections that say nothing are dropped
+  // long before read_timeout_ms or idle_timeout_ms.
+  int64_t handshake_timeout_ms = 5'000;
   size_t ws_max_message_bytes = 16u << 20;
   size_t ws_send_buffer_bytes = 8u << 20;
   int64_t ws_ping_interval_ms = 15'000;  // ping when idle; no pong within 2 intervals: close
@@ -126,6 +133,8 @@ struct ServerStats {
   uint64_t connections_open = 0;
   uint64_t connections_accepted = 0;
   uint64_t connections_refused = 0;  // over max_connections
+  uint64_t connections_refused_per_address = 0;  // over max_connections_per_address
+  uint64_t handshake_timeouts = 0;   // no TLS handshake + first request header in time
   uint64_t websockets_open = 0;
   uint64_t tls_handshake_failures = 0;
   uint64_t bad_requests = 0;         // unparsable HTTP, over header/body limits

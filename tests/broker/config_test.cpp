@@ -549,6 +549,52 @@ TEST(Config, FederationErrorsNameTheKey) {
   EXPECT_EQ(error_of(federation(R"(, "peer": [])")), "federation.peer: unknown key (did you mean peers?)");
 }
 
+// Issue 11, point 11: the listeners' per-address limits and handshake
+// deadlines, with their defaults and bounds.
+TEST(Config, ConnectionBudgets) {
+  auto d = parse_config(federation(""), "/etc/entente");
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->limits.max_connections_per_address, 64u);
+  EXPECT_EQ(d->limits.handshake_timeout_ms, 5000);
+  EXPECT_EQ(d->federation.max_connections, 256u);
+  EXPECT_EQ(d->federation.max_connections_per_address, 16u);
+  EXPECT_EQ(d->federation.max_handshaking_connections, 64u);
+  EXPECT_EQ(d->federation.handshake_timeout_ms, 5000);
+
+  auto api = parse_config(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits":
+      {"max_connections_per_address": 4, "handshake_timeout": "750ms"}})"),
+                          "/etc/entente");
+  ASSERT_TRUE(api.ok()) << api.error().message;
+  EXPECT_EQ(api->limits.max_connections_per_address, 4u);
+  EXPECT_EQ(api->limits.handshake_timeout_ms, 750);
+  EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"max_connections_per_address": 0}})")),
+            "api.limits.max_connections_per_address: must be 1..1000000, got 0");
+  EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"handshake_timeout": "1ms"}})")),
+            R"(api.limits.handshake_timeout: must be 10ms to 1h, got "1ms")");
+
+  auto fed = parse_config(federation(R"(, "max_connections": 32, "max_connections_per_address": 2,
+      "max_handshaking_connections": 16, "handshake_timeout": "2s")"),
+                          "/etc/entente");
+  ASSERT_TRUE(fed.ok()) << fed.error().message;
+  EXPECT_EQ(fed->federation.max_connections, 32u);
+  EXPECT_EQ(fed->federation.max_connections_per_address, 2u);
+  EXPECT_EQ(fed->federation.max_handshaking_connections, 16u);
+  EXPECT_EQ(fed->federation.handshake_timeout_ms, 2000);
+  // Without max_handshaking_connections, a small budget keeps three quarters for verified peers.
+  auto small = parse_config(federation(R"(, "max_connections": 8)"), "/etc/entente");
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_EQ(small->federation.max_handshaking_connections, 2u);
+  EXPECT_EQ(small->federation.max_connections_per_address, 1u) << "half the unverified share";
+  auto small_api = parse_config(
+      minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"max_connections": 32}})"), "/etc/entente");
+  ASSERT_TRUE(small_api.ok()) << small_api.error().message;
+  EXPECT_EQ(small_api->limits.max_connections_per_address, 8u) << "a quarter of max_connections";
+  EXPECT_EQ(error_of(federation(R"(, "max_connections": 8, "max_handshaking_connections": 9)")),
+            "federation.max_handshaking_connections: must be at most max_connections (8), got 9");
+  EXPECT_EQ(error_of(federation(R"(, "max_connections_per_address": 0)")),
+            "federation.max_connections_per_address: must be 1..100000, got 0");
+}
+
 TEST(Config, ExampleFilesParse) {
   const fs::path examples = fs::path(__FILE__).parent_path() / ".." / ".." / "docs" / "examples";
   auto loopback = load_config((examples / "node-loopback.json").string());

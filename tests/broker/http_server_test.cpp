@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/broker/http_test_support.h"
+#include "tests/support/raw_tcp.h"
 
 namespace entente::broker::http {
 namespace {
@@ -235,6 +236,130 @@ TEST(HttpServer, GarbageIs400AndTheServerKeepsServing) {
   EXPECT_EQ(ok->status, 200u);
 }
 
+// RFC 9112 §6.1: a request whose body length the server cannot determine
+// from Transfer-Encoding is refused (400: chunked is not the final coding;
+// 501: a coding the server does not implement) and the connection closed,
+// so a request hidden in the body is never read as the next request.
+TEST(HttpServer, UnsupportedTransferEncodingIsRefusedAndTheBodyIsNeverRead) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  const std::string hidden = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::pair<std::string, unsigned> cases[] = {
+      {"gzip", 400}, {"xchunked", 400}, {"chunked, identity", 400}, {"gzip, chunked", 501},
+      {"chunked, chunked", 400}, {"", 400}};
+  for (const auto& [coding, status] : cases) {
+    SCOPED_TRACE("Transfer-Encoding: " + coding);
+    auto x = entente::testing::raw_exchange(
+        server->port(),
+        "POST /inspect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: " + coding + "\r\n\r\n" + hidden);
+    ASSERT_TRUE(x.connected);
+    EXPECT_TRUE(x.closed) << x.received;
+    EXPECT_EQ(entente::testing::count_responses(x.received), 1) << x.received;
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 " + std::to_string(status) + " ", 0), 0u) << x.received;
+    EXPECT_NE(x.received.find("Content-Type: application/problem+json"), std::string::npos)
+        << x.received;
+    EXPECT_NE(x.received.find("Connection: close"), std::string::npos) << x.received;
+  }
+  EXPECT_EQ(handler.requests.load(), 0);
+  // The same coding split over two field lines is one list: gzip, chunked.
+  auto split = entente::testing::raw_exchange(
+      server->port(),
+      "POST /inspect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + hidden);
+  EXPECT_EQ(split.received.rfind("HTTP/1.1 501 ", 0), 0u) << split.received;
+  EXPECT_EQ(entente::testing::count_responses(split.received), 1) << split.received;
+  EXPECT_EQ(handler.requests.load(), 0);
+  EXPECT_EQ(server->stats().bad_requests, 7u);
+}
+
+// A message with both Transfer-Encoding and Content-Length is refused with
+// 400 and the connection closed, whichever comes first and whatever the coding.
+TEST(HttpServer, TransferEncodingWithContentLengthIs400AndCloses) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  const std::string hidden = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string heads[] = {
+      "Content-Length: 5\r\nTransfer-Encoding: gzip\r\n",
+      "Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
+      "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+      "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+  };
+  for (const auto& head : heads) {
+    SCOPED_TRACE(head);
+    auto x = entente::testing::raw_exchange(
+        server->port(), "POST /inspect HTTP/1.1\r\nHost: x\r\n" + head + "\r\n0\r\n\r\n" + hidden);
+    ASSERT_TRUE(x.connected);
+    EXPECT_TRUE(x.closed) << x.received;
+    EXPECT_EQ(entente::testing::count_responses(x.received), 1) << x.received;
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 400 ", 0), 0u) << x.received;
+    EXPECT_NE(x.received.find("Content-Type: application/problem+json"), std::string::npos)
+        << x.received;
+  }
+  // HTTP/1.0 has no Transfer-Encoding: its framing is faulty (RFC 9112 §6.1).
+  auto old = entente::testing::raw_exchange(
+      server->port(), "POST /inspect HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + hidden);
+  EXPECT_TRUE(old.closed);
+  EXPECT_EQ(old.received.rfind("HTTP/1.0 400 ", 0), 0u) << old.received;
+  EXPECT_EQ(entente::testing::count_responses(old.received), 1) << old.received;
+  EXPECT_EQ(handler.requests.load(), 0);
+}
+
+TEST(HttpServer, ChunkedBodiesAreStillRead) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  auto r = client->raw(
+      "POST /inspect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"
+      "2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+  EXPECT_EQ(r->body, "POST|/inspect|||-|abcd|local");
+  auto again = client->request("GET", "/hello");  // still in step
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->status, 200u);
+}
+
+// RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two,
+// is refused with 400. HTTP/1.0 predates Host and is served without it.
+TEST(HttpServer, MissingOrDuplicateHostIs400) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  auto none = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(none.closed);
+  EXPECT_EQ(none.received.rfind("HTTP/1.1 400 ", 0), 0u) << none.received;
+  EXPECT_NE(none.received.find("Content-Type: application/problem+json"), std::string::npos);
+  EXPECT_NE(none.received.find("Host header field"), std::string::npos) << none.received;
+  auto two = entente::testing::raw_exchange(
+      server->port(), "GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_TRUE(two.closed);
+  EXPECT_EQ(two.received.rfind("HTTP/1.1 400 ", 0), 0u) << two.received;
+  EXPECT_NE(two.received.find("more than one Host"), std::string::npos) << two.received;
+  for (const char* bad : {"a b", "x/y", "user@x", "x?y"}) {
+    auto x = entente::testing::raw_exchange(
+        server->port(), std::string("GET /hello HTTP/1.1\r\nHost: ") + bad + "\r\n\r\n");
+    EXPECT_TRUE(x.closed);
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 400 ", 0), 0u) << bad << ": " << x.received;
+  }
+  for (const char* good : {"127.0.0.1:8443", "[::1]:8443", "node-1.example", ""}) {
+    auto c = Client::connect(client_options(*server));
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->raw(std::string("GET /hello HTTP/1.1\r\nHost: ") + good + "\r\n\r\n");
+    ASSERT_TRUE(r.ok()) << good << ": " << r.error().message;
+    EXPECT_EQ(r->status, 200u) << good;
+  }
+  EXPECT_EQ(handler.requests.load(), 4);
+  handler.requests = 0;
+  auto old = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(old.received.rfind("HTTP/1.0 200 ", 0), 0u) << old.received;
+  EXPECT_NE(old.received.find(R"({"hello":"world"})"), std::string::npos) << old.received;
+  EXPECT_EQ(handler.requests.load(), 1);
+}
+
 TEST(HttpServer, HalfARequestIsDisconnectedAfterTheReadTimeout) {
   TestHandler handler;
   auto options = plain_options();
@@ -290,6 +415,69 @@ TEST(HttpServer, ConnectionsOverTheLimitAreRefused) {
   auto r = third->request("GET", "/hello");
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->status, 200u);
+}
+
+// One address may hold only max_connections_per_address: more are closed
+// on accept and counted, and other addresses are served meanwhile.
+TEST(HttpServer, ConnectionsFromOneAddressOverItsShareAreRefused) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.max_connections_per_address = 2;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  entente::testing::RawTcp a("127.0.0.1", server->port(), "127.0.0.2");
+  entente::testing::RawTcp b("127.0.0.1", server->port(), "127.0.0.2");
+  ASSERT_TRUE(a.connected() && b.connected());
+  ASSERT_TRUE(wait_until([&] { return server->stats().connections_open == 2; }));
+  entente::testing::RawTcp c("127.0.0.1", server->port(), "127.0.0.2");
+  ASSERT_TRUE(c.connected());
+  EXPECT_TRUE(c.closed_within(3s));
+  EXPECT_EQ(server->stats().connections_refused_per_address, 1u);
+  EXPECT_EQ(server->stats().connections_refused, 0u);
+  auto client = connect(*server);  // from 127.0.0.1
+  ASSERT_NE(client, nullptr);
+  auto r = client->request("GET", "/hello");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->status, 200u);
+  // A place given back is taken again.
+  a = entente::testing::RawTcp();
+  ASSERT_TRUE(wait_until([&] { return server->stats().connections_open == 2; }));
+  auto again = entente::testing::raw_exchange(server->port(), "GET /hello HTTP/1.0\r\n\r\n", 3s,
+                                              "127.0.0.2");
+  EXPECT_EQ(again.received.rfind("HTTP/1.0 200 ", 0), 0u) << again.received;
+}
+
+// A fresh connection's first request header must be complete within
+// handshake_timeout_ms of accept, however long read_timeout_ms is; later
+// requests on a kept-alive connection are not bound by it.
+TEST(HttpServer, FirstRequestHeaderMustArriveWithinTheHandshakeTimeout) {
+  TestHandler handler;
+  auto options = plain_options();
+  options.handshake_timeout_ms = 300;
+  options.read_timeout_ms = 10'000;
+  auto server = start_server(options, handler);
+  ASSERT_NE(server, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  entente::testing::RawTcp idle("127.0.0.1", server->port());
+  entente::testing::RawTcp partial("127.0.0.1", server->port());
+  ASSERT_TRUE(idle.connected() && partial.connected());
+  ASSERT_TRUE(partial.send_all("GET /hello HTTP/1.1\r\nHost: x\r\n"));
+  EXPECT_TRUE(idle.closed_within(5s));
+  EXPECT_TRUE(partial.closed_within(5s));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_TRUE(wait_until([&] { return server->stats().handshake_timeouts == 2; }));
+  EXPECT_EQ(handler.requests.load(), 0);
+  // A client that asks at once is served, and may wait longer than the
+  // handshake deadline before its next request.
+  auto client = connect(*server);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->request("GET", "/hello").ok());
+  std::this_thread::sleep_for(600ms);
+  auto later = client->request("GET", "/hello");
+  ASSERT_TRUE(later.ok()) << later.error().message;
+  EXPECT_EQ(later->status, 200u);
 }
 
 TEST(HttpServer, StopWithOpenConnectionsFinishesPromptly) {
@@ -369,6 +557,12 @@ TEST(HttpServer, CreateRejectsBadOptions) {
   EXPECT_FALSE(Server::create(options, handler).ok());
   options = plain_options();
   options.read_timeout_ms = 0;
+  EXPECT_FALSE(Server::create(options, handler).ok());
+  options = plain_options();
+  options.handshake_timeout_ms = 0;
+  EXPECT_FALSE(Server::create(options, handler).ok());
+  options = plain_options();
+  options.max_connections_per_address = 0;
   EXPECT_FALSE(Server::create(options, handler).ok());
 }
 

@@ -10,6 +10,7 @@
 
 #include "tests/broker/http_test_certs.h"
 #include "tests/broker/http_test_support.h"
+#include "tests/support/raw_tcp.h"
 
 namespace entente::broker::http {
 namespace {
@@ -90,6 +91,58 @@ TEST(HttpWebSocket, RefusedUpgradeReportsStatusAndBody) {
   EXPECT_NE(missing.error().message.find("HTTP 404"), std::string::npos);
   EXPECT_EQ(handler.ws.opened.load(), 0);
   EXPECT_EQ(server->stats().websockets_open, 0u);
+}
+
+// RFC 6455 §4.2.1: the handshake is checked before the upgrade handler, and
+// every refusal is problem+json: a key that is not the base64 of 16 bytes
+// or no key is 400, a missing or other Sec-WebSocket-Version is 426 naming
+// version 13. Only a well-formed upgrade gets 101.
+TEST(HttpWebSocket, MalformedUpgradesAreRefusedWithProblemJson) {
+  TestHandler handler;
+  auto server = start_server(plain_options(), handler);
+  ASSERT_NE(server, nullptr);
+  const std::string head =
+      "GET /ws/echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n";
+  const std::string good_key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+  const std::string v13 = "Sec-WebSocket-Version: 13\r\n";
+  struct Case {
+    std::string headers;
+    unsigned status;
+    std::string detail;
+  };
+  const Case cases[] = {
+      {"Sec-WebSocket-Key: abc\r\n" + v13, 400, "Sec-WebSocket-Key"},
+      {"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=\r\n" + v13, 400, "Sec-WebSocket-Key"},
+      {"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ!!\r\n" + v13, 400, "Sec-WebSocket-Key"},
+      {"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZSBsb25nZXI=\r\n" + v13, 400, "Sec-WebSocket-Key"},
+      {v13, 400, "Sec-WebSocket-Key"},
+      {good_key + good_key + v13, 400, "Sec-WebSocket-Key"},
+      {good_key, 426, "version must be 13"},
+      {good_key + "Sec-WebSocket-Version: 8\r\n", 426, "version must be 13"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.headers);
+    auto x = entente::testing::raw_exchange(server->port(), head + c.headers + "\r\n");
+    ASSERT_TRUE(x.connected);
+    EXPECT_TRUE(x.closed) << x.received;
+    EXPECT_EQ(x.received.rfind("HTTP/1.1 " + std::to_string(c.status) + " ", 0), 0u) << x.received;
+    EXPECT_NE(x.received.find("Content-Type: application/problem+json"), std::string::npos)
+        << x.received;
+    EXPECT_NE(x.received.find(c.detail), std::string::npos) << x.received;
+    if (c.status == 426) {
+      EXPECT_NE(x.received.find("Sec-WebSocket-Version: 13\r\n"), std::string::npos) << x.received;
+    }
+  }
+  EXPECT_EQ(handler.ws.opened.load(), 0);
+  // The same request with a good key and version is upgraded.
+  entente::testing::RawTcp ok("127.0.0.1", server->port());
+  ASSERT_TRUE(ok.connected());
+  ASSERT_TRUE(ok.send_all(head + good_key + v13 + "\r\n"));
+  std::string got;
+  ok.read_until_closed(got, 500ms);  // stays open: read what came
+  EXPECT_EQ(got.rfind("HTTP/1.1 101 ", 0), 0u) << got;
+  EXPECT_NE(got.find("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), std::string::npos) << got;
+  EXPECT_TRUE(wait_until([&] { return handler.ws.opened.load() == 1; }));
 }
 
 TEST(HttpWebSocket, UpgradeSeesHeadersAndQuery) {

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "federation/messages.h"
+#include "tests/support/raw_tcp.h"
 #include "tests/support/tcp_proxy.h"
 
 namespace entente::federation {
@@ -568,6 +569,10 @@ TEST_F(LinkTest, StartRejectsBadOptions) {
   bad_timing.failure_timeout = bad_timing.heartbeat_interval;
   EXPECT_EQ(LinkManager::start(bad_timing, r).error().code, Errc::invalid_argument);
 
+  auto no_budget = o;
+  no_budget.max_handshaking_connections = 0;
+  EXPECT_EQ(LinkManager::start(no_budget, r).error().code, Errc::invalid_argument);
+
   auto bad_listen = o;
   bad_listen.listen_host = "not-an-address";
   EXPECT_NE(LinkManager::start(bad_listen, r).error().message.find("listen"), std::string::npos);
@@ -793,6 +798,83 @@ TEST_F(LinkTest, ReloadAddsAndRemovesPeersAndPins) {
   ASSERT_TRUE(a->reload(next, changes).ok());
   EXPECT_NE(std::find(changes.begin(), changes.end(), "peer entente://beta/n1 removed"), changes.end());
   ASSERT_TRUE(eventually([&] { return !a->is_up({"beta", "n1"}); }));
+}
+
+// One address holding idle connections (they never start TLS) gets at most
+// max_connections_per_address of the listener; the rest are refused at
+// accept and counted, and a real peer from another address links meanwhile.
+TEST_F(LinkTest, OneAddressCannotTakeEveryConnectionSlot) {
+  Recorder ra, rb;
+  auto ob = options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"}));
+  ob.max_connections = 8;
+  ob.max_connections_per_address = 3;
+  ob.max_handshaking_connections = 6;
+  ob.handshake_timeout = 30s;  // the flood is not timed out during the test
+  auto b = start(std::move(ob), rb);
+  ASSERT_NE(b, nullptr);
+  std::vector<entente::testing::RawTcp> flood;
+  for (int i = 0; i < 8; ++i) {
+    flood.emplace_back("127.0.0.1", b->port(), "127.0.0.2");
+    ASSERT_TRUE(flood.back().connected());
+  }
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "connections_per_address") == 5; }))
+      << refusals(*b, "connections_per_address");
+  EXPECT_TRUE(logged("over max_connections_per_address (3)"));
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), trust({"acme", "beta"}));
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  ASSERT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(rb.wait([](auto& r) { return !r.ups_.empty(); }));
+  EXPECT_TRUE(b->is_up({"acme", "n1"}));
+  EXPECT_EQ(refusals(*b, "connections"), 0u);
+}
+
+// Connections whose peer is not verified may hold only
+// max_handshaking_connections; a verified peer's connection leaves that
+// share at once. Idle connections are closed after handshake_timeout.
+TEST_F(LinkTest, UnverifiedConnectionsMayUseOnlyPartOfTheBudget) {
+  Recorder ra, rb, rg;
+  auto t = trust({"acme", "beta", "gamma"});
+  auto ob = options("beta", "n1", node_dir("beta", "n1"), t);
+  ob.max_connections = 6;
+  ob.max_handshaking_connections = 2;
+  ob.handshake_timeout = 1500ms;
+  auto b = start(std::move(ob), rb);
+  ASSERT_NE(b, nullptr);
+  // Two verified peers: they hold two connections, none of the unverified share.
+  auto oa = options("acme", "n1", node_dir("acme", "n1"), t);
+  oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto a = start(std::move(oa), ra);
+  auto og = options("gamma", "n1", node_dir("gamma", "n1"), t);
+  og.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
+  auto g = start(std::move(og), rg);
+  ASSERT_TRUE(ra.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(rg.wait([](auto& r) { return !r.ups_.empty(); }));
+  ASSERT_TRUE(rb.wait([](auto& r) { return r.ups_.size() == 2; }));
+  // Three idle connections from three addresses: two get the unverified
+  // share, the third is refused although max_connections has room.
+  std::vector<entente::testing::RawTcp> flood;
+  for (const char* from : {"127.0.0.2", "127.0.0.3"}) {
+    flood.emplace_back("127.0.0.1", b->port(), from);
+    ASSERT_TRUE(flood.back().connected());
+  }
+  std::this_thread::sleep_for(200ms);  // both are accepted before the third arrives
+  EXPECT_EQ(refusals(*b, "handshaking"), 0u);
+  flood.emplace_back("127.0.0.1", b->port(), "127.0.0.4");
+  ASSERT_TRUE(flood.back().connected());
+  EXPECT_TRUE(flood.back().closed_within(5s));
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "handshaking") == 1; }));
+  EXPECT_EQ(refusals(*b, "connections"), 0u);
+  // The two that got in are closed when their handshake deadline passes.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(flood[0].closed_within(10s));
+  EXPECT_TRUE(flood[1].closed_within(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "handshake") >= 2; }));
+  // Both links stayed up throughout.
+  EXPECT_TRUE(b->is_up({"acme", "n1"}));
+  EXPECT_TRUE(b->is_up({"gamma", "n1"}));
+  EXPECT_TRUE(rb.wait([](auto& r) { return r.downs_.empty(); }, 0ms));
 }
 
 }  // namespace

@@ -157,4 +157,64 @@ bool is_header_safe(std::string_view s) {
   return true;
 }
 
+std::optional<FramingRefusal> check_transfer_codings(const std::vector<std::string_view>& values) {
+  // The field is a comma-separated list that may span several field lines;
+  // empty list elements are allowed and ignored (RFC 9110 §5.6.1).
+  std::vector<std::string> codings;
+  for (std::string_view v : values) {
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t end = v.find(',', start);
+      if (end == std::string_view::npos) end = v.size();
+      std::string_view item = v.substr(start, end - start);
+      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+      while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+      if (!item.empty()) codings.push_back(to_lower(item));
+      start = end + 1;
+    }
+  }
+  auto quoted = [](std::string_view s) {
+    std::string out = "'";
+    // Bounded: a hostile header must not make the detail large.
+    out += s.substr(0, 64);
+    out += s.size() > 64 ? "...'" : "'";
+    return out;
+  };
+  if (codings.empty() || codings.back() != "chunked") {
+    return FramingRefusal{400, "Transfer-Encoding " +
+                                   quoted(codings.empty() ? std::string() : codings.back()) +
+                                   " does not end with chunked: the body's length cannot be "
+                                   "determined"};
+  }
+  for (size_t i = 0; i + 1 < codings.size(); ++i) {
+    if (codings[i] == "chunked") {
+      return FramingRefusal{400, "Transfer-Encoding applies chunked more than once"};
+    }
+    return FramingRefusal{501, "transfer coding " + quoted(codings[i]) +
+                                   " is not supported; only chunked is"};
+  }
+  return std::nullopt;
+}
+
+bool is_host_value(std::string_view host) {
+  for (char c : host) {
+    const bool alnum = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    // unreserved, sub-delims, pct-encoded's '%', the port's ':' and an IP literal's brackets
+    static constexpr std::string_view kOther = "-._~!$&'()*+,;=%:[]";
+    if (!alnum && kOther.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+bool is_websocket_key(std::string_view key) {
+  // 16 bytes encode to 22 significant characters and two '=' of padding.
+  if (key.size() != 24 || key[22] != '=' || key[23] != '=') return false;
+  for (size_t i = 0; i < 22; ++i) {
+    const char c = key[i];
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (!alpha && c != '+' && c != '/') return false;
+  }
+  return true;
+}
+
 }  // namespace entente::broker::http::detail

@@ -33,4 +33,25 @@ void append_json_string(std::string& out, std::string_view s);
 // True when `s` may be sent as a header value (no CR, LF or NUL).
 bool is_header_safe(std::string_view s);
 
+// Why a request's Transfer-Encoding makes its framing unusable (RFC 9112
+// §6.1), given every Transfer-Encoding field value in order: 400 when
+// chunked is not the final coding (the body's length cannot be determined)
+// or is applied twice; 501 for a coding this server does not implement
+// (anything but chunked). nullopt when the codings are exactly "chunked".
+struct FramingRefusal {
+  unsigned status = 400;
+  std::string detail;
+};
+std::optional<FramingRefusal> check_transfer_codings(const std::vector<std::string_view>& values);
+
+// True when `host` may be a Host field value (RFC 9110 §7.2): a reg-name,
+// an IP literal in brackets or an IPv4 address, with an optional port; only
+// the characters those allow (empty is allowed too). Not a full parse:
+// enough to refuse whitespace, '/', '@' and the like.
+bool is_host_value(std::string_view host);
+
+// True when `key` is a Sec-WebSocket-Key as RFC 6455 §4.1 requires: the
+// base64 encoding of exactly 16 bytes (22 base64 characters and "==").
+bool is_websocket_key(std::string_view key);
+
 }  // namespace entente::broker::http::detail

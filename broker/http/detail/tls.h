@@ -1,6 +1,6 @@
 #pragma once
 // TLS setup shared by the server and the clients: contexts restricted to
-// TLS 1.2+, credentials loaded with errors that name the file and OpenSSL's
+// TLS 1.3 and TLS 1.2 with ECDHE + AEAD suites only (no CBC), credentials loaded with errors that name the file and OpenSSL's
 // reason, and client-side peer verification by host name or IP address.
 
 #include <memory>

@@ -119,6 +119,11 @@ FedNode& FedNode::config_extra(std::string json) {
   return *this;
 }
 
+FedNode& FedNode::api_extra(std::string json) {
+  api_extra_ = std::move(json);
+  return *this;
+}
+
 std::string FedNode::federation_json() const {
   std::ostringstream f;
   f << "\"federation\":{";
@@ -152,6 +157,7 @@ bool FedNode::start() {
     o.node = node_;
     o.extra_config = federation_json();
     if (!config_extra_.empty()) o.extra_config += "," + config_extra_;
+    o.extra_api = api_extra_;
     process_ = std::make_unique<BrokerProcess>(std::move(o));
   }
   if (process_->start()) return true;

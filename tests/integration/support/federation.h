@@ -77,6 +77,8 @@ class FedNode {
   FedNode& federation_extra(std::string json);
   // Extra top-level configuration members, as BrokerOptions::extra_config.
   FedNode& config_extra(std::string json);
+  // Extra members of "api", as BrokerOptions::extra_api.
+  FedNode& api_extra(std::string json);
 
   // The federation section as it is written into the configuration.
   std::string federation_json() const;
@@ -98,7 +100,7 @@ class FedNode {
   uint16_t federation_port_;
   std::map<std::string, PeerEntry> peers_;  // by domain
   std::vector<std::string> exports_;        // JSON objects
-  std::string federation_extra_, config_extra_;
+  std::string federation_extra_, config_extra_, api_extra_;
   std::unique_ptr<BrokerProcess> process_;
   std::string error_;
 };
