@@ -383,12 +383,47 @@ struct LinkManager::Impl {
     }
   }
 
+  // Refusals are logged at most kRefusalLogBurst a kRefusalLogWindow, then
+  // summed up in one line when the next window starts: a flood of bad
+  // connections must not flood the log (each is still counted in
+  // `refusals`, and shown in `refused`).
+  static constexpr std::size_t kRefusalLogBurst = 20;
+  static constexpr std::chrono::seconds kRefusalLogWindow{10};
+  SteadyClock::time_point refusal_window_start{};  // REQUIRES: mu
+  std::size_t refusal_lines = 0;                    // REQUIRES: mu; logged in this window
+  std::size_t refusals_unlogged = 0;                // REQUIRES: mu; not logged in this window
+
+  void log_refusal(const std::string& line) {
+    std::size_t unlogged = 0;
+    {
+      std::lock_guard lock(mu);
+      const auto now = SteadyClock::now();
+      if (now - refusal_window_start >= kRefusalLogWindow) {
+        unlogged = refusals_unlogged;
+        refusal_window_start = now;
+        refusal_lines = 0;
+        refusals_unlogged = 0;
+      }
+      if (refusal_lines >= kRefusalLogBurst) {
+        ++refusals_unlogged;
+        return;
+      }
+      ++refusal_lines;
+    }
+    if (unlogged > 0) {
+      log("federation: " + std::to_string(unlogged) + " more refusals in the last " +
+          std::to_string(kRefusalLogWindow.count()) +
+          " s were not logged (entente_federation_refusals_total counts every one)");
+    }
+    log(line);
+  }
+
   void refuse(const std::string& label, const std::string& reason) {
     {
       std::lock_guard lock(mu);
       ++refusals[label];
     }
-    log("federation: refused " + reason);
+    log_refusal("federation: refused " + reason);
   }
 
   // A refused connection with a known label, as GET /v1/peers shows it: on
@@ -1165,7 +1200,7 @@ void LinkManager::Impl::refused_connection(const std::string& label, const std::
       it->second.status.last_error = (by_peer ? "" : "refused " + peer_uri + ": ") + reason;
     }
   }
-  log("federation: refused " + std::string(by_peer ? "by " : "") + who + ": " + label + ": " + reason);
+  log_refusal("federation: refused " + std::string(by_peer ? "by " : "") + who + ": " + label + ": " + reason);
 }
 
 LinkManager::LinkManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

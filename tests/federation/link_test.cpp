@@ -829,6 +829,30 @@ TEST_F(LinkTest, OneAddressCannotTakeEveryConnectionSlot) {
   EXPECT_EQ(refusals(*b, "connections"), 0u);
 }
 
+// A flood of refused connections logs a burst, not a line each: the
+// refusals are all counted, the log holds at most 20 of them.
+TEST_F(LinkTest, AFloodOfRefusedConnectionsLogsABurstAndCountsEveryOne) {
+  Recorder rb;
+  auto ob = options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"}));
+  ob.max_connections_per_address = 1;
+  ob.handshake_timeout = 30s;  // the one admitted is not timed out during the test
+  auto b = start(std::move(ob), rb);
+  ASSERT_NE(b, nullptr);
+  std::vector<entente::testing::RawTcp> flood;
+  for (int i = 0; i < 40; ++i) {
+    flood.emplace_back("127.0.0.1", b->port(), "127.0.0.2");
+    ASSERT_TRUE(flood.back().connected());
+  }
+  ASSERT_TRUE(eventually([&] { return refusals(*b, "connections_per_address") == 39; }))
+      << refusals(*b, "connections_per_address");
+  size_t lines = 0;
+  {
+    std::lock_guard lock(log_mu_);
+    for (const auto& l : log_) lines += l.find("federation: refused") != std::string::npos;
+  }
+  EXPECT_EQ(lines, 20u);
+}
+
 // Connections whose peer is not verified may hold only
 // max_handshaking_connections; a verified peer's connection leaves that
 // share at once. Idle connections are closed after handshake_timeout.
