@@ -10,7 +10,8 @@
 # PERF_DIR: when set, `perf record` follows each node during the bench and
 # writes PERF_DIR/acme.perf.data and PERF_DIR/beta.perf.data (PERF_OPTS,
 # default -g; e.g. "--call-graph dwarf -F 499" for a build without frame
-# pointers). IMPORT_WINDOW (e.g. 32MiB): beta's federation.import_window
+# pointers). CONTRACT=1: the stream crosses under a negotiated stream
+# contract instead of a configured export. IMPORT_WINDOW (e.g. 32MiB): beta's federation.import_window
 # (the byte credit its import grants acme), default the node's 8MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,15 @@ write_config() {
 }
 JSON
 }
-write_config acme "$acme_fed" beta "$beta_fed" '[{"stream": "bids", "to": ["beta"]}]'
+# CONTRACT=1: no configured export; the bench negotiates a stream contract
+# (enforced and metered on the wire) before beta imports acme/bids.
+bench_args=()
+if [[ -n ${CONTRACT:-} ]]; then
+  write_config acme "$acme_fed" beta "$beta_fed" '[]'
+  bench_args+=(--contract)
+else
+  write_config acme "$acme_fed" beta "$beta_fed" '[{"stream": "bids", "to": ["beta"]}]'
+fi
 write_config beta "$beta_fed" acme "$acme_fed" '[]'
 
 # start_node DOMAIN: starts the node of $dir/DOMAIN and sets $port.
@@ -104,7 +113,8 @@ stop_perf() {
   for p in "${perfs[@]}"; do kill -INT "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   perfs=()
 }
-"$build/bench/federation_bench" --owner-port "$acme_port" --importer-port "$beta_port" --token "$token" "$@" || {
+"$build/bench/federation_bench" --owner-port "$acme_port" --importer-port "$beta_port" --token "$token" \
+  "${bench_args[@]}" "$@" || {
   status=$?
   stop_perf
   for d in acme beta; do echo "--- $d log:" >&2; tail -20 "$dir/$d/out" "$dir/$d/err" >&2; done

@@ -3,9 +3,13 @@
 //
 //   federation_bench --owner-port P --importer-port P2 [--host H] [--token T]
 //                    [--seconds S] [--batch N] [--latency-rate R] [--lead N]
+//                    [--contract]
 //
 // The owner (domain "acme") must export its stream `bids` to the importer's
-// domain ("beta"); scripts/bench-federation.sh sets both nodes up. Prints one
+// domain ("beta"), or, with --contract, the bench negotiates a stream
+// contract for it (acme proposes, beta accepts, acme countersigns) before
+// the import, so the figures include the contract's enforcement and
+// metering; scripts/bench-federation.sh sets both nodes up (CONTRACT=1). Prints one
 // JSON line per figure:
 //   federation_latency     publish → arrival at the importer's subscriber at a
 //                          fixed offered rate (p50/p99/p999)
@@ -26,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +61,9 @@ struct Args {
   // How far (in batches) the publisher may run ahead of what its subscriber
   // received: the figure is the rate the whole path sustains.
   int lead = 40;
+  // Negotiate a stream contract for acme/bids instead of relying on a
+  // configured export; the JSON lines then say "under":"contract".
+  bool contract = false;
 };
 
 broker::http::ClientOptions client_options(const Args& a, uint16_t port) {
@@ -126,6 +134,86 @@ uint64_t next_seq(const Args& a, const std::string& stream) {
   d.Parse(r->body.c_str(), r->body.size());
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("next_seq") || !d["next_seq"].IsUint64()) return 1;
   return std::max<uint64_t>(1, d["next_seq"].GetUint64());
+}
+
+// An RFC 3339 UTC time `offset` from now, as contract terms take it.
+std::string rfc3339_from_now(std::chrono::seconds offset) {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + offset);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+// A contract's `version` and `in_force` on one node; {0, false} until it
+// has the contract.
+std::pair<uint64_t, bool> contract_state(const Args& a, uint16_t port, const std::string& id) {
+  auto r = call(a, port, "GET", "/v1/contracts/" + id);
+  if (!r.ok() || r->status != 200) return {0, false};
+  rapidjson::Document d;
+  d.Parse(r->body.c_str(), r->body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("version") || !d["version"].IsUint64()) return {0, false};
+  const bool in_force = d.HasMember("in_force") && d["in_force"].IsBool() && d["in_force"].GetBool();
+  return {d["version"].GetUint64(), in_force};
+}
+
+// Waits (20 s at most) until `pred(version, in_force)` holds on the node.
+template <class Pred>
+bool wait_contract(const Args& a, uint16_t port, const std::string& id, Pred pred) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    auto [version, in_force] = contract_state(a, port, id);
+    if (pred(version, in_force)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// acme proposes a stream contract for bids to beta, beta accepts, acme
+// countersigns: in force on both nodes when this returns true.
+bool negotiate_contract(const Args& a) {
+  // The link may still be coming up: a proposal is refused (503) until then.
+  const std::string terms = std::string(R"({"terms":{"kind":"stream","provider":"acme","consumer":"beta",)") +
+                            R"("streams":[")" + kOwnerStream + R"("],"price_per_million":1,"valid_from":")" +
+                            rfc3339_from_now(std::chrono::seconds(-60)) + R"(","valid_until":")" +
+                            rfc3339_from_now(std::chrono::hours(24)) + R"("}})";
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  std::string id, last;
+  while (id.empty() && Clock::now() < deadline) {
+    auto r = call(a, a.owner_port, "POST", "/v1/contracts", terms);
+    if (r.ok() && r->status == 201) {
+      rapidjson::Document d;
+      d.Parse(r->body.c_str(), r->body.size());
+      if (!d.HasParseError() && d.IsObject() && d.HasMember("id") && d["id"].IsString()) id = d["id"].GetString();
+      break;
+    }
+    last = r.ok() ? std::to_string(r->status) + " " + r->body : r.error().message;
+    if (r.ok() && r->status != 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (id.empty()) {
+    std::fprintf(stderr, "federation_bench: proposing a contract on the owner: %s\n", last.c_str());
+    return false;
+  }
+  if (!wait_contract(a, a.importer_port, id, [](uint64_t v, bool) { return v >= 1; })) {
+    std::fprintf(stderr, "federation_bench: the importer never received contract %s\n", id.c_str());
+    return false;
+  }
+  auto r = call(a, a.importer_port, "POST", "/v1/contracts/" + id + "/accept", R"({"version":1})");
+  if (!r.ok() || r->status != 200) {
+    std::fprintf(stderr, "federation_bench: accepting contract %s on the importer: %s\n", id.c_str(),
+                 r.ok() ? r->body.c_str() : r.error().message.c_str());
+    return false;
+  }
+  for (uint16_t port : {a.owner_port, a.importer_port}) {
+    if (!wait_contract(a, port, id, [](uint64_t, bool in_force) { return in_force; })) {
+      std::fprintf(stderr, "federation_bench: contract %s never came into force on port %u\n", id.c_str(),
+                   static_cast<unsigned>(port));
+      return false;
+    }
+  }
+  return true;
 }
 
 // POST /v1/imports on the importer; the link may still be coming up (503),
@@ -351,12 +439,13 @@ void bench_throughput(const Args& a) {
 
   std::printf(
       "{\"bench\":\"federation_throughput\",\"path\":\"acme/bids publish -> peer link -> beta subscriber\","
-      "\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,\"mb_per_s\":%.1f,"
+      "\"under\":\"%s\",\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,\"mb_per_s\":%.1f,"
       "\"target_tuples_per_s\":1000000,\"lost\":%llu,\"duplicated\":%llu,\"resubscribes\":%llu,\"errors\":%llu,"
       "\"tuple_bytes\":%zu,\"link_bytes_per_tuple\":%.1f,\"batch\":%d,\"error\":\"%s\","
       "\"baseline\":\"same_publisher_local_subscriber_on_owner\",\"baseline_tuples_per_s\":%.0f,"
       "\"baseline_mb_per_s\":%.1f,\"baseline_lost\":%llu,\"baseline_duplicated\":%llu,\"baseline_error\":\"%s\"}\n",
-      static_cast<unsigned long long>(fed.acked), static_cast<unsigned long long>(fed.received), fed.seconds,
+      a.contract ? "contract" : "export", static_cast<unsigned long long>(fed.acked),
+      static_cast<unsigned long long>(fed.received), fed.seconds,
       fed.tuples_per_s(), fed.mb_per_s(), static_cast<unsigned long long>(fed.lost),
       static_cast<unsigned long long>(fed.duplicated), static_cast<unsigned long long>(fed.reconnects),
       static_cast<unsigned long long>(fed.errors), binary_batch(a.batch, 0, 0).size() / static_cast<size_t>(a.batch),
@@ -444,11 +533,12 @@ void bench_latency(const Args& a) {
   const Percentiles l = percentiles(local.latencies_ms);
   std::printf(
       "{\"bench\":\"federation_latency\",\"path\":\"acme/bids publish -> peer link -> beta subscriber\","
-      "\"offered_tuples_per_s\":%.0f,\"tuples\":%llu,\"received\":%llu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+      "\"under\":\"%s\",\"offered_tuples_per_s\":%.0f,\"tuples\":%llu,\"received\":%llu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
       "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"lost\":%llu,\"duplicated\":%llu,\"error\":\"%s\","
       "\"baseline\":\"same_tuples_local_subscriber_on_owner\",\"baseline_p50_ms\":%.3f,\"baseline_p99_ms\":%.3f,"
       "\"baseline_p999_ms\":%.3f,\"baseline_max_ms\":%.3f,\"baseline_lost\":%llu,\"baseline_error\":\"%s\"}\n",
-      a.latency_rate, static_cast<unsigned long long>(sent), static_cast<unsigned long long>(remote.received.load()),
+      a.contract ? "contract" : "export", a.latency_rate, static_cast<unsigned long long>(sent),
+      static_cast<unsigned long long>(remote.received.load()),
       r.p50, r.p99, r.p999, r.max, static_cast<unsigned long long>(remote.lost),
       static_cast<unsigned long long>(remote.duplicated), remote.error.c_str(), l.p50, l.p99, l.p999, l.max,
       static_cast<unsigned long long>(local.lost), local.error.c_str());
@@ -478,10 +568,11 @@ int main(int argc, char** argv) {
     else if (s == "--latency-rate") a.latency_rate = std::atof(next().c_str());
     else if (s == "--lead") a.lead = std::atoi(next().c_str());
     else if (s == "--only") only.push_back(next());
+    else if (s == "--contract") a.contract = true;
     else {
       std::fprintf(stderr,
                    "usage: federation_bench --owner-port P --importer-port P2 [--host H] [--token T] [--seconds S] "
-                   "[--batch N] [--latency-rate R] [--lead BATCHES] [--only throughput|latency]\n");
+                   "[--batch N] [--latency-rate R] [--lead BATCHES] [--only throughput|latency] [--contract]\n");
       return 2;
     }
   }
@@ -493,7 +584,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto want = [&](const char* n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
-  if (!create_stream(a, kOwnerStream) || !create_stream(a, kLocalStream) || !create_import(a)) return 1;
+  if (!create_stream(a, kOwnerStream) || !create_stream(a, kLocalStream)) return 1;
+  if (a.contract && !negotiate_contract(a)) return 1;
+  if (!create_import(a)) return 1;
   // Latency first, on a quiet node: after the throughput run the owner's and
   // the importer's stores flush and trim hundreds of MB, which would show
   // up in both paths' tails.
