@@ -1,5 +1,5 @@
 #pragma once
-// Domain CAs and node certificates (ARCHITECTURE.md §5).
+// Domain CAs and node certificates (docs/architecture.md, "Identity and trust").
 //
 // Each domain has its own CA. A node certificate carries the node's identity
 // as a URI SAN `entente://DOMAIN/NODE`, plus the DNS names and IP addresses

@@ -1,8 +1,9 @@
 #pragma once
 // Signing with a node's key, and verifying a signature against the pinned CA
-// of the signing domain (ARCHITECTURE.md §5, §7). Contracts use it: a domain
-// accepts a contract by signing the canonical JSON of its terms, and the
-// other domain checks that signature with nothing but its TrustStore.
+// of the signing domain (docs/architecture.md, "Identity and trust" and
+// "Contracts"). Contracts use it: a domain accepts a contract by signing the
+// canonical JSON of its terms, and the other domain checks that signature
+// with nothing but its TrustStore.
 //
 // Algorithms follow the node's key: "ecdsa-p256-sha256" (ECDSA over P-256,
 // SHA-256 digest, DER signature) or "ed25519" (Ed25519 over the message

@@ -1,8 +1,8 @@
 #pragma once
-// Which peers a node trusts (ARCHITECTURE.md §5): per domain, that domain's
-// CA certificate, pinned in the node's configuration. There is no global
-// trust store: a certificate is checked only against the CA of the domain
-// its identity claims.
+// Which peers a node trusts (docs/architecture.md, "Identity and trust"):
+// per domain, that domain's CA certificate, pinned in the node's
+// configuration. There is no global trust store: a certificate is checked
+// only against the CA of the domain its identity claims.
 //
 // TrustStore is filled once at start-up and then read concurrently from any
 // thread (verify is const and touches no shared mutable state).

@@ -1,8 +1,8 @@
 #pragma once
-// A contract between two domains and its negotiation (ARCHITECTURE.md §7):
-// every change is a numbered Version; the state machine says who may make
-// which change; apply() is the one check both local changes and versions
-// received from the peer domain go through.
+// A contract between two domains and its negotiation (docs/architecture.md,
+// "Contracts"): every change is a numbered Version; the state machine says
+// who may make which change; apply() is the one check both local changes
+// and versions received from the peer domain go through.
 //
 //   proposed -> countered (any number of times) -> accepted -> active
 //   proposed | countered -> rejected            accepted | active -> revoked

@@ -1,7 +1,8 @@
 #pragma once
-// The hosting check (ARCHITECTURE.md §7): may a box of kind K, owned by
-// domain O, with load L, move to host domain H now? The one function the
-// box-moving code calls; it answers from the ledger alone.
+// The hosting check (docs/architecture.md, "Contracts"): may a box of kind
+// K, owned by domain O, with load L, move to host domain H now? The one
+// function the box-moving code calls (there is none yet: boxes do not move);
+// it answers from the ledger alone.
 
 #include <cstdint>
 #include <string>

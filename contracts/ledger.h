@@ -1,7 +1,8 @@
 #pragma once
-// The contracts ledger (ARCHITECTURE.md §4, §7): every version of every
-// contract this domain is party to, in the store's `contracts` column
-// family, plus what each contract carried (usage).
+// The contracts ledger (docs/architecture.md, "Where state lives" and
+// "Contracts"): every version of every contract this domain is party to,
+// in the store's `contracts` column family, plus what each contract carried
+// (usage).
 //
 // Keys:  v/<id>/<number, 8 bytes big-endian> -> version JSON (canonical),
 //        written with Durability::synced before append() returns;

@@ -1,6 +1,7 @@
 #pragma once
-// The terms of a contract (ARCHITECTURE.md §7): what a stream contract
-// shares, or what a hosting contract lets move, for which validity interval.
+// The terms of a contract (docs/architecture.md, "Contracts"): what a
+// stream contract shares, or what a hosting contract lets move, for which
+// validity interval.
 // Every number is an integer so that the canonical form is unambiguous;
 // money is in abstract credits; times are Unix milliseconds, whole seconds.
 //

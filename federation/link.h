@@ -1,7 +1,7 @@
 #pragma once
-// Peer links (ARCHITECTURE.md §6, docs/protocol.md): one mutually
-// authenticated TLS 1.3 connection per pair of nodes, carrying frames for
-// every channel.
+// Peer links (docs/architecture.md, "The path of a tuple"; docs/protocol.md):
+// one mutually authenticated TLS 1.3 connection per pair of nodes, carrying
+// frames for every channel.
 //
 // LinkManager owns a listener, one dialer per configured peer address, and
 // every link that completes the handshake. A connection is refused, before

@@ -1,7 +1,8 @@
 #pragma once
 // The node's durable state: one RocksDB instance with a column family per
-// concern (ARCHITECTURE.md §4). The store persists bytes under keys; it knows
-// nothing of streams' schemas, box types or contracts. Callers encode.
+// concern (docs/architecture.md, "Where state lives"). The store persists
+// bytes under keys; it knows nothing of streams' schemas, box types or
+// contracts. Callers encode.
 //
 // Thread-safety: every member function may be called from any thread.
 // Lifecycle: open() → use → destroy. Destroying the Store closes RocksDB; the
