@@ -21,11 +21,8 @@
 #include "broker/http/client.h"
 #include "broker/node.h"
 #include "certs/cli.h"
+#include "entente_version.h"
 #include "rapidjson/document.h"
-
-#ifndef ENTENTE_VERSION
-#define ENTENTE_VERSION "0.1.0"
-#endif
 
 namespace entente::broker {
 
@@ -525,7 +522,7 @@ int run_cli(int argc, char** argv) {
     return 0;
   }
   if (cmd == "--version" || cmd == "version") {
-    std::printf("entente %s\n", ENTENTE_VERSION);
+    std::printf("entente %s\n", kBuildVersion);
     return 0;
   }
   if (cmd == "broker") return run_broker(rest);

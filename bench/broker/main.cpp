@@ -23,28 +23,28 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/common/bench_common.h"
 #include "broker/http/client.h"
 #include "engine/batch.h"
 #include "engine/codec.h"
 #include "rapidjson/document.h"
 
 using namespace entente;
-using Clock = std::chrono::steady_clock;
+using bench::auth;
+using bench::binary_batch;
+using bench::client_options;
+using bench::Clock;
+using bench::now_ns;
+using bench::schema;
 
 namespace {
 
 struct Args {
-  std::string host = "127.0.0.1";
-  uint16_t port = 0;
-  std::string token;
-  bool tls = false;
-  std::string ca;
+  bench::Node node;  // --host, --port, --token, --tls, --ca
   double seconds = 5;
   int batch = 5000;          // tuples per request / message
   double latency_rate = 100000;
@@ -52,26 +52,10 @@ struct Args {
   uint16_t process_port = 0;       // a second node, for the latency of the other mode
 };
 
-broker::http::ClientOptions client_options(const Args& a) {
-  broker::http::ClientOptions o;
-  o.host = a.host;
-  o.port = a.port;
-  o.tls = a.tls;
-  o.ca_file = a.ca;
-  o.timeout_ms = 30000;
-  return o;
-}
-
-std::vector<std::pair<std::string, std::string>> auth(const Args& a) {
-  return {{"authorization", "Bearer " + a.token}};
-}
-
 // The node's ingest_durability, from the entente_ingest_durability{mode=...}
 // gauge of its /metrics; "unknown" when it does not say (an older node).
 std::string durability_mode(const Args& a) {
-  auto c = broker::http::Client::connect(client_options(a));
-  if (!c.ok()) return "unknown";
-  auto r = (*c)->request("GET", "/metrics", "", "application/json", auth(a));
+  auto r = bench::call(a.node, "GET", "/metrics");
   if (!r.ok() || r->status != 200) return "unknown";
   const std::string key = "entente_ingest_durability{mode=\"";
   const size_t at = r->body.find(key);
@@ -81,60 +65,20 @@ std::string durability_mode(const Args& a) {
   return r->body.substr(at + key.size(), end - at - key.size());
 }
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// The bench tuple: about 100 bytes encoded (two int64 and an 80-byte string).
-const char* kSchema = R"([{"name":"ts","type":"int64"},{"name":"k","type":"int64"},{"name":"payload","type":"string"}])";
-const std::string kPayload(80, 'p');
-
-engine::SchemaPtr schema() {
-  return engine::make_schema({{"ts", engine::Type::Int64}, {"k", engine::Type::Int64}, {"payload", engine::Type::String}});
-}
-
 std::string ndjson_body(int rows, int64_t base) {
   std::string s;
   s.reserve(static_cast<size_t>(rows) * 120);
   for (int i = 0; i < rows; ++i) {
-    s += "{\"ts\":" + std::to_string(now_ns()) + ",\"k\":" + std::to_string(base + i) + ",\"payload\":\"" + kPayload +
-         "\"}\n";
+    s += "{\"ts\":" + std::to_string(now_ns()) + ",\"k\":" + std::to_string(base + i) + ",\"payload\":\"" +
+         bench::payload() + "\"}\n";
   }
   return s;
 }
 
-std::string binary_batch(int rows, int64_t base, int64_t ts) {
-  engine::BatchBuilder bb(schema());
-  bb.reserve(static_cast<size_t>(rows));
-  for (int i = 0; i < rows; ++i) {
-    bb.column(0).ints.push_back(ts);
-    bb.column(1).ints.push_back(base + i);
-    bb.column(2).append_str(kPayload);
-    bb.event_time().push_back(0);
-    bb.seq().push_back(0);
-  }
-  std::string out;
-  engine::encode_batch(bb.finish(), out);
-  return out;
-}
-
+// The streams are replaced at the start of each figure: a rerun measures an
+// empty stream, not one a previous run filled.
 bool create_stream(const Args& a, const std::string& name) {
-  auto c = broker::http::Client::connect(client_options(a));
-  if (!c.ok()) {
-    std::fprintf(stderr, "broker_bench: %s\n", c.error().message.c_str());
-    return false;
-  }
-  (void)(*c)->request("DELETE", "/v1/streams/" + name, "", "application/json", auth(a));
-  auto r = (*c)->request("POST", "/v1/streams",
-                         std::string("{\"name\":\"") + name + "\",\"schema\":" + kSchema + "}", "application/json",
-                         auth(a));
-  if (!r.ok() || r->status != 201) {
-    std::fprintf(stderr, "broker_bench: creating stream %s: %s\n", name.c_str(),
-                 r.ok() ? r->body.c_str() : r.error().message.c_str());
-    return false;
-  }
-  return true;
+  return bench::create_stream(a.node, name, /*replace=*/true, "broker_bench");
 }
 
 // ------------------------------------------------------------ HTTP ingest
@@ -171,14 +115,14 @@ void bench_http_ingest(const Args& a, const std::string& mode) {
   std::atomic<bool> stop{false};
   std::atomic<int> workers{0};
   auto worker = [&] {
-    auto c = broker::http::Client::connect(client_options(a));
+    auto c = broker::http::Client::connect(client_options(a.node));
     if (!c.ok()) return;
     // Each worker is a producer naming its batches, as a publisher that
     // retries should (docs/api.md): the figure includes that bookkeeping.
     const std::string producer = "bench-http-" + std::to_string(::getpid()) + "-" + std::to_string(workers++);
     uint64_t seq = 1;
     while (!stop) {
-      auto headers = auth(a);
+      auto headers = auth(a.node);
       headers.emplace_back("entente-producer-id", producer);
       headers.emplace_back("entente-producer-seq", std::to_string(seq));
       auto r = (*c)->request("POST", "/v1/streams/bench_http/tuples", body, "application/x-ndjson", headers);
@@ -222,8 +166,8 @@ struct Subscription {
 };
 
 void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub, bool measure) {
-  auto ws = broker::http::WsClient::connect(client_options(a), "/v1/streams/" + stream + "/subscribe?format=binary",
-                                            auth(a));
+  auto ws = broker::http::WsClient::connect(client_options(a.node), "/v1/streams/" + stream + "/subscribe?format=binary",
+                                            auth(a.node));
   if (!ws.ok()) {
     sub.error = ws.error().message;
     sub.failed = true;
@@ -276,9 +220,9 @@ void bench_ws(const Args& a, const std::string& mode) {
   std::thread st([&] { subscribe_loop(a, "bench_ws", sub, false); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto ws = broker::http::WsClient::connect(
-      client_options(a), "/v1/streams/bench_ws/publish?producer_id=bench-ws-" + std::to_string(::getpid()) +
+      client_options(a.node), "/v1/streams/bench_ws/publish?producer_id=bench-ws-" + std::to_string(::getpid()) +
                              "&producer_seq=1",
-      auth(a));
+      auth(a.node));
   if (!ws.ok()) {
     std::fprintf(stderr, "broker_bench: publish: %s\n", ws.error().message.c_str());
     sub.stop = true;
@@ -352,10 +296,9 @@ FsyncBaseline measure_fsync(const std::string& dir) {
   }
   ::close(fd);
   ::unlink(path.c_str());
-  if (lat.empty()) return b;
-  std::sort(lat.begin(), lat.end());
-  b.p50_ms = lat[lat.size() / 2];
-  b.p99_ms = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  const bench::Percentiles p = bench::percentiles(lat);
+  b.p50_ms = p.p50;
+  b.p99_ms = p.p99;
   return b;
 }
 
@@ -366,9 +309,9 @@ void bench_latency(const Args& a, const std::string& mode) {
   std::thread st([&] { subscribe_loop(a, "bench_lat", sub, true); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto ws = broker::http::WsClient::connect(
-      client_options(a), "/v1/streams/bench_lat/publish?producer_id=bench-lat-" + std::to_string(::getpid()) +
+      client_options(a.node), "/v1/streams/bench_lat/publish?producer_id=bench-lat-" + std::to_string(::getpid()) +
                              "&producer_seq=1",
-      auth(a));
+      auth(a.node));
   if (!ws.ok()) {
     sub.stop = true;
     st.join();
@@ -398,14 +341,12 @@ void bench_latency(const Args& a, const std::string& mode) {
   sub.stop = true;
   st.join();
   const FsyncBaseline fs = measure_fsync(a.fsync_dir);
-  auto& l = sub.latencies_ms;
-  std::sort(l.begin(), l.end());
-  auto pct = [&](double p) { return l.empty() ? 0.0 : l[std::min(l.size() - 1, static_cast<size_t>(p * l.size()))]; };
+  const bench::Percentiles l = bench::percentiles(sub.latencies_ms);
   std::printf(
       "{\"bench\":\"e2e_latency\",\"ingest_durability\":\"%s\",\"offered_tuples_per_s\":%.0f,\"tuples\":%zu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
       "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"target_p99_ms\":5,\"baseline\":\"fdatasync_10kB_append\","
       "\"baseline_p50_ms\":%.3f,\"baseline_p99_ms\":%.3f}\n",
-      mode.c_str(), a.latency_rate, l.size(), pct(0.50), pct(0.99), pct(0.999), l.empty() ? 0.0 : l.back(), fs.p50_ms, fs.p99_ms);
+      mode.c_str(), a.latency_rate, sub.latencies_ms.size(), l.p50, l.p99, l.p999, l.max, fs.p50_ms, fs.p99_ms);
   std::fflush(stdout);
 }
 
@@ -414,25 +355,19 @@ void bench_latency(const Args& a, const std::string& mode) {
 int main(int argc, char** argv) {
   Args a;
   std::vector<std::string> only;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "broker_bench: %s needs a value\n", s.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (s == "--host") a.host = next();
-    else if (s == "--port") a.port = static_cast<uint16_t>(std::atoi(next().c_str()));
-    else if (s == "--token") a.token = next();
-    else if (s == "--tls") a.tls = true;
-    else if (s == "--ca") a.ca = next();
-    else if (s == "--seconds") a.seconds = std::atof(next().c_str());
-    else if (s == "--batch") a.batch = std::atoi(next().c_str());
-    else if (s == "--only") only.push_back(next());
-    else if (s == "--fsync-dir") a.fsync_dir = next();
-    else if (s == "--process-port") a.process_port = static_cast<uint16_t>(std::atoi(next().c_str()));
+  bench::ArgReader r("broker_bench", argc, argv);
+  while (r.next()) {
+    const std::string& s = r.name();
+    if (s == "--host") a.node.host = r.value();
+    else if (s == "--port") a.node.port = r.port();
+    else if (s == "--token") a.node.token = r.value();
+    else if (s == "--tls") a.node.tls = true;
+    else if (s == "--ca") a.node.ca_file = r.value();
+    else if (s == "--seconds") a.seconds = r.number();
+    else if (s == "--batch") a.batch = r.integer();
+    else if (s == "--only") only.push_back(r.value());
+    else if (s == "--fsync-dir") a.fsync_dir = r.value();
+    else if (s == "--process-port") a.process_port = r.port();
     else {
       std::fprintf(stderr,
                    "usage: broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S] "
@@ -440,7 +375,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.port == 0 || a.batch <= 0 || a.seconds <= 0) {
+  if (a.node.port == 0 || a.batch <= 0 || a.seconds <= 0) {
     std::fprintf(stderr, "broker_bench: --port is required; --batch and --seconds must be positive\n");
     return 2;
   }
@@ -451,7 +386,7 @@ int main(int argc, char** argv) {
   if (want("latency")) bench_latency(a, mode);
   if (want("latency") && a.process_port != 0) {
     Args p = a;
-    p.port = a.process_port;
+    p.node.port = a.process_port;
     bench_latency(p, durability_mode(p));
   }
   return 0;

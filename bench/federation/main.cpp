@@ -29,19 +29,23 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/common/bench_common.h"
 #include "broker/http/client.h"
-#include "engine/batch.h"
 #include "engine/codec.h"
 #include "rapidjson/document.h"
 
 using namespace entente;
-using Clock = std::chrono::steady_clock;
+using bench::auth;
+using bench::binary_batch;
+using bench::call;
+using bench::client_options;
+using bench::Clock;
+using bench::now_ns;
 
 namespace {
 
@@ -51,10 +55,9 @@ constexpr const char* kMirror = "acme%2Fbids";        // acme/bids on the import
 constexpr uint16_t kCloseSlowConsumer = 4001;         // the node's close code
 
 struct Args {
-  std::string host = "127.0.0.1";
-  uint16_t owner_port = 0;
-  uint16_t importer_port = 0;
-  std::string token;
+  // acme's node and beta's (--owner-port, --importer-port; --host and
+  // --token apply to both).
+  bench::Node owner, importer;
   double seconds = 5;
   int batch = 5000;  // tuples per published message
   double latency_rate = 100000;
@@ -66,69 +69,16 @@ struct Args {
   bool contract = false;
 };
 
-broker::http::ClientOptions client_options(const Args& a, uint16_t port) {
-  broker::http::ClientOptions o;
-  o.host = a.host;
-  o.port = port;
-  o.timeout_ms = 30000;
-  return o;
-}
-
-std::vector<std::pair<std::string, std::string>> auth(const Args& a) {
-  return {{"authorization", "Bearer " + a.token}};
-}
-
-Result<broker::http::ClientResponse> call(const Args& a, uint16_t port, const std::string& method,
-                                          const std::string& target, const std::string& body = {}) {
-  auto c = broker::http::Client::connect(client_options(a, port));
-  if (!c.ok()) return c.error();
-  return (*c)->request(method, target, body, "application/json", auth(a));
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// The bench tuple: about 100 bytes encoded (two int64 and an 80-byte string),
-// as in bench/broker.
-const char* kSchema = R"([{"name":"ts","type":"int64"},{"name":"k","type":"int64"},{"name":"payload","type":"string"}])";
-const std::string kPayload(80, 'p');
-
-engine::SchemaPtr schema() {
-  return engine::make_schema({{"ts", engine::Type::Int64}, {"k", engine::Type::Int64}, {"payload", engine::Type::String}});
-}
-
-std::string binary_batch(int rows, int64_t base, int64_t ts) {
-  engine::BatchBuilder bb(schema());
-  bb.reserve(static_cast<size_t>(rows));
-  for (int i = 0; i < rows; ++i) {
-    bb.column(0).ints.push_back(ts);
-    bb.column(1).ints.push_back(base + i);
-    bb.column(2).append_str(kPayload);
-    bb.event_time().push_back(0);
-    bb.seq().push_back(0);
-  }
-  std::string out;
-  engine::encode_batch(bb.finish(), out);
-  return out;
-}
-
+// The streams are made on the owner; a rerun needs fresh nodes
+// (scripts/bench-federation.sh starts them).
 bool create_stream(const Args& a, const std::string& name) {
-  auto r = call(a, a.owner_port, "POST", "/v1/streams",
-                std::string("{\"name\":\"") + name + "\",\"schema\":" + kSchema + "}");
-  if (!r.ok() || r->status != 201) {
-    std::fprintf(stderr, "federation_bench: creating stream %s: %s\n", name.c_str(),
-                 r.ok() ? r->body.c_str() : r.error().message.c_str());
-    return false;
-  }
-  return true;
+  return bench::create_stream(a.owner, name, /*replace=*/false, "federation_bench");
 }
 
 // The owner's next sequence number of `stream` (1 when it cannot tell: a
 // fresh stream), where a follower of its head starts.
 uint64_t next_seq(const Args& a, const std::string& stream) {
-  auto r = call(a, a.owner_port, "GET", "/v1/streams/" + stream);
+  auto r = call(a.owner, "GET", "/v1/streams/" + stream);
   if (!r.ok() || r->status != 200) return 1;
   rapidjson::Document d;
   d.Parse(r->body.c_str(), r->body.size());
@@ -148,8 +98,8 @@ std::string rfc3339_from_now(std::chrono::seconds offset) {
 
 // A contract's `version` and `in_force` on one node; {0, false} until it
 // has the contract.
-std::pair<uint64_t, bool> contract_state(const Args& a, uint16_t port, const std::string& id) {
-  auto r = call(a, port, "GET", "/v1/contracts/" + id);
+std::pair<uint64_t, bool> contract_state(const bench::Node& node, const std::string& id) {
+  auto r = call(node, "GET", "/v1/contracts/" + id);
   if (!r.ok() || r->status != 200) return {0, false};
   rapidjson::Document d;
   d.Parse(r->body.c_str(), r->body.size());
@@ -160,10 +110,10 @@ std::pair<uint64_t, bool> contract_state(const Args& a, uint16_t port, const std
 
 // Waits (20 s at most) until `pred(version, in_force)` holds on the node.
 template <class Pred>
-bool wait_contract(const Args& a, uint16_t port, const std::string& id, Pred pred) {
+bool wait_contract(const bench::Node& node, const std::string& id, Pred pred) {
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   while (Clock::now() < deadline) {
-    auto [version, in_force] = contract_state(a, port, id);
+    auto [version, in_force] = contract_state(node, id);
     if (pred(version, in_force)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -181,7 +131,7 @@ bool negotiate_contract(const Args& a) {
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   std::string id, last;
   while (id.empty() && Clock::now() < deadline) {
-    auto r = call(a, a.owner_port, "POST", "/v1/contracts", terms);
+    auto r = call(a.owner, "POST", "/v1/contracts", terms);
     if (r.ok() && r->status == 201) {
       rapidjson::Document d;
       d.Parse(r->body.c_str(), r->body.size());
@@ -196,20 +146,20 @@ bool negotiate_contract(const Args& a) {
     std::fprintf(stderr, "federation_bench: proposing a contract on the owner: %s\n", last.c_str());
     return false;
   }
-  if (!wait_contract(a, a.importer_port, id, [](uint64_t v, bool) { return v >= 1; })) {
+  if (!wait_contract(a.importer, id, [](uint64_t v, bool) { return v >= 1; })) {
     std::fprintf(stderr, "federation_bench: the importer never received contract %s\n", id.c_str());
     return false;
   }
-  auto r = call(a, a.importer_port, "POST", "/v1/contracts/" + id + "/accept", R"({"version":1})");
+  auto r = call(a.importer, "POST", "/v1/contracts/" + id + "/accept", R"({"version":1})");
   if (!r.ok() || r->status != 200) {
     std::fprintf(stderr, "federation_bench: accepting contract %s on the importer: %s\n", id.c_str(),
                  r.ok() ? r->body.c_str() : r.error().message.c_str());
     return false;
   }
-  for (uint16_t port : {a.owner_port, a.importer_port}) {
-    if (!wait_contract(a, port, id, [](uint64_t, bool in_force) { return in_force; })) {
+  for (const bench::Node* node : {&a.owner, &a.importer}) {
+    if (!wait_contract(*node, id, [](uint64_t, bool in_force) { return in_force; })) {
       std::fprintf(stderr, "federation_bench: contract %s never came into force on port %u\n", id.c_str(),
-                   static_cast<unsigned>(port));
+                   static_cast<unsigned>(node->port));
       return false;
     }
   }
@@ -222,7 +172,7 @@ bool create_import(const Args& a) {
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   std::string last;
   while (Clock::now() < deadline) {
-    auto r = call(a, a.importer_port, "POST", "/v1/imports", "{\"stream\":\"acme/bids\"}");
+    auto r = call(a.importer, "POST", "/v1/imports", "{\"stream\":\"acme/bids\"}");
     if (r.ok() && r->status == 201) return true;
     last = r.ok() ? std::to_string(r->status) + " " + r->body : r.error().message;
     if (r.ok() && r->status != 503) break;
@@ -243,7 +193,7 @@ bool create_import(const Args& a) {
 // thread while it runs, the rest after join().
 struct Follower {
   std::string where;   // "owner" / "importer", for messages
-  uint16_t port = 0;
+  bench::Node node;
   std::string stream;  // as it appears in the URL
   uint64_t next = 1;   // next sequence number expected
   bool measure = false;
@@ -258,11 +208,11 @@ struct Follower {
   std::vector<double> latencies_ms;
   std::string error;
 
-  void run(const Args& a) {
+  void run() {
     while (!stop) {
       auto ws = broker::http::WsClient::connect(
-          client_options(a, port), "/v1/streams/" + stream + "/subscribe?format=binary&from=" + std::to_string(next),
-          auth(a));
+          client_options(node), "/v1/streams/" + stream + "/subscribe?format=binary&from=" + std::to_string(next),
+          auth(node));
       if (!ws.ok()) return fail(ws.error().message);
       bool resume = false;
       while (!stop && !resume) {
@@ -344,13 +294,13 @@ struct Throughput {
 // for `sub` to receive everything acknowledged.
 Throughput run_throughput(const Args& a, const std::string& stream, Follower& sub) {
   Throughput t;
-  std::thread st([&] { sub.run(a); });
+  std::thread st([&] { sub.run(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // A named producer, as a publisher that may resend should be (docs/api.md).
-  auto ws = broker::http::WsClient::connect(client_options(a, a.owner_port),
+  auto ws = broker::http::WsClient::connect(client_options(a.owner),
                                             "/v1/streams/" + stream + "/publish?producer_id=bench-fed-" +
                                                 std::to_string(::getpid()) + "&producer_seq=1",
-                                            auth(a));
+                                            auth(a.owner));
   if (!ws.ok()) {
     sub.stop = true;
     st.join();
@@ -405,7 +355,7 @@ Throughput run_throughput(const Args& a, const std::string& stream, Follower& su
 // The importer's link counters for the owner, from GET /v1/peers: bytes
 // received over the link (to report what a tuple costs on the wire).
 uint64_t link_bytes_in(const Args& a) {
-  auto r = call(a, a.importer_port, "GET", "/v1/peers");
+  auto r = call(a.importer, "GET", "/v1/peers");
   if (!r.ok() || r->status != 200) return 0;
   rapidjson::Document d;
   d.Parse(r->body.c_str(), r->body.size());
@@ -422,13 +372,13 @@ uint64_t link_bytes_in(const Args& a) {
 void bench_throughput(const Args& a) {
   Follower local;
   local.where = "owner";
-  local.port = a.owner_port;
+  local.node = a.owner;
   local.stream = kLocalStream;
   Throughput base = run_throughput(a, kLocalStream, local);
 
   Follower remote;
   remote.where = "importer";
-  remote.port = a.importer_port;
+  remote.node = a.importer;
   remote.stream = kMirror;
   remote.next = next_seq(a, kOwnerStream);
   const uint64_t link0 = link_bytes_in(a);
@@ -457,21 +407,6 @@ void bench_throughput(const Args& a) {
 
 // ---------------------------------------------------------------- latency
 
-struct Percentiles {
-  double p50 = 0, p99 = 0, p999 = 0, max = 0;
-};
-Percentiles percentiles(std::vector<double>& l) {
-  Percentiles p;
-  if (l.empty()) return p;
-  std::sort(l.begin(), l.end());
-  auto at = [&](double q) { return l[std::min(l.size() - 1, static_cast<size_t>(q * static_cast<double>(l.size())))]; };
-  p.p50 = at(0.50);
-  p.p99 = at(0.99);
-  p.p999 = at(0.999);
-  p.max = l.back();
-  return p;
-}
-
 // Publishes acme/bids at a fixed rate (1 ms ticks, each tuple stamped with
 // its send time) while one subscriber on the owner and one on the importer
 // read the same tuples from the stream's head on.
@@ -479,21 +414,21 @@ void bench_latency(const Args& a) {
   const uint64_t next = next_seq(a, kOwnerStream);
   Follower local, remote;
   local.where = "owner";
-  local.port = a.owner_port;
+  local.node = a.owner;
   local.stream = kOwnerStream;
   remote.where = "importer";
-  remote.port = a.importer_port;
+  remote.node = a.importer;
   remote.stream = kMirror;
   for (Follower* f : {&local, &remote}) {
     f->next = next;
     f->measure = true;
     f->latencies_ms.reserve(static_cast<size_t>(a.latency_rate * a.seconds * 1.2));
   }
-  std::thread lt([&] { local.run(a); });
-  std::thread rt([&] { remote.run(a); });
+  std::thread lt([&] { local.run(); });
+  std::thread rt([&] { remote.run(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto ws = broker::http::WsClient::connect(client_options(a, a.owner_port),
-                                            std::string("/v1/streams/") + kOwnerStream + "/publish", auth(a));
+  auto ws = broker::http::WsClient::connect(client_options(a.owner),
+                                            std::string("/v1/streams/") + kOwnerStream + "/publish", auth(a.owner));
   uint64_t sent = 0, last_seq = 0;
   if (ws.ok()) {
     const int per_tick = std::max(1, static_cast<int>(a.latency_rate / 1000));
@@ -529,8 +464,8 @@ void bench_latency(const Args& a) {
   rt.join();
   local.account_missing(last_seq);
   remote.account_missing(last_seq);
-  const Percentiles r = percentiles(remote.latencies_ms);
-  const Percentiles l = percentiles(local.latencies_ms);
+  const bench::Percentiles r = bench::percentiles(remote.latencies_ms);
+  const bench::Percentiles l = bench::percentiles(local.latencies_ms);
   std::printf(
       "{\"bench\":\"federation_latency\",\"path\":\"acme/bids publish -> peer link -> beta subscriber\","
       "\"under\":\"%s\",\"offered_tuples_per_s\":%.0f,\"tuples\":%llu,\"received\":%llu,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
@@ -550,24 +485,18 @@ void bench_latency(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   std::vector<std::string> only;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "federation_bench: %s needs a value\n", s.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (s == "--host") a.host = next();
-    else if (s == "--owner-port") a.owner_port = static_cast<uint16_t>(std::atoi(next().c_str()));
-    else if (s == "--importer-port") a.importer_port = static_cast<uint16_t>(std::atoi(next().c_str()));
-    else if (s == "--token") a.token = next();
-    else if (s == "--seconds") a.seconds = std::atof(next().c_str());
-    else if (s == "--batch") a.batch = std::atoi(next().c_str());
-    else if (s == "--latency-rate") a.latency_rate = std::atof(next().c_str());
-    else if (s == "--lead") a.lead = std::atoi(next().c_str());
-    else if (s == "--only") only.push_back(next());
+  bench::ArgReader r("federation_bench", argc, argv);
+  while (r.next()) {
+    const std::string& s = r.name();
+    if (s == "--host") a.owner.host = a.importer.host = r.value();
+    else if (s == "--owner-port") a.owner.port = r.port();
+    else if (s == "--importer-port") a.importer.port = r.port();
+    else if (s == "--token") a.owner.token = a.importer.token = r.value();
+    else if (s == "--seconds") a.seconds = r.number();
+    else if (s == "--batch") a.batch = r.integer();
+    else if (s == "--latency-rate") a.latency_rate = r.number();
+    else if (s == "--lead") a.lead = r.integer();
+    else if (s == "--only") only.push_back(r.value());
     else if (s == "--contract") a.contract = true;
     else {
       std::fprintf(stderr,
@@ -576,7 +505,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.owner_port == 0 || a.importer_port == 0 || a.batch <= 0 || a.batch > 1000000 || a.seconds <= 0 ||
+  if (a.owner.port == 0 || a.importer.port == 0 || a.batch <= 0 || a.batch > 1000000 || a.seconds <= 0 ||
       a.seconds > 3600 || a.latency_rate < 1000 || a.latency_rate > 1e7 || a.lead <= 0 || a.lead > 10000) {
     std::fprintf(stderr,
                  "federation_bench: --owner-port and --importer-port are required; --batch 1..1000000, "

@@ -11,6 +11,7 @@
 #include "broker/detail/peering.h"
 #include "engine/codec.h"
 #include "engine/network.h"
+#include "entente_version.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
 
@@ -43,8 +44,6 @@ Response problem_for(const Error& e) {
 }
 
 namespace {
-
-constexpr const char* kVersion = "0.1.0";
 
 std::string diagnostics_members(const Diagnostics& diag) {
   JsonOut j;
@@ -397,7 +396,7 @@ void NodeImpl::handle(Request&& req, Respond respond) {
   if (route == "/v1/health") {
     JsonOut j;
     j.begin_object().key("status").str("ok").key("domain").str(config_.domain).key("node").str(config_.node);
-    j.key("version").str(kVersion).key("uptime_s").dbl((wall_clock_ms() - started_ms_) / 1000.0).end_object();
+    j.key("version").str(kBuildVersion).key("uptime_s").dbl((wall_clock_ms() - started_ms_) / 1000.0).end_object();
     answer(Response::json(200, j.take()));
     return;
   }

@@ -51,6 +51,25 @@ TEST_F(BrokerApi, HealthNeedsNoToken) {
   EXPECT_STREQ(d["node"].GetString(), "n1");
 }
 
+// The build's version has one source, project(entente VERSION ...): CMake
+// hands it to this test as ENTENTE_EXPECTED_VERSION, and the node's health
+// and the CLI must both say it.
+TEST_F(BrokerApi, HealthAndCliSayTheBuildsVersion) {
+  const std::string expected = ENTENTE_EXPECTED_VERSION;
+  ASSERT_FALSE(expected.empty());
+  auto r = broker_.request("GET", "/v1/health", "", "");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto d = parse(r.body);
+  ASSERT_TRUE(d.HasMember("version") && d["version"].IsString()) << r.body;
+  EXPECT_EQ(std::string(d["version"].GetString()), expected);
+
+  for (const char* arg : {"--version", "version"}) {
+    std::string out;
+    EXPECT_EQ(run_command(std::string(ENTENTE_BIN) + " " + arg, out), 0) << arg;
+    EXPECT_EQ(out, "entente " + expected + "\n") << arg;
+  }
+}
+
 TEST_F(BrokerApi, AuthFailuresAreProblems) {
   expect_problem(broker_.request("GET", "/v1/streams", "", ""), 401, "bearer token");
   expect_problem(broker_.request("GET", "/v1/streams", "", "wrong-token"), 401, "not valid");
