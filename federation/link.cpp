@@ -38,6 +38,7 @@
 #include <utility>
 
 #include "federation/messages.h"
+#include "net/address.h"
 
 namespace entente::federation {
 namespace {
@@ -312,16 +313,7 @@ class UnverifiedSlot {
   std::size_t* count_ = nullptr;
 };
 
-// Whose accepted connections count together for max_connections_per_address:
-// an IPv4 address (also IPv4-mapped), or an IPv6 peer's /64.
-std::string address_key(const net::ip::address& addr) {
-  if (addr.is_v4()) return addr.to_string();
-  const auto v6 = addr.to_v6();
-  if (v6.is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, v6).to_string();
-  auto bytes = v6.to_bytes();
-  std::fill(bytes.begin() + 8, bytes.end(), 0);
-  return net::ip::address_v6(bytes).to_string() + "/64";
-}
+using inet::address_key;  // per-address budgets (net/address.h)
 
 Hello my_hello(const LinkOptions& opt) {
   Hello h;

@@ -36,6 +36,7 @@
 #include "broker/http/detail/net.h"
 #include "broker/http/detail/text.h"
 #include "broker/http/detail/tls.h"
+#include "net/address.h"
 
 namespace entente::broker::http {
 namespace {
@@ -69,17 +70,7 @@ void report_exception(const std::exception_ptr& e, const char* where) {
   }
 }
 
-// Whose connections count together for max_connections_per_address: an IPv4
-// address (also when it arrives IPv4-mapped on an IPv6 listener), or an IPv6
-// client's /64, the smallest block one subscriber is usually given.
-std::string address_key(const net::ip::address& addr) {
-  if (addr.is_v4()) return addr.to_string();
-  const auto v6 = addr.to_v6();
-  if (v6.is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, v6).to_string();
-  auto bytes = v6.to_bytes();
-  std::fill(bytes.begin() + 8, bytes.end(), 0);
-  return net::ip::address_v6(bytes).to_string() + "/64";
-}
+using inet::address_key;  // per-address budgets (net/address.h)
 
 std::string endpoint_string(const tcp::endpoint& ep) {
   const auto addr = ep.address();
