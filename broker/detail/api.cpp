@@ -208,7 +208,7 @@ std::string percent_decode(std::string_view s) {
 }  // namespace
 
 // The path as sent, still percent-encoded, so that "acme%2Fbids" stays one
-// segment; match_route decodes each segment itself.
+// segment; match_routes decodes each segment itself.
 std::string routing_path(const http::Request& req) {
   if (req.target.empty()) return req.path;
   return req.target.substr(0, req.target.find('?'));
