@@ -208,89 +208,75 @@ std::string percent_decode(std::string_view s) {
 }  // namespace
 
 // The path as sent, still percent-encoded, so that "acme%2Fbids" stays one
-// segment; match_route decodes each segment itself.
+// segment; match_routes decodes each segment itself.
 std::string routing_path(const http::Request& req) {
   if (req.target.empty()) return req.path;
   return req.target.substr(0, req.target.find('?'));
 }
 
 const std::vector<RouteInfo>& api_routes() {
+  using N = NodeImpl;
+  constexpr std::optional<Role> kPublic;
+  // Order matters only for the Allow header, which lists a path's methods
+  // in this order.
   static const std::vector<RouteInfo> routes = {
-      {"GET", "/v1/health", false},
-      {"GET", "/metrics", false},
-      {"GET", "/v1/openapi.json", false},
-      {"GET", "/v1/streams", false},
-      {"POST", "/v1/streams", false},
-      {"GET", "/v1/streams/{name}", false},
-      {"DELETE", "/v1/streams/{name}", false},
-      {"POST", "/v1/streams/{name}/tuples", false},
-      {"GET", "/v1/streams/{name}/subscribe", true},
-      {"GET", "/v1/streams/{name}/publish", true},
-      {"GET", "/v1/queries", false},
-      {"POST", "/v1/queries", false},
-      {"GET", "/v1/queries/{name}", false},
-      {"DELETE", "/v1/queries/{name}", false},
-      {"GET", "/v1/checkpoints", false},
-      {"POST", "/v1/checkpoints", false},
-      {"POST", "/v1/admin/backup", false},
-      {"GET", "/v1/peers", false},
-      {"GET", "/v1/imports", false},
-      {"POST", "/v1/imports", false},
-      {"GET", "/v1/imports/{domain}/{name}", false},
-      {"DELETE", "/v1/imports/{domain}/{name}", false},
-      {"GET", "/v1/contracts", false},
-      {"POST", "/v1/contracts", false},
-      {"GET", "/v1/contracts/{id}", false},
-      {"POST", "/v1/contracts/{id}/counter", false},
-      {"POST", "/v1/contracts/{id}/accept", false},
-      {"POST", "/v1/contracts/{id}/reject", false},
-      {"POST", "/v1/contracts/{id}/revoke", false},
-      {"GET", "/v1/contracts/{id}/usage", false},
+      {"GET", "/v1/health", kPublic, false, &N::get_health},
+      {"GET", "/metrics", Role::reader, false, &N::get_metrics},
+      {"GET", "/v1/openapi.json", kPublic, false, &N::get_openapi},
+      {"GET", "/v1/streams", Role::reader, false, &N::list_streams_route},
+      {"POST", "/v1/streams", Role::admin, false, &N::create_stream_route},
+      {"GET", "/v1/streams/{name}", Role::reader, false, &N::get_stream},
+      {"DELETE", "/v1/streams/{name}", Role::admin, false, &N::delete_stream_route},
+      {"POST", "/v1/streams/{name}/tuples", Role::publisher, false, &N::post_tuples},
+      {"GET", "/v1/streams/{name}/subscribe", Role::reader, true, nullptr},
+      {"GET", "/v1/streams/{name}/publish", Role::publisher, true, nullptr},
+      {"GET", "/v1/queries", Role::reader, false, &N::list_queries_route},
+      {"POST", "/v1/queries", Role::admin, false, &N::deploy_query_route},
+      {"GET", "/v1/queries/{name}", Role::reader, false, &N::get_query},
+      {"DELETE", "/v1/queries/{name}", Role::admin, false, &N::delete_query_route},
+      {"GET", "/v1/checkpoints", Role::reader, false, &N::list_checkpoints},
+      {"POST", "/v1/checkpoints", Role::admin, false, &N::take_checkpoints},
+      {"POST", "/v1/admin/backup", Role::admin, false, &N::post_backup},
+      {"GET", "/v1/peers", Role::reader, false, &N::get_peers},
+      {"GET", "/v1/imports", Role::reader, false, &N::list_imports},
+      {"POST", "/v1/imports", Role::admin, false, &N::create_import_route},
+      {"GET", "/v1/imports/{domain}/{name}", Role::reader, false, &N::get_import},
+      {"DELETE", "/v1/imports/{domain}/{name}", Role::admin, false, &N::delete_import_route},
+      {"GET", "/v1/contracts", Role::reader, false, &N::list_contracts},
+      {"POST", "/v1/contracts", Role::admin, false, &N::propose_contract},
+      {"GET", "/v1/contracts/{id}", Role::reader, false, &N::get_contract},
+      {"POST", "/v1/contracts/{id}/counter", Role::admin, false, &N::counter_contract},
+      {"POST", "/v1/contracts/{id}/accept", Role::admin, false, &N::accept_contract},
+      {"POST", "/v1/contracts/{id}/reject", Role::admin, false, &N::reject_contract},
+      {"POST", "/v1/contracts/{id}/revoke", Role::admin, false, &N::revoke_contract},
+      {"GET", "/v1/contracts/{id}/usage", Role::reader, false, &N::get_contract_usage},
   };
   return routes;
 }
 
-// Finds the route template for a path; "" when no route has that path.
-// `param` receives the {name} segment.
-std::string match_route(std::string_view path, std::string& param) {
-  auto seg = segments(path);
-  if (seg.size() == 1 && seg[0] == "metrics") return "/metrics";
-  if (seg.size() < 2 || seg[0] != "v1") return "";
-  if (seg.size() == 2) {
-    if (seg[1] == "health") return "/v1/health";
-    if (seg[1] == "openapi.json") return "/v1/openapi.json";
-    if (seg[1] == "streams") return "/v1/streams";
-    if (seg[1] == "queries") return "/v1/queries";
-    if (seg[1] == "checkpoints") return "/v1/checkpoints";
-    if (seg[1] == "peers") return "/v1/peers";
-    if (seg[1] == "imports") return "/v1/imports";
-    if (seg[1] == "contracts") return "/v1/contracts";
-    return "";
-  }
-  if (seg.size() == 3 && seg[1] == "admin" && seg[2] == "backup") return "/v1/admin/backup";
-  if (seg[1] == "contracts" && (seg.size() == 3 || seg.size() == 4)) {
-    param = percent_decode(seg[2]);
-    if (seg.size() == 3) return "/v1/contracts/{id}";
-    for (const char* action : {"counter", "accept", "reject", "revoke", "usage"}) {
-      if (seg[3] == action) return "/v1/contracts/{id}/" + std::string(action);
+std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& params) {
+  const auto seg = segments(path);
+  std::vector<const RouteInfo*> out;
+  for (const auto& r : api_routes()) {
+    if (!out.empty()) {
+      // Templates never overlap: the others with a match's template are
+      // its other methods.
+      if (std::string_view(r.path) == out.front()->path) out.push_back(&r);
+      continue;
     }
-    return "";
+    const auto pat = segments(r.path);
+    if (pat.size() != seg.size()) continue;
+    PathParams values;
+    bool match = true;
+    for (size_t i = 0; i < pat.size() && match; ++i) {
+      if (pat[i].starts_with('{')) values.push_back(percent_decode(seg[i]));
+      else match = pat[i] == seg[i];
+    }
+    if (!match) continue;
+    params = std::move(values);
+    out.push_back(&r);
   }
-  if (seg.size() == 4 && seg[1] == "imports") {
-    param = percent_decode(seg[2]) + "/" + percent_decode(seg[3]);
-    return "/v1/imports/{domain}/{name}";
-  }
-  if (seg.size() == 3 && (seg[1] == "streams" || seg[1] == "queries")) {
-    param = percent_decode(seg[2]);
-    return seg[1] == "streams" ? "/v1/streams/{name}" : "/v1/queries/{name}";
-  }
-  if (seg.size() == 4 && seg[1] == "streams") {
-    param = percent_decode(seg[2]);
-    if (seg[3] == "tuples") return "/v1/streams/{name}/tuples";
-    if (seg[3] == "subscribe") return "/v1/streams/{name}/subscribe";
-    if (seg[3] == "publish") return "/v1/streams/{name}/publish";
-  }
-  return "";
+  return out;
 }
 
 NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) const {
@@ -337,8 +323,9 @@ NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) con
 
 void NodeImpl::handle(Request&& req, Respond respond) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::string param;
-  std::string route = match_route(routing_path(req), param);
+  PathParams params;
+  const auto routes = match_routes(routing_path(req), params);
+  const std::string route = routes.empty() ? "" : routes.front()->path;
   const std::string method = req.method;
   // Wraps the answer with the request metrics.
   Respond answer = [this, respond = std::move(respond), route, method, t0](Response r) {
@@ -353,22 +340,21 @@ void NodeImpl::handle(Request&& req, Respond respond) {
         .observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     respond(std::move(r));
   };
-  if (route.empty()) {
+  if (routes.empty()) {
     answer(Response::problem(404, "Not Found", "no resource at " + req.path.substr(0, 200)));
     return;
   }
   // Method check, with Allow listing what the route takes.
   std::string allow;
-  bool allowed = false;
-  for (const auto& ri : api_routes()) {
-    if (route != ri.path) continue;
+  const RouteInfo* chosen = nullptr;
+  bool ws_route = false;
+  for (const RouteInfo* ri : routes) {
     if (!allow.empty()) allow += ", ";
-    allow += ri.method;
-    if (method == ri.method) allowed = !ri.websocket;
+    allow += ri->method;
+    ws_route |= ri->websocket;
+    if (method == ri->method && !ri->websocket) chosen = ri;
   }
-  if (!allowed) {
-    bool ws_route = false;
-    for (const auto& ri : api_routes()) ws_route |= route == ri.path && ri.websocket;
+  if (!chosen) {
     Response r = ws_route ? Response::problem(426, "Upgrade Required", route + " is a WebSocket endpoint")
                           : Response::problem(405, "Method Not Allowed",
                                               method.substr(0, 20) + " is not allowed on " + route + " (allowed: " +
@@ -378,353 +364,350 @@ void NodeImpl::handle(Request&& req, Respond respond) {
     answer(std::move(r));
     return;
   }
-
-  auto need = [&](Role role) {
-    auto a = authenticate(req, role);
-    if (!a.ok) answer(std::move(a.problem));
-    return a.ok;
-  };
-  auto want_json_body = [&]() {
-    if (req.content_type != "application/json") {
-      answer(Response::problem(415, "Unsupported Media Type",
-                               "the body must be application/json, not '" + req.content_type.substr(0, 100) + "'"));
-      return false;
+  if (chosen->role) {
+    auto a = authenticate(req, *chosen->role);
+    if (!a.ok) {
+      answer(std::move(a.problem));
+      return;
     }
-    return true;
-  };
+  }
+  (this->*chosen->handler)(req, params, answer);
+}
 
-  if (route == "/v1/health") {
-    JsonOut j;
-    j.begin_object().key("status").str("ok").key("domain").str(config_.domain).key("node").str(config_.node);
-    j.key("version").str(kBuildVersion).key("uptime_s").dbl((wall_clock_ms() - started_ms_) / 1000.0).end_object();
-    answer(Response::json(200, j.take()));
+bool NodeImpl::json_body(const Request& req, const Respond& answer) const {
+  if (req.content_type == "application/json") return true;
+  answer(Response::problem(415, "Unsupported Media Type",
+                           "the body must be application/json, not '" + req.content_type.substr(0, 100) + "'"));
+  return false;
+}
+
+// --- /v1/health, /v1/openapi.json, /metrics
+
+void NodeImpl::get_health(const Request&, const PathParams&, const Respond& answer) {
+  JsonOut j;
+  j.begin_object().key("status").str("ok").key("domain").str(config_.domain).key("node").str(config_.node);
+  j.key("version").str(kBuildVersion).key("uptime_s").dbl((wall_clock_ms() - started_ms_) / 1000.0).end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::get_openapi(const Request&, const PathParams&, const Respond& answer) {
+  answer(Response::json(200, std::string(openapi_json())));
+}
+
+void NodeImpl::get_metrics(const Request&, const PathParams&, const Respond& answer) {
+  Response r;
+  r.status = 200;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = metrics_.render();
+  answer(std::move(r));
+}
+
+// --- /v1/streams
+
+void NodeImpl::list_streams_route(const Request&, const PathParams&, const Respond& answer) {
+  JsonOut j;
+  j.begin_object().key("streams").begin_array();
+  for (auto& s : list_streams()) j.raw(stream_json(*this, s));
+  j.end_array().end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::create_stream_route(const Request& req, const PathParams&, const Respond& answer) {
+  if (!json_body(req, answer)) return;
+  auto spec = parse_stream_spec(req.body, config_);
+  if (!spec.ok()) {
+    answer(Response::problem(400, "Bad Request", spec.error().message));
     return;
   }
-  if (route == "/v1/openapi.json") {
-    answer(Response::json(200, std::string(openapi_json())));
+  auto s = create_stream(std::move(spec).value());
+  if (!s.ok()) {
+    answer(problem_for(s.error()));
     return;
   }
-  if (route == "/metrics") {
-    if (!need(Role::reader)) return;
-    Response r;
-    r.status = 200;
-    r.content_type = "text/plain; version=0.0.4";
-    r.body = metrics_.render();
+  Response r = Response::json(201, stream_json(*this, *s));
+  r.headers.emplace_back("Location", "/v1/streams/" + (*s)->meta().name);
+  answer(std::move(r));
+}
+
+void NodeImpl::get_stream(const Request&, const PathParams& params, const Respond& answer) {
+  const std::string& name = params.at(0);
+  auto s = find_stream(name);
+  if (!s) answer(Response::problem(404, "Not Found", "no stream '" + name.substr(0, 100) + "'"));
+  else answer(Response::json(200, stream_json(*this, s)));
+}
+
+void NodeImpl::delete_stream_route(const Request&, const PathParams& params, const Respond& answer) {
+  Status st = delete_stream(params.at(0));
+  if (!st.ok()) answer(problem_for(st.error()));
+  else answer(Response{204, "application/json", "", {}});
+}
+
+void NodeImpl::post_tuples(const Request& req, const PathParams& params, const Respond& answer) {
+  const std::string& name = params.at(0);
+  auto s = find_stream(name);
+  if (!s) {
+    answer(Response::problem(404, "Not Found", "no stream '" + name.substr(0, 100) + "'"));
+    return;
+  }
+  IngestFormat format;
+  if (req.content_type == "application/x-ndjson" || req.content_type == "application/ndjson") {
+    format = IngestFormat::ndjson;
+  } else if (req.content_type == "application/json") {
+    format = IngestFormat::json_array;
+  } else {
+    answer(Response::problem(415, "Unsupported Media Type",
+                             "tuples are application/x-ndjson or application/json (an array), not '" +
+                                 req.content_type.substr(0, 100) + "'"));
+    return;
+  }
+  auto producer = producer_of(req);
+  if (!producer.ok()) {
+    answer(Response::problem(400, "Bad Request", producer.error().message));
+    return;
+  }
+  ingest(*this, s, format, req.body, *producer, [answer, producer = *producer](IngestResult r) {
+    if (r.problem) {
+      answer(std::move(*r.problem));
+      return;
+    }
+    answer(Response::json(200, ingest_answer_json(r, producer)));
+  });
+}
+
+// --- /v1/queries
+
+void NodeImpl::list_queries_route(const Request&, const PathParams&, const Respond& answer) {
+  const std::string placement = config_.domain + "/" + config_.node;
+  JsonOut j;
+  j.begin_object().key("queries").begin_array();
+  for (auto& q : list_queries()) j.raw(query_json(q, placement, peering_.get()));
+  j.end_array().end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const Respond& answer) {
+  if (!json_body(req, answer)) return;
+  if (rapidjson::Document doc; auto p = read_json(req.body, doc)) {
+    // As a validation problem, with its path in `errors`.
+    Diagnostics diag;
+    diag.error(p->path, p->why);
+    answer(Response::problem(400, "Bad Request", p->message(), diagnostics_members(diag)));
+    return;
+  }
+  auto deploy = [this, body = req.body, answer]() {
+    Diagnostics diag;
+    auto q = deploy_query(body, diag);
+    if (!q.ok()) {
+      if (!diag.ok())
+        answer(Response::problem(400, "Bad Request",
+                                 q.error().message + ": " + std::to_string(diag.size()) +
+                                     " problem(s), first: " + diag.items().front().path + ": " +
+                                     diag.items().front().message,
+                                 diagnostics_members(diag)));
+      else
+        answer(problem_for(q.error()));
+      return;
+    }
+    Response r = Response::json(201, query_json(*q, config_.domain + "/" + config_.node, peering_.get()));
+    r.headers.emplace_back("Location", "/v1/queries/" + (*q)->meta().name);
     answer(std::move(r));
-    return;
-  }
-
-  if (route == "/v1/streams" && method == "GET") {
-    if (!need(Role::reader)) return;
-    JsonOut j;
-    j.begin_object().key("streams").begin_array();
-    for (auto& s : list_streams()) j.raw(stream_json(*this, s));
-    j.end_array().end_object();
-    answer(Response::json(200, j.take()));
-    return;
-  }
-  if (route == "/v1/streams" && method == "POST") {
-    if (!need(Role::admin) || !want_json_body()) return;
-    auto spec = parse_stream_spec(req.body, config_);
-    if (!spec.ok()) {
-      answer(Response::problem(400, "Bad Request", spec.error().message));
-      return;
-    }
-    auto s = create_stream(std::move(spec).value());
-    if (!s.ok()) {
-      answer(problem_for(s.error()));
-      return;
-    }
-    Response r = Response::json(201, stream_json(*this, *s));
-    r.headers.emplace_back("Location", "/v1/streams/" + (*s)->meta().name);
-    answer(std::move(r));
-    return;
-  }
-  if (route == "/v1/streams/{name}") {
-    if (!need(method == "GET" ? Role::reader : Role::admin)) return;
-    if (method == "GET") {
-      auto s = find_stream(param);
-      if (!s) answer(Response::problem(404, "Not Found", "no stream '" + param.substr(0, 100) + "'"));
-      else answer(Response::json(200, stream_json(*this, s)));
-      return;
-    }
-    Status st = delete_stream(param);
-    if (!st.ok()) answer(problem_for(st.error()));
-    else answer(Response{204, "application/json", "", {}});
-    return;
-  }
-  if (route == "/v1/streams/{name}/tuples") {
-    if (!need(Role::publisher)) return;
-    auto s = find_stream(param);
-    if (!s) {
-      answer(Response::problem(404, "Not Found", "no stream '" + param.substr(0, 100) + "'"));
-      return;
-    }
-    IngestFormat format;
-    if (req.content_type == "application/x-ndjson" || req.content_type == "application/ndjson") {
-      format = IngestFormat::ndjson;
-    } else if (req.content_type == "application/json") {
-      format = IngestFormat::json_array;
-    } else {
-      answer(Response::problem(415, "Unsupported Media Type",
-                               "tuples are application/x-ndjson or application/json (an array), not '" +
-                                   req.content_type.substr(0, 100) + "'"));
-      return;
-    }
-    auto producer = producer_of(req);
-    if (!producer.ok()) {
-      answer(Response::problem(400, "Bad Request", producer.error().message));
-      return;
-    }
-    ingest(*this, s, format, req.body, *producer, [answer, producer = *producer](IngestResult r) {
-      if (r.problem) {
-        answer(std::move(*r.problem));
-        return;
-      }
-      answer(Response::json(200, ingest_answer_json(r, producer)));
-    });
-    return;
-  }
-  if (route == "/v1/queries" && method == "GET") {
-    if (!need(Role::reader)) return;
-    const std::string placement = config_.domain + "/" + config_.node;
-    JsonOut j;
-    j.begin_object().key("queries").begin_array();
-    for (auto& q : list_queries()) j.raw(query_json(q, placement, peering_.get()));
-    j.end_array().end_object();
-    answer(Response::json(200, j.take()));
-    return;
-  }
-  if (route == "/v1/queries" && method == "POST") {
-    if (!need(Role::admin) || !want_json_body()) return;
-    if (rapidjson::Document doc; auto p = read_json(req.body, doc)) {
-      // As a validation problem, with its path in `errors`.
-      Diagnostics diag;
-      diag.error(p->path, p->why);
-      answer(Response::problem(400, "Bad Request", p->message(), diagnostics_members(diag)));
-      return;
-    }
-    auto deploy = [this, body = req.body, answer]() {
-      Diagnostics diag;
-      auto q = deploy_query(body, diag);
-      if (!q.ok()) {
-        if (!diag.ok())
-          answer(Response::problem(400, "Bad Request",
-                                   q.error().message + ": " + std::to_string(diag.size()) +
-                                       " problem(s), first: " + diag.items().front().path + ": " +
-                                       diag.items().front().message,
-                                   diagnostics_members(diag)));
-        else
-          answer(problem_for(q.error()));
-        return;
-      }
-      Response r = Response::json(201, query_json(*q, config_.domain + "/" + config_.node, peering_.get()));
-      r.headers.emplace_back("Location", "/v1/queries/" + (*q)->meta().name);
-      answer(std::move(r));
-    };
-    // Inputs naming another domain's stream that this node does not import
-    // yet are imported first; the owner's refusal fails the deploy.
-    struct Remote {
-      std::string path;
-      std::string stream;
-      engine::SchemaPtr schema;
-    };
-    std::vector<Remote> remote;
-    if (peering_) {
-      Diagnostics ignored;
-      auto net = engine::QueryNetwork::parse(req.body, ignored);
-      if (net.ok()) {
-        for (size_t i = 0; i < net->inputs().size(); ++i) {
-          const auto& in = net->inputs()[i];
-          if (in.stream.empty() || !peering_->is_remote(in.stream) || find_stream(in.stream)) continue;
-          remote.push_back({"$.inputs[" + std::to_string(i) + "].stream", in.stream, in.schema});
-        }
+  };
+  // Inputs naming another domain's stream that this node does not import
+  // yet are imported first; the owner's refusal fails the deploy.
+  struct Remote {
+    std::string path;
+    std::string stream;
+    engine::SchemaPtr schema;
+  };
+  std::vector<Remote> remote;
+  if (peering_) {
+    Diagnostics ignored;
+    auto net = engine::QueryNetwork::parse(req.body, ignored);
+    if (net.ok()) {
+      for (size_t i = 0; i < net->inputs().size(); ++i) {
+        const auto& in = net->inputs()[i];
+        if (in.stream.empty() || !peering_->is_remote(in.stream) || find_stream(in.stream)) continue;
+        remote.push_back({"$.inputs[" + std::to_string(i) + "].stream", in.stream, in.schema});
       }
     }
-    if (remote.empty()) {
-      deploy();
-      return;
-    }
-    struct Join {
-      std::mutex mu;
-      size_t left;
-      bool failed = false;
-    };
-    auto join = std::make_shared<Join>();
-    join->left = remote.size();
-    for (const auto& r : remote) {
-      peering_->create_import(r.stream, r.schema, [join, deploy, answer, path = r.path](Result<ImportInfo> res) {
-        bool last = false;
-        {
-          std::lock_guard lock(join->mu);
-          if (join->failed) return;
-          if (!res.ok() && res.error().code != Errc::already_exists) {
-            join->failed = true;
-          } else {
-            last = --join->left == 0;
-          }
-        }
+  }
+  if (remote.empty()) {
+    deploy();
+    return;
+  }
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    bool failed = false;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = remote.size();
+  for (const auto& r : remote) {
+    peering_->create_import(r.stream, r.schema, [join, deploy, answer, path = r.path](Result<ImportInfo> res) {
+      bool last = false;
+      {
+        std::lock_guard lock(join->mu);
+        if (join->failed) return;
         if (!res.ok() && res.error().code != Errc::already_exists) {
-          Error e = res.error();
-          e.message = path + ": " + e.message;
-          answer(problem_for(e));
-          return;
+          join->failed = true;
+        } else {
+          last = --join->left == 0;
         }
-        if (last) deploy();
-      });
-    }
-    return;
-  }
-  if (route == "/v1/queries/{name}") {
-    if (!need(method == "GET" ? Role::reader : Role::admin)) return;
-    if (method == "GET") {
-      auto q = find_query(param);
-      if (!q) answer(Response::problem(404, "Not Found", "no query '" + param.substr(0, 100) + "'"));
-      else answer(Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
-      return;
-    }
-    Status st = delete_query(param);
-    if (!st.ok()) answer(problem_for(st.error()));
-    else answer(Response{204, "application/json", "", {}});
-    return;
-  }
-  if (route == "/v1/peers") {
-    if (!need(Role::reader)) return;
-    if (!peering_) {
-      answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
-      return;
-    }
-    answer(Response::json(200, peering_->peers_json()));
-    return;
-  }
-  if (route.starts_with("/v1/contracts")) {
-    handle_contracts(route, param, req, need, answer);  // `need` answers through `answer` too
-    return;
-  }
-  if (route == "/v1/imports" && method == "GET") {
-    if (!need(Role::reader)) return;
-    JsonOut j;
-    j.begin_object().key("imports").begin_array();
-    if (peering_) {
-      for (const auto& i : peering_->imports()) write_import(j, i);
-    }
-    j.end_array().end_object();
-    answer(Response::json(200, j.take()));
-    return;
-  }
-  if (route == "/v1/imports" && method == "POST") {
-    if (!need(Role::admin) || !want_json_body()) return;
-    rapidjson::Document doc;
-    if (auto p = read_json(req.body, doc)) {
-      answer(Response::problem(400, "Bad Request", p->message()));
-      return;
-    }
-    if (!doc.IsObject() || !doc.HasMember("stream") || !doc["stream"].IsString() ||
-        doc.MemberCount() != 1) {
-      answer(Response::problem(400, "Bad Request", "the body must be {\"stream\": \"DOMAIN/NAME\"}"));
-      return;
-    }
-    if (!peering_) {
-      answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
-      return;
-    }
-    const std::string stream(doc["stream"].GetString(), doc["stream"].GetStringLength());
-    if (stream.size() > 200) {
-      answer(Response::problem(400, "Bad Request", "the stream name is longer than 200 bytes"));
-      return;
-    }
-    if (find_stream(stream)) {
-      answer(Response::problem(409, "Conflict", "stream " + stream + " exists on this node already"));
-      return;
-    }
-    peering_->create_import(stream, nullptr, [answer](Result<ImportInfo> r) {
-      if (!r.ok()) {
-        answer(problem_for(r.error()));
+      }
+      if (!res.ok() && res.error().code != Errc::already_exists) {
+        Error e = res.error();
+        e.message = path + ": " + e.message;
+        answer(problem_for(e));
         return;
       }
-      Response resp = Response::json(201, import_json(*r));
-      resp.headers.emplace_back("Location", "/v1/imports/" + r->stream);
-      answer(std::move(resp));
+      if (last) deploy();
     });
+  }
+}
+
+void NodeImpl::get_query(const Request&, const PathParams& params, const Respond& answer) {
+  const std::string& name = params.at(0);
+  auto q = find_query(name);
+  if (!q) answer(Response::problem(404, "Not Found", "no query '" + name.substr(0, 100) + "'"));
+  else answer(Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
+}
+
+void NodeImpl::delete_query_route(const Request&, const PathParams& params, const Respond& answer) {
+  Status st = delete_query(params.at(0));
+  if (!st.ok()) answer(problem_for(st.error()));
+  else answer(Response{204, "application/json", "", {}});
+}
+
+// --- /v1/peers, /v1/imports
+
+void NodeImpl::get_peers(const Request&, const PathParams&, const Respond& answer) {
+  if (!peering_) {
+    answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
     return;
   }
-  if (route == "/v1/imports/{domain}/{name}") {
-    if (!need(method == "GET" ? Role::reader : Role::admin)) return;
-    if (method == "GET") {
-      auto i = peering_ ? peering_->import_info(param) : std::nullopt;
-      if (!i) answer(Response::problem(404, "Not Found", "no import of " + param.substr(0, 200)));
-      else answer(Response::json(200, import_json(*i)));
-      return;
-    }
-    Status st = delete_import(param);
-    if (!st.ok()) answer(problem_for(st.error()));
-    else answer(Response{204, "application/json", "", {}});
+  answer(Response::json(200, peering_->peers_json()));
+}
+
+void NodeImpl::list_imports(const Request&, const PathParams&, const Respond& answer) {
+  JsonOut j;
+  j.begin_object().key("imports").begin_array();
+  if (peering_) {
+    for (const auto& i : peering_->imports()) write_import(j, i);
+  }
+  j.end_array().end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::create_import_route(const Request& req, const PathParams&, const Respond& answer) {
+  if (!json_body(req, answer)) return;
+  rapidjson::Document doc;
+  if (auto p = read_json(req.body, doc)) {
+    answer(Response::problem(400, "Bad Request", p->message()));
     return;
   }
-  if (route == "/v1/checkpoints" && method == "GET") {
-    if (!need(Role::reader)) return;
-    auto list = store::Checkpoints::list(*store_);
-    if (!list.ok()) {
-      answer(problem_for(list.error()));
+  if (!doc.IsObject() || !doc.HasMember("stream") || !doc["stream"].IsString() ||
+      doc.MemberCount() != 1) {
+    answer(Response::problem(400, "Bad Request", "the body must be {\"stream\": \"DOMAIN/NAME\"}"));
+    return;
+  }
+  if (!peering_) {
+    answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
+    return;
+  }
+  const std::string stream(doc["stream"].GetString(), doc["stream"].GetStringLength());
+  if (stream.size() > 200) {
+    answer(Response::problem(400, "Bad Request", "the stream name is longer than 200 bytes"));
+    return;
+  }
+  if (find_stream(stream)) {
+    answer(Response::problem(409, "Conflict", "stream " + stream + " exists on this node already"));
+    return;
+  }
+  peering_->create_import(stream, nullptr, [answer](Result<ImportInfo> r) {
+    if (!r.ok()) {
+      answer(problem_for(r.error()));
       return;
     }
+    Response resp = Response::json(201, import_json(*r));
+    resp.headers.emplace_back("Location", "/v1/imports/" + r->stream);
+    answer(std::move(resp));
+  });
+}
+
+void NodeImpl::get_import(const Request&, const PathParams& params, const Respond& answer) {
+  const std::string name = params.at(0) + "/" + params.at(1);
+  auto i = peering_ ? peering_->import_info(name) : std::nullopt;
+  if (!i) answer(Response::problem(404, "Not Found", "no import of " + name.substr(0, 200)));
+  else answer(Response::json(200, import_json(*i)));
+}
+
+void NodeImpl::delete_import_route(const Request&, const PathParams& params, const Respond& answer) {
+  Status st = delete_import(params.at(0) + "/" + params.at(1));
+  if (!st.ok()) answer(problem_for(st.error()));
+  else answer(Response{204, "application/json", "", {}});
+}
+
+// --- /v1/checkpoints, /v1/admin/backup
+
+void NodeImpl::list_checkpoints(const Request&, const PathParams&, const Respond& answer) {
+  auto list = store::Checkpoints::list(*store_);
+  if (!list.ok()) {
+    answer(problem_for(list.error()));
+    return;
+  }
+  JsonOut j;
+  j.begin_object().key("checkpoints").begin_array();
+  for (auto& c : *list) {
+    std::string q = c.owner.rfind("query/", 0) == 0 ? c.owner.substr(6) : c.owner;
+    j.begin_object().key("query").str(q).key("id").u64(c.id).key("bytes").u64(c.bytes).end_object();
+  }
+  j.end_array().end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::take_checkpoints(const Request&, const PathParams&, const Respond& answer) {
+  checkpoint_all([answer](std::vector<Result<CheckpointInfo>> results) {
     JsonOut j;
     j.begin_object().key("checkpoints").begin_array();
-    for (auto& c : *list) {
-      std::string q = c.owner.rfind("query/", 0) == 0 ? c.owner.substr(6) : c.owner;
-      j.begin_object().key("query").str(q).key("id").u64(c.id).key("bytes").u64(c.bytes).end_object();
+    std::string failures;
+    for (auto& r : results) {
+      if (r.ok()) write_checkpoint(j, *r);
+      else failures += (failures.empty() ? "" : "; ") + r.error().message;
     }
     j.end_array().end_object();
-    answer(Response::json(200, j.take()));
+    if (!failures.empty()) answer(Response::problem(500, "Checkpoint Failed", failures));
+    else answer(Response::json(200, j.take()));
+  });
+}
+
+void NodeImpl::post_backup(const Request& req, const PathParams&, const Respond& answer) {
+  if (!json_body(req, answer)) return;
+  rapidjson::Document doc;
+  doc.Parse(req.body.data(), req.body.size());
+  if (doc.HasParseError() || !doc.IsObject() || doc.MemberCount() != 1 || !doc.HasMember("dir") ||
+      !doc["dir"].IsString()) {
+    answer(Response::problem(400, "Bad Request",
+                             "the body must be {\"dir\": \"/absolute/path/of/a/new/directory\"}"));
     return;
   }
-  if (route == "/v1/checkpoints" && method == "POST") {
-    if (!need(Role::admin)) return;
-    checkpoint_all([answer](std::vector<Result<CheckpointInfo>> results) {
-      JsonOut j;
-      j.begin_object().key("checkpoints").begin_array();
-      std::string failures;
-      for (auto& r : results) {
-        if (r.ok()) write_checkpoint(j, *r);
-        else failures += (failures.empty() ? "" : "; ") + r.error().message;
-      }
-      j.end_array().end_object();
-      if (!failures.empty()) answer(Response::problem(500, "Checkpoint Failed", failures));
-      else answer(Response::json(200, j.take()));
-    });
+  const std::string dir(doc["dir"].GetString(), doc["dir"].GetStringLength());
+  if (dir.size() > 4096 || dir.find('\0') != std::string::npos) {
+    answer(Response::problem(400, "Bad Request", "$.dir is not a path (longer than 4096 bytes, or a NUL)"));
     return;
   }
-  if (route == "/v1/admin/backup") {
-    if (!need(Role::admin) || !want_json_body()) return;
-    rapidjson::Document doc;
-    doc.Parse(req.body.data(), req.body.size());
-    if (doc.HasParseError() || !doc.IsObject() || doc.MemberCount() != 1 || !doc.HasMember("dir") ||
-        !doc["dir"].IsString()) {
-      answer(Response::problem(400, "Bad Request",
-                               "the body must be {\"dir\": \"/absolute/path/of/a/new/directory\"}"));
+  backup(dir, [answer](Result<BackupResult> r) {
+    if (!r.ok()) {
+      // A directory that cannot be made is the request's fault, not the node's.
+      answer(r.error().code == Errc::not_found ? Response::problem(400, "Bad Request", r.error().message)
+                                               : problem_for(r.error()));
       return;
     }
-    const std::string dir(doc["dir"].GetString(), doc["dir"].GetStringLength());
-    if (dir.size() > 4096 || dir.find('\0') != std::string::npos) {
-      answer(Response::problem(400, "Bad Request", "$.dir is not a path (longer than 4096 bytes, or a NUL)"));
-      return;
-    }
-    backup(dir, [answer](Result<BackupResult> r) {
-      if (!r.ok()) {
-        // A directory that cannot be made is the request's fault, not the node's.
-        answer(r.error().code == Errc::not_found ? Response::problem(400, "Bad Request", r.error().message)
-                                                 : problem_for(r.error()));
-        return;
-      }
-      JsonOut j;
-      j.begin_object().key("dir").str(r->dir).key("store").str(r->store.path);
-      j.key("rocksdb_sequence").u64(r->store.sequence).key("bytes").u64(r->store.bytes);
-      j.key("created_at").str(rfc3339(r->created_ms)).end_object();
-      answer(Response::json(201, j.take()));
-    });
-    return;
-  }
-  answer(Response::problem(404, "Not Found", "no resource at " + req.path.substr(0, 200)));
+    JsonOut j;
+    j.begin_object().key("dir").str(r->dir).key("store").str(r->store.path);
+    j.key("rocksdb_sequence").u64(r->store.sequence).key("bytes").u64(r->store.bytes);
+    j.key("created_at").str(rfc3339(r->created_ms)).end_object();
+    answer(Response::json(201, j.take()));
+  });
 }
 
 }  // namespace entente::broker::detail

@@ -1,6 +1,7 @@
 // The /v1/contracts routes (docs/api.md "Contracts", docs/contracts.md):
 // the admin's side of negotiating with another domain. Reading needs a
-// reader token; every action that changes a contract needs an admin token.
+// reader token; every action that changes a contract needs an admin token
+// (the roles are in api_routes(), api.cpp, which checks them).
 
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
@@ -187,103 +188,125 @@ Diagnostics catalog_problems(const NodeImpl& node, const contracts::Terms& t,
 
 }  // namespace
 
-void NodeImpl::handle_contracts(const std::string& route, const std::string& id,
-                                const http::Request& req, const std::function<bool(Role)>& need,
-                                http::Respond answer) {
-  const bool reading = req.method == "GET";
-  if (!need(reading ? Role::reader : Role::admin)) return;
-  if (!reading && req.content_type != "application/json") {
-    answer(Response::problem(415, "Unsupported Media Type",
-                             "the body must be application/json, not '" +
-                                 req.content_type.substr(0, 100) + "'"));
-    return;
-  }
+Contracting* NodeImpl::contracting_for(const http::Request& req, const http::Respond& answer) {
+  if (req.method != "GET" && !json_body(req, answer)) return nullptr;
   Contracting* c = peering_ ? peering_->contracting() : nullptr;
   if (c == nullptr) {
     answer(Response::problem(404, "Not Found",
                              "this node has no federation section in its configuration, so it "
                              "negotiates no contracts"));
-    return;
   }
-  const int64_t now = wall_clock_ms();
+  return c;
+}
 
-  if (route == "/v1/contracts" && reading) {
-    contracts::ContractFilter f;
-    if (auto state = req.param("state")) {
-      auto s = contracts::state_from_name(*state);
-      if (!s.ok()) {
-        answer(Response::problem(400, "Bad Request", "state: " + s.error().message));
-        return;
-      }
-      f.state = *s;
+void NodeImpl::list_contracts(const http::Request& req, const PathParams&, const http::Respond& answer) {
+  Contracting* c = contracting_for(req, answer);
+  if (c == nullptr) return;
+  const int64_t now = wall_clock_ms();
+  contracts::ContractFilter f;
+  if (auto state = req.param("state")) {
+    auto s = contracts::state_from_name(*state);
+    if (!s.ok()) {
+      answer(Response::problem(400, "Bad Request", "state: " + s.error().message));
+      return;
     }
-    if (auto peer = req.param("peer")) f.peer = std::string(peer->substr(0, 64));
-    if (auto kind = req.param("kind")) {
-      if (*kind == "stream") f.kind = contracts::Kind::stream;
-      else if (*kind == "hosting") f.kind = contracts::Kind::hosting;
-      else {
-        answer(Response::problem(400, "Bad Request", "kind: must be stream or hosting"));
-        return;
-      }
+    f.state = *s;
+  }
+  if (auto peer = req.param("peer")) f.peer = std::string(peer->substr(0, 64));
+  if (auto kind = req.param("kind")) {
+    if (*kind == "stream") f.kind = contracts::Kind::stream;
+    else if (*kind == "hosting") f.kind = contracts::Kind::hosting;
+    else {
+      answer(Response::problem(400, "Bad Request", "kind: must be stream or hosting"));
+      return;
     }
-    JsonOut j;
-    j.begin_object().key("contracts").begin_array();
-    for (const auto& k : c->ledger().list(f, now)) j.raw(contracts::contract_to_json(k, now));
-    j.end_array().end_object();
-    answer(Response::json(200, j.take()));
+  }
+  JsonOut j;
+  j.begin_object().key("contracts").begin_array();
+  for (const auto& k : c->ledger().list(f, now)) j.raw(contracts::contract_to_json(k, now));
+  j.end_array().end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::get_contract(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  Contracting* c = contracting_for(req, answer);
+  if (c == nullptr) return;
+  const std::string& id = params.at(0);
+  const int64_t now = wall_clock_ms();
+  auto k = c->ledger().get(id);
+  if (!k.ok()) {
+    answer(problem_for(k.error()));
     return;
   }
-  if (!reading && !id.empty() && !contracts::valid_contract_id(id)) {
+  std::string body = contracts::contract_to_json(*k, now);
+  // An offer on the table of stream terms this node provides: what its
+  // catalog says of them, so that the admin sees before accepting (an
+  // offer from the consumer was checked by nobody who knows the catalog).
+  const contracts::Version& cur = k->current();
+  if ((cur.state == contracts::State::proposed || cur.state == contracts::State::countered) &&
+      checks_catalog(*this, cur.terms)) {
+    const Diagnostics diag = catalog_problems(*this, cur.terms, {});
+    JsonOut j;
+    j.begin_array();
+    for (const auto& d : diag.items()) {
+      j.begin_object().key("path").str(d.path).key("message").str(d.message).end_object();
+    }
+    j.end_array();
+    body.pop_back();  // contract_to_json is one object
+    body += ",\"catalog_problems\":" + j.take() + "}";
+  }
+  answer(Response::json(200, body));
+}
+
+void NodeImpl::get_contract_usage(const http::Request& req, const PathParams& params,
+                                  const http::Respond& answer) {
+  Contracting* c = contracting_for(req, answer);
+  if (c == nullptr) return;
+  const std::string& id = params.at(0);
+  auto k = c->ledger().get(id);
+  auto u = c->ledger().usage(id);
+  if (!k.ok() || !u.ok()) {
+    answer(problem_for(k.ok() ? u.error() : k.error()));
+    return;
+  }
+  const auto& terms = k->current().terms;
+  JsonOut j;
+  j.begin_object().key("id").str(id).key("kind").str(contracts::kind_name(terms.kind));
+  j.key("tuples").u64(u->tuples).key("load_seconds").u64(u->load_seconds);
+  if (terms.kind == contracts::Kind::stream) {
+    j.key("price_per_million").u64(terms.stream.price_per_million);
+  } else {
+    j.key("price_min").u64(terms.hosting.price_min).key("price_max").u64(terms.hosting.price_max);
+  }
+  j.key("cost_credits").dbl(u->cost_credits).end_object();
+  answer(Response::json(200, j.take()));
+}
+
+void NodeImpl::propose_contract(const http::Request& req, const PathParams&, const http::Respond& answer) {
+  contract_action("/v1/contracts", req, "", answer);
+}
+void NodeImpl::counter_contract(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  contract_action("/v1/contracts/{id}/counter", req, params.at(0), answer);
+}
+void NodeImpl::accept_contract(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  contract_action("/v1/contracts/{id}/accept", req, params.at(0), answer);
+}
+void NodeImpl::reject_contract(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  contract_action("/v1/contracts/{id}/reject", req, params.at(0), answer);
+}
+void NodeImpl::revoke_contract(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  contract_action("/v1/contracts/{id}/revoke", req, params.at(0), answer);
+}
+
+// The actions (POST) that change a contract: `route` says which.
+void NodeImpl::contract_action(const std::string& route, const http::Request& req, const std::string& id,
+                               const http::Respond& answer) {
+  Contracting* c = contracting_for(req, answer);
+  if (c == nullptr) return;
+  if (!id.empty() && !contracts::valid_contract_id(id)) {
     answer(Response::problem(404, "Not Found", "no contract " + id.substr(0, 64)));
     return;
   }
-  if (route == "/v1/contracts/{id}") {
-    auto k = c->ledger().get(id);
-    if (!k.ok()) {
-      answer(problem_for(k.error()));
-      return;
-    }
-    std::string body = contracts::contract_to_json(*k, now);
-    // An offer on the table of stream terms this node provides: what its
-    // catalog says of them, so that the admin sees before accepting (an
-    // offer from the consumer was checked by nobody who knows the catalog).
-    const contracts::Version& cur = k->current();
-    if ((cur.state == contracts::State::proposed || cur.state == contracts::State::countered) &&
-        checks_catalog(*this, cur.terms)) {
-      const Diagnostics diag = catalog_problems(*this, cur.terms, {});
-      JsonOut j;
-      j.begin_array();
-      for (const auto& d : diag.items()) {
-        j.begin_object().key("path").str(d.path).key("message").str(d.message).end_object();
-      }
-      j.end_array();
-      body.pop_back();  // contract_to_json is one object
-      body += ",\"catalog_problems\":" + j.take() + "}";
-    }
-    answer(Response::json(200, body));
-    return;
-  }
-  if (route == "/v1/contracts/{id}/usage") {
-    auto k = c->ledger().get(id);
-    auto u = c->ledger().usage(id);
-    if (!k.ok() || !u.ok()) {
-      answer(problem_for(k.ok() ? u.error() : k.error()));
-      return;
-    }
-    const auto& terms = k->current().terms;
-    JsonOut j;
-    j.begin_object().key("id").str(id).key("kind").str(contracts::kind_name(terms.kind));
-    j.key("tuples").u64(u->tuples).key("load_seconds").u64(u->load_seconds);
-    if (terms.kind == contracts::Kind::stream) {
-      j.key("price_per_million").u64(terms.stream.price_per_million);
-    } else {
-      j.key("price_min").u64(terms.hosting.price_min).key("price_max").u64(terms.hosting.price_max);
-    }
-    j.key("cost_credits").dbl(u->cost_credits).end_object();
-    answer(Response::json(200, j.take()));
-    return;
-  }
-
   // Actions.
   auto doc = parse_body(req);
   if (!doc.ok()) {

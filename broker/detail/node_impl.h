@@ -12,6 +12,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -25,16 +26,35 @@
 
 namespace entente::broker::detail {
 
+class Contracting;
 class Peering;
 
-// A route of the API, for the OpenAPI consistency test: method and path
-// template ("/v1/streams/{name}"). WebSocket routes have method "GET".
+class NodeImpl;
+
+// The values of a route's {params}, percent-decoded, in path order.
+using PathParams = std::vector<std::string>;
+// A route's handler: the caller has checked the method and the role.
+using RouteHandler = void (NodeImpl::*)(const http::Request& req, const PathParams& params,
+                                        const http::Respond& answer);
+
+// One route of the API. This one table (api_routes) drives the dispatch,
+// the authorisation and the OpenAPI consistency test: method, path
+// template ("/v1/streams/{name}", each {param} one segment), the role a
+// token needs (none: public), whether it is a WebSocket upgrade (method
+// "GET", served by NodeImpl::upgrade, handler null) and the handler.
 struct RouteInfo {
   const char* method;
   const char* path;
+  std::optional<Role> role;
   bool websocket;
+  RouteHandler handler;
 };
 const std::vector<RouteInfo>& api_routes();
+
+// The routes whose template matches `path` (the path as sent, still
+// percent-encoded), in table order: all with the same template, or none.
+// `params` receives the decoded {param} segments.
+std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& params);
 
 class NodeImpl final : public http::Handler {
  public:
@@ -109,10 +129,6 @@ class NodeImpl final : public http::Handler {
   };
   using IngestDone = std::function<void(Result<IngestOk>, unsigned status, std::string problem_json_members)>;
 
-  // The /v1/contracts routes (api_contracts.cpp). `need` answers 401/403
-  // itself and returns false when the token lacks the role.
-  void handle_contracts(const std::string& route, const std::string& id, const http::Request& req,
-                        const std::function<bool(Role)>& need, http::Respond answer);
 
   const NodeConfig& config() const { return config_; }
   Registry& metrics() { return metrics_; }
@@ -121,6 +137,46 @@ class NodeImpl final : public http::Handler {
   int64_t started_ms() const { return started_ms_; }
 
  private:
+  friend const std::vector<RouteInfo>& api_routes();
+
+  // Route handlers (api.cpp), one per route of api_routes().
+  void get_health(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_openapi(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_metrics(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void list_streams_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void create_stream_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_stream(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void delete_stream_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void post_tuples(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void list_queries_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void deploy_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_query(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void delete_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void list_checkpoints(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void take_checkpoints(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void post_backup(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_peers(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void list_imports(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void create_import_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_import(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void delete_import_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // The /v1/contracts routes (api_contracts.cpp, docs/contracts.md).
+  void list_contracts(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_contract(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_contract_usage(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void propose_contract(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void counter_contract(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void accept_contract(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void reject_contract(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void revoke_contract(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // What the contract routes share: the federation's Contracting, or null
+  // once the request has been answered (415, 404).
+  Contracting* contracting_for(const http::Request& req, const http::Respond& answer);
+  void contract_action(const std::string& route, const http::Request& req, const std::string& id,
+                       const http::Respond& answer);
+  // False once it has answered 415 (the body is not application/json).
+  bool json_body(const http::Request& req, const http::Respond& answer) const;
+
   Status load_catalog();
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
   void maintenance_loop();

@@ -14,8 +14,7 @@
 
 namespace entente::broker::detail {
 
-std::string match_route(std::string_view path, std::string& param);  // api.cpp
-std::string routing_path(const http::Request& req);                  // api.cpp
+std::string routing_path(const http::Request& req);  // api.cpp
 
 namespace {
 
@@ -294,14 +293,16 @@ class Publisher final : public http::WebSocketSession, public std::enable_shared
 }  // namespace
 
 std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& req, http::Response& reject) {
-  std::string param;
-  const std::string route = match_route(routing_path(req), param);
-  const bool subscribe = route == "/v1/streams/{name}/subscribe";
-  if (!subscribe && route != "/v1/streams/{name}/publish") {
+  // The route and the role it needs come from the API's table (api_routes).
+  PathParams params;
+  const auto routes = match_routes(routing_path(req), params);
+  if (routes.empty() || !routes.front()->websocket || !routes.front()->role) {
     reject = http::Response::problem(404, "Not Found", "no WebSocket endpoint at " + req.path.substr(0, 200));
     return nullptr;
   }
-  auto auth = authenticate(req, subscribe ? Role::reader : Role::publisher);
+  const std::string param = params.at(0);
+  const bool subscribe = std::string_view(routes.front()->path) == "/v1/streams/{name}/subscribe";
+  auto auth = authenticate(req, *routes.front()->role);
   if (!auth.ok) {
     reject = std::move(auth.problem);
     return nullptr;
