@@ -19,6 +19,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "base/units.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
 
@@ -34,8 +35,10 @@ constexpr size_t kMaxTokens = 1000;
 constexpr size_t kMaxNameChars = 63;
 constexpr size_t kMaxPathChars = 4096;
 constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
-constexpr int64_t kSecondMs = 1000, kMinuteMs = 60 * kSecondMs, kHourMs = 60 * kMinuteMs,
-                  kDayMs = 24 * kHourMs;
+using base::kDayMs;
+using base::kHourMs;
+using base::kMinuteMs;
+using base::kSecondMs;
 // The shortest interval anything may be set to: below it a timer fires more
 // often than it can do useful work.
 constexpr int64_t kMinIntervalMs = 10;
@@ -265,36 +268,25 @@ std::string duration_text(int64_t ms) {
   return std::to_string(ms) + "ms";
 }
 
-// A duration: a string "<integer><unit>" with unit ms, s, m, h or d. A bare
-// number is refused: "10" could mean seconds or milliseconds.
+// A duration in the one grammar of base/units.h, the same as a box option's:
+// an integer of milliseconds, or a string "<integer><unit>" with unit ms, s,
+// m or min, h or d.
 Result<int64_t> read_duration(const Value& v, const std::string& path, int64_t min_ms, int64_t max_ms) {
   const std::string expected = "expected a duration such as \"250ms\", \"10s\", \"5m\", \"24h\", got ";
+  const std::string range = "must be " + duration_text(min_ms) + " to " + duration_text(max_ms);
+  if (v.IsUint64()) {
+    const uint64_t n = v.GetUint64();
+    if (n < static_cast<uint64_t>(min_ms) || n > static_cast<uint64_t>(max_ms)) {
+      return config_error(path, range + ", got " + std::to_string(n));
+    }
+    return static_cast<int64_t>(n);
+  }
   if (!v.IsString()) return config_error(path, expected + describe(v));
   const std::string_view s = view(v);
-  uint64_t n = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-  if (end == s.data() || ec == std::errc::invalid_argument) return config_error(path, expected + show(s));
-  const std::string_view unit(end, static_cast<size_t>(s.data() + s.size() - end));
-  int64_t mult = 0;
-  if (unit == "ms")
-    mult = 1;
-  else if (unit == "s")
-    mult = kSecondMs;
-  else if (unit == "m")
-    mult = kMinuteMs;
-  else if (unit == "h")
-    mult = kHourMs;
-  else if (unit == "d")
-    mult = kDayMs;
-  else
-    return config_error(path, expected + show(s));
-  const std::string range = "must be " + duration_text(min_ms) + " to " + duration_text(max_ms);
-  if (ec == std::errc::result_out_of_range || n > static_cast<uint64_t>(max_ms / mult)) {
-    return config_error(path, range + ", got " + show(s));
-  }
-  const int64_t ms = static_cast<int64_t>(n) * mult;
-  if (ms < min_ms) return config_error(path, range + ", got " + show(s));
-  return ms;
+  const base::DurationParse d = base::parse_duration(s);
+  if (d.outcome == base::DurationParse::Outcome::malformed) return config_error(path, expected + show(s));
+  if (!d.ok() || d.ms < min_ms || d.ms > max_ms) return config_error(path, range + ", got " + show(s));
+  return d.ms;
 }
 
 // A file path from the configuration, made absolute against `base`.

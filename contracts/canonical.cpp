@@ -4,77 +4,20 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/json_text.h"
 #include "rapidjson/document.h"
 
 namespace entente::contracts {
 
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when it is not
-// one (overlong forms, surrogates and code points above U+10FFFF included).
-size_t utf8_sequence(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  unsigned cp = 0;
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-    cp = c & 0x1fu;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    cp = c & 0x0fu;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    cp = c & 0x07u;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3fu);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-    return 0;
-  }
-  return n;
-}
-
+// The canonical form refuses what it cannot sign faithfully: a string that is
+// not valid UTF-8 is an error, never replaced.
 Status write_string(std::string_view s, std::string& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t n = utf8_sequence(s, i);
-      if (n == 0) {
-        return make_error(Errc::invalid_argument, "string is not valid UTF-8 (byte " + std::to_string(i) + ")");
-      }
-      out.append(s.substr(i, n));
-      i += n;
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
+  if (const size_t bad = base::first_invalid_utf8(s); bad != std::string_view::npos) {
+    return make_error(Errc::invalid_argument, "string is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   }
-  out += '"';
+  base::append_json_string(out, s);
   return Status::Ok();
 }
 

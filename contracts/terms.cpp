@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/json_text.h"
 #include "certs/certs.h"
 #include "contracts/canonical.h"
 #include "contracts/detail/json.h"
@@ -81,7 +82,7 @@ void check_stream(const StreamTerms& s, const std::string& p, bool sorted, Diagn
   check_unique(s.fields, p + ".fields", /*sorted=*/false, diag);
   if (s.predicate.size() > kMaxPredicateBytes) {
     diag.error(p + ".predicate", "is longer than " + std::to_string(kMaxPredicateBytes) + " bytes");
-  } else if (!detail::valid_utf8(s.predicate)) {
+  } else if (!base::valid_utf8(s.predicate)) {
     diag.error(p + ".predicate", "is not valid UTF-8");
   }
   if (s.rate_cap > kMaxRateCap) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/json_text.h"
 #include "engine/detail/json_kind.h"
 #include "engine/serde.h"
 #include "rapidjson/document.h"
@@ -160,32 +161,6 @@ Result<Batch> decode_batch(std::string_view& in, size_t max_rows) {
 
 namespace {
 
-void append_json_string(std::string& out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 15]);
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-}
-
 void append_int(std::string& out, int64_t v) {
   char buf[24];
   auto res = std::to_chars(buf, buf + sizeof buf, v);
@@ -219,7 +194,7 @@ void append_value(std::string& out, const Column& c, size_t row) {
     case Type::Timestamp: append_int(out, c.ints[row]); break;
     case Type::Double: append_double(out, c.doubles[row]); break;
     case Type::Bool: out += c.bools[row] ? "true" : "false"; break;
-    case Type::String: append_json_string(out, c.str(row)); break;
+    case Type::String: base::append_json_string(out, c.str(row)); break;
   }
 }
 
@@ -232,7 +207,7 @@ std::string schema_to_json(const Schema& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (i) out += ',';
     out += "{\"name\":";
-    append_json_string(out, s.field(i).name);
+    base::append_json_string(out, s.field(i).name);
     out += ",\"type\":\"";
     out += type_name(s.field(i).type);
     out += "\"}";
@@ -289,7 +264,7 @@ void row_to_json(const Batch& b, size_t row, std::string& out) {
   append_int(out, b.event_time[row]);
   for (size_t i = 0; i < b.columns.size(); ++i) {
     out += ',';
-    append_json_string(out, b.schema->field(i).name);
+    base::append_json_string(out, b.schema->field(i).name);
     out += ':';
     append_value(out, *b.columns[i], row);
   }

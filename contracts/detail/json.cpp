@@ -3,14 +3,10 @@
 #include <algorithm>
 #include <cassert>
 
+#include "base/json_text.h"
 #include "contracts/canonical.h"
 
 namespace entente::contracts::detail {
-
-bool valid_utf8(std::string_view s) {
-  rapidjson::Value v(rapidjson::StringRef(s.data(), s.size()));
-  return canonical_json(v).ok();
-}
 
 rapidjson::Value string_value(std::string_view s, Alloc& a) {
   return rapidjson::Value(s.data(), static_cast<rapidjson::SizeType>(s.size()), a);
@@ -85,7 +81,7 @@ std::optional<std::string> read_string(const rapidjson::Value& v, const std::str
     return std::nullopt;
   }
   std::string s(v.GetString(), v.GetStringLength());
-  if (!valid_utf8(s)) {
+  if (!base::valid_utf8(s)) {
     diag.error(path, "is not valid UTF-8");
     return std::nullopt;
   }

@@ -16,8 +16,6 @@ namespace entente::contracts::detail {
 
 using Alloc = rapidjson::MemoryPoolAllocator<>;
 
-bool valid_utf8(std::string_view s);
-
 rapidjson::Value string_value(std::string_view s, Alloc& a);
 rapidjson::Value terms_value(const Terms& t, Alloc& a);
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "base/units.h"
 #include "engine/detail/json_kind.h"
 
 namespace entente::engine::detail {
@@ -142,31 +143,17 @@ std::optional<int64_t> parse_duration_ms(const rapidjson::Value& v, const std::s
     diag.error(path, "expected a duration: milliseconds as an integer, or a string like \"10s\"");
     return std::nullopt;
   }
-  std::string_view s(v.GetString(), v.GetStringLength());
-  size_t i = 0;
-  int64_t n = 0;
-  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-    if (n > (INT64_MAX - 9) / 10) {
-      diag.error(path, "duration '" + std::string(s) + "' is too large");
-      return std::nullopt;
-    }
-    n = n * 10 + (s[i++] - '0');
-  }
-  std::string_view unit = s.substr(i);
-  int64_t mul = 0;
-  if (unit == "ms") mul = 1;
-  else if (unit == "s") mul = 1000;
-  else if (unit == "m" || unit == "min") mul = 60'000;
-  else if (unit == "h") mul = 3'600'000;
-  if (i == 0 || mul == 0) {
-    diag.error(path, "bad duration '" + std::string(s) + "': expected a number followed by ms, s, m or h");
-    return std::nullopt;
-  }
-  if (n > INT64_MAX / mul) {
+  const std::string_view s(v.GetString(), v.GetStringLength());
+  const base::DurationParse d = base::parse_duration(s);
+  if (d.outcome == base::DurationParse::Outcome::too_large) {
     diag.error(path, "duration '" + std::string(s) + "' is too large");
     return std::nullopt;
   }
-  return n * mul;
+  if (!d.ok()) {
+    diag.error(path, "bad duration '" + std::string(s) + "': expected a number followed by ms, s, m, min, h or d");
+    return std::nullopt;
+  }
+  return d.ms;
 }
 
 }  // namespace entente::engine::detail

@@ -54,8 +54,9 @@ class OptionReader {
   bool ok_ = true;
 };
 
-// Reads a duration: an integer of milliseconds, or a string with a unit
-// ("250ms", "10s", "5m", "1h"). Returns nullopt and reports otherwise.
+// Reads a duration in the grammar of base/units.h, the same as node.json's:
+// an integer of milliseconds, or a string with a unit ("250ms", "10s", "5m",
+// "5min", "1h", "7d"). Returns nullopt and reports otherwise.
 std::optional<int64_t> parse_duration_ms(const rapidjson::Value& v, const std::string& path,
                                          Diagnostics& diag);
 

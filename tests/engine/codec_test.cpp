@@ -234,6 +234,21 @@ TEST(Codec, JsonRoundTripsRandomBatches) {
   }
 }
 
+// A string column may hold bytes that are not UTF-8 (the binary format takes
+// any bytes); its JSON must still parse, so each such byte becomes U+FFFD
+// (base::append_json_string), as in every other JSON the node writes.
+TEST(Codec, JsonReplacesInvalidUtf8SoTheTextParses) {
+  BatchBuilder bb(make_schema({{"s", Type::String}}));
+  bb.column(0).append_str("a\xff" "b\xc3\xa9\xe2\x82");
+  bb.event_time().push_back(0);
+  bb.seq().push_back(0);
+  const std::string text = batch_to_json(bb.finish());
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseValidateEncodingFlag>(text.data(), text.size());
+  ASSERT_FALSE(doc.HasParseError()) << text;
+  EXPECT_NE(text.find("\"a\xef\xbf\xbd" "b\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\""), std::string::npos) << text;
+}
+
 TEST(Codec, JsonDoublesReadBackExactly) {
   BatchBuilder bb(make_schema({{"d", Type::Double}}));
   bb.column(0).doubles = {0.1, 1.0 / 3.0, 1e300, 5e-324, std::nan(""), 2.0};

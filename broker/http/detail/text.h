@@ -26,8 +26,8 @@ std::string to_lower(std::string_view s);
 // "Application/JSON; charset=utf-8" → "application/json".
 std::string media_type(std::string_view content_type);
 
-// Appends `s` as a JSON string literal (with quotes). Control characters are
-// escaped; invalid UTF-8 is replaced by U+FFFD so the output always parses.
+// Appends `s` as a JSON string literal (with quotes): base::append_json_string
+// (control characters escaped, invalid UTF-8 replaced by U+FFFD).
 void append_json_string(std::string& out, std::string_view s);
 
 // True when `s` may be sent as a header value (no CR, LF or NUL).
