@@ -805,14 +805,7 @@ uint16_t Peering::port() const { return links_ ? links_->port() : 0; }
 void Peering::on_link_up(const certs::Identity& peer) {
   if (contracting_) contracting_->on_link_up(peer);
   // Imports of the peer's domain without a channel open one now.
-  std::vector<std::shared_ptr<Import>> of_domain;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [name, imp] : imports_) {
-      if (imp->domain == peer.domain) of_domain.push_back(imp);
-    }
-  }
-  for (auto& imp : of_domain) {
+  for (auto& imp : imports_of(peer.domain)) {
     {
       std::lock_guard lock(imp->mu);
       if (imp->channel != 0) continue;
@@ -853,14 +846,7 @@ void Peering::on_link_down(const certs::Identity& peer, std::string_view reason)
   for (auto& s : senders) s->stop();
   // A channel the owner ended belonged to this link: a later link may use
   // its number for another stream, so nothing more is acknowledged on it.
-  std::vector<std::shared_ptr<Import>> of_domain;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [name, imp] : imports_) {
-      if (imp->domain == peer.domain) of_domain.push_back(imp);
-    }
-  }
-  for (auto& imp : of_domain) {
+  for (auto& imp : imports_of(peer.domain)) {
     std::lock_guard lock(imp->mu);
     if (imp->owner && *imp->owner == peer) imp->ended_generation = 0;
   }
@@ -1258,6 +1244,15 @@ void Peering::open_import(const std::shared_ptr<Import>& imp) {
     import_channels_.erase({owner->uri(), *channel});
     imp->channel = 0;
   }
+}
+
+std::vector<std::shared_ptr<Import>> Peering::imports_of(const std::string& domain) const {
+  std::vector<std::shared_ptr<Import>> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [name, imp] : imports_) {
+    if (imp->domain == domain) out.push_back(imp);
+  }
+  return out;
 }
 
 std::shared_ptr<Import> Peering::find_import_by_channel(const ChannelKey& key) const {

@@ -149,6 +149,8 @@ class Peering final : public federation::LinkHandler {
   void finish_pending(const std::shared_ptr<Import>& imp, const Result<ImportInfo>& r,
                       Deferred& later);
   std::shared_ptr<Import> find_import_by_channel(const ChannelKey& key) const;
+  // The imports of streams owned by `domain`; takes mu_.
+  std::vector<std::shared_ptr<Import>> imports_of(const std::string& domain) const;
   ImportInfo info_of(const Import& imp) const;
   void timer_loop();
   // Ends every channel whose stream contract is no longer in force.
