@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "broker/config.h"
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "broker/node.h"
 #include "certs/cli.h"
 #include "entente_version.h"

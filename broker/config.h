@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "broker/federation_config.h"
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::broker {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "broker/config.h"
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::broker {
 

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::certs {
 

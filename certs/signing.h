@@ -18,7 +18,7 @@
 
 #include "certs/certs.h"
 #include "certs/trust.h"
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::certs {
 

@@ -21,7 +21,7 @@
 struct stack_st_X509;
 
 #include "certs/certs.h"
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::certs {
 

@@ -19,7 +19,7 @@
 #include "certs/signing.h"
 #include "certs/trust.h"
 #include "contracts/terms.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "rapidjson/fwd.h"
 
 namespace entente::contracts {

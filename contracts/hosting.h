@@ -8,7 +8,7 @@
 #include <string>
 
 #include "contracts/ledger.h"
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::contracts {
 

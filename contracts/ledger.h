@@ -27,7 +27,7 @@
 
 #include "certs/trust.h"
 #include "contracts/contract.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "store/store.h"
 
 namespace entente::contracts {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 #include "rapidjson/fwd.h"
 
 namespace entente::engine {

@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::engine {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::federation {
 

@@ -29,7 +29,7 @@
 
 #include "certs/certs.h"
 #include "certs/trust.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "federation/frame.h"
 
 namespace entente::federation {

@@ -36,7 +36,7 @@ sources=(
   "$root/federation/frame.cpp"
   "$root/federation/messages.cpp"
   "$root/certs/identity.cpp"
-  "$root/engine/result.cpp"
+  "$root/base/result.cpp"
 )
 flags=(-std=c++20 -O1 -g -Wall -Wextra -I"$root")
 mkdir -p "$out"

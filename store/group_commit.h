@@ -22,7 +22,7 @@
 #include <functional>
 #include <memory>
 
-#include "engine/result.h"
+#include "base/result.h"
 #include "store/store.h"
 
 namespace entente::store {

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 #include "store/store.h"
 
 namespace entente::store {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "bench/common/bench_common.h"
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "engine/batch.h"
 #include "engine/codec.h"
 #include "rapidjson/document.h"
@@ -115,7 +115,7 @@ void bench_http_ingest(const Args& a, const std::string& mode) {
   std::atomic<bool> stop{false};
   std::atomic<int> workers{0};
   auto worker = [&] {
-    auto c = broker::http::Client::connect(client_options(a.node));
+    auto c = http::Client::connect(client_options(a.node));
     if (!c.ok()) return;
     // Each worker is a producer naming its batches, as a publisher that
     // retries should (docs/api.md): the figure includes that bookkeeping.
@@ -166,7 +166,7 @@ struct Subscription {
 };
 
 void subscribe_loop(const Args& a, const std::string& stream, Subscription& sub, bool measure) {
-  auto ws = broker::http::WsClient::connect(client_options(a.node), "/v1/streams/" + stream + "/subscribe?format=binary",
+  auto ws = http::WsClient::connect(client_options(a.node), "/v1/streams/" + stream + "/subscribe?format=binary",
                                             auth(a.node));
   if (!ws.ok()) {
     sub.error = ws.error().message;
@@ -219,7 +219,7 @@ void bench_ws(const Args& a, const std::string& mode) {
   Subscription sub;
   std::thread st([&] { subscribe_loop(a, "bench_ws", sub, false); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto ws = broker::http::WsClient::connect(
+  auto ws = http::WsClient::connect(
       client_options(a.node), "/v1/streams/bench_ws/publish?producer_id=bench-ws-" + std::to_string(::getpid()) +
                              "&producer_seq=1",
       auth(a.node));
@@ -308,7 +308,7 @@ void bench_latency(const Args& a, const std::string& mode) {
   sub.latencies_ms.reserve(static_cast<size_t>(a.latency_rate * a.seconds * 1.2));
   std::thread st([&] { subscribe_loop(a, "bench_lat", sub, true); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto ws = broker::http::WsClient::connect(
+  auto ws = http::WsClient::connect(
       client_options(a.node), "/v1/streams/bench_lat/publish?producer_id=bench-lat-" + std::to_string(::getpid()) +
                              "&producer_seq=1",
       auth(a.node));

@@ -8,8 +8,8 @@
 
 namespace entente::bench {
 
-broker::http::ClientOptions client_options(const Node& node) {
-  broker::http::ClientOptions o;
+http::ClientOptions client_options(const Node& node) {
+  http::ClientOptions o;
   o.host = node.host;
   o.port = node.port;
   o.tls = node.tls;
@@ -22,9 +22,9 @@ std::vector<std::pair<std::string, std::string>> auth(const Node& node) {
   return {{"authorization", "Bearer " + node.token}};
 }
 
-Result<broker::http::ClientResponse> call(const Node& node, const std::string& method, const std::string& target,
+Result<http::ClientResponse> call(const Node& node, const std::string& method, const std::string& target,
                                           const std::string& body) {
-  auto c = broker::http::Client::connect(client_options(node));
+  auto c = http::Client::connect(client_options(node));
   if (!c.ok()) return c.error();
   return (*c)->request(method, target, body, "application/json", auth(node));
 }

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "engine/batch.h"
 
 namespace entente::bench {
@@ -28,11 +28,11 @@ struct Node {
 
 // Client options for `node`, with a 30 s timeout: a loaded node may take a
 // while to answer, and a bench should measure that rather than fail.
-broker::http::ClientOptions client_options(const Node& node);
+http::ClientOptions client_options(const Node& node);
 // The authorization header for `node`'s token.
 std::vector<std::pair<std::string, std::string>> auth(const Node& node);
 // One JSON request on a connection of its own.
-Result<broker::http::ClientResponse> call(const Node& node, const std::string& method, const std::string& target,
+Result<http::ClientResponse> call(const Node& node, const std::string& method, const std::string& target,
                                           const std::string& body = {});
 
 // Wall-clock nanoseconds: what tuples are stamped with to measure latency

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "bench/common/bench_common.h"
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "engine/codec.h"
 #include "rapidjson/document.h"
 
@@ -210,7 +210,7 @@ struct Follower {
 
   void run() {
     while (!stop) {
-      auto ws = broker::http::WsClient::connect(
+      auto ws = http::WsClient::connect(
           client_options(node), "/v1/streams/" + stream + "/subscribe?format=binary&from=" + std::to_string(next),
           auth(node));
       if (!ws.ok()) return fail(ws.error().message);
@@ -297,7 +297,7 @@ Throughput run_throughput(const Args& a, const std::string& stream, Follower& su
   std::thread st([&] { sub.run(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // A named producer, as a publisher that may resend should be (docs/api.md).
-  auto ws = broker::http::WsClient::connect(client_options(a.owner),
+  auto ws = http::WsClient::connect(client_options(a.owner),
                                             "/v1/streams/" + stream + "/publish?producer_id=bench-fed-" +
                                                 std::to_string(::getpid()) + "&producer_seq=1",
                                             auth(a.owner));
@@ -427,7 +427,7 @@ void bench_latency(const Args& a) {
   std::thread lt([&] { local.run(); });
   std::thread rt([&] { remote.run(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto ws = broker::http::WsClient::connect(client_options(a.owner),
+  auto ws = http::WsClient::connect(client_options(a.owner),
                                             std::string("/v1/streams/") + kOwnerStream + "/publish", auth(a.owner));
   uint64_t sent = 0, last_seq = 0;
   if (ws.ok()) {

@@ -57,7 +57,7 @@
 #include "certs/signing.h"
 #include "certs/trust.h"
 #include "contracts/ledger.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "store/store.h"
 
 namespace entente::broker::detail {

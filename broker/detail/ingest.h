@@ -9,7 +9,7 @@
 
 #include "broker/config.h"
 #include "broker/detail/streams.h"
-#include "broker/http/server.h"
+#include "http/server.h"
 
 namespace entente::broker::detail {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/result.h"
+#include "base/result.h"
 #include "rapidjson/document.h"
 
 namespace entente::broker::detail {

@@ -19,7 +19,7 @@
 #include "broker/config.h"
 #include "broker/detail/query.h"
 #include "broker/detail/streams.h"
-#include "broker/http/server.h"
+#include "http/server.h"
 #include "broker/metrics.h"
 #include "store/group_commit.h"
 #include "store/store.h"

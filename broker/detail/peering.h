@@ -40,7 +40,7 @@
 #include "broker/metrics.h"
 #include "broker/detail/streams.h"
 #include "certs/certs.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "engine/types.h"
 #include "federation/link.h"
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "certs/certs.h"
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente::certs::detail {
 

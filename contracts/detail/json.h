@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "contracts/terms.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "rapidjson/document.h"
 
 namespace entente::contracts::detail {

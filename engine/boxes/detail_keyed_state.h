@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/batch.h"
-#include "engine/result.h"
+#include "base/result.h"
 #include "engine/serde.h"
 #include "rapidjson/fwd.h"
 

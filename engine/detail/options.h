@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 #include "rapidjson/document.h"
 
 namespace entente::engine::detail {

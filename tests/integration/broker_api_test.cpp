@@ -18,7 +18,7 @@ rapidjson::Document parse(const std::string& body) {
 }
 
 // Every error is problem+json with a readable detail.
-void expect_problem(const broker::http::ClientResponse& r, unsigned status, const std::string& detail_part = {}) {
+void expect_problem(const http::ClientResponse& r, unsigned status, const std::string& detail_part = {}) {
   EXPECT_EQ(r.status, status) << r.body;
   auto ct = r.header("content-type");
   ASSERT_TRUE(ct.has_value());
@@ -261,7 +261,7 @@ TEST_F(BrokerApi, QueryOutputNamedLikeAStreamIsAConflict) {
 // field and is refused on one with such a field. Both naming row and field.
 TEST_F(BrokerApi, RowsMayNotCarrySeqNorASecondEventTime) {
   ASSERT_EQ(broker_.request("POST", "/v1/streams", kBidsStream).status, 201u);  // event_time: ts
-  auto check = [&](const broker::http::ClientResponse& r, unsigned row, const char* field) {
+  auto check = [&](const http::ClientResponse& r, unsigned row, const char* field) {
     expect_problem(r, 400, std::string("row ") + std::to_string(row) + ", field '" + field + "'");
     auto d = parse(r.body);
     ASSERT_TRUE(d.HasMember("errors")) << r.body;

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/broker/http_test_certs.h"
+#include "tests/http/http_test_certs.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
@@ -246,7 +246,7 @@ TEST(Backup, TheRouteAndTheCommandRefuseWhatTheyCannotDo) {
 }
 
 TEST(Backup, OverTlsTheCommandTrustsTheCaItIsGiven) {
-  broker::http::testing::TestPki pki;
+  http::testing::TestPki pki;
   BrokerOptions o;
   o.tls = true;
   o.cert_file = pki.cert_file;

@@ -49,7 +49,7 @@ struct Publisher {
   std::atomic<uint64_t> acked{0};
   std::atomic<int> next_batch{0};
   void run(const BrokerProcess& b, int rows, int max_batches) {
-    auto c = broker::http::Client::connect(b.client_options());
+    auto c = http::Client::connect(b.client_options());
     if (!c.ok()) return;
     while (next_batch < max_batches) {
       auto r = (*c)->request("POST", "/v1/streams/bids/tuples", batch_rows(next_batch, rows), "application/x-ndjson",

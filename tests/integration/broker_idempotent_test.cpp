@@ -54,9 +54,9 @@ Headers producer_headers(const std::string& id, uint64_t seq) {
           {"entente-producer-seq", std::to_string(seq)}};
 }
 
-Result<broker::http::ClientResponse> publish(const BrokerProcess& b, const std::string& id, uint64_t seq,
+Result<http::ClientResponse> publish(const BrokerProcess& b, const std::string& id, uint64_t seq,
                                              const std::string& body, const std::string& stream = "feed") {
-  auto c = broker::http::Client::connect(b.client_options());
+  auto c = http::Client::connect(b.client_options());
   if (!c.ok()) return c.error();
   return (*c)->request("POST", "/v1/streams/" + stream + "/tuples", body, "application/x-ndjson",
                        producer_headers(id, seq));
@@ -69,7 +69,7 @@ struct Answer {
   std::string body;
 };
 
-Answer answer_of(const broker::http::ClientResponse& r) {
+Answer answer_of(const http::ClientResponse& r) {
   Answer a;
   a.status = r.status;
   a.body = r.body;
@@ -201,7 +201,7 @@ TEST(BrokerIdempotent, WebSocketResendOnANewConnectionAfterTheNodeDied) {
   const Headers auth = {{"authorization", std::string("Bearer ") + kPublisherToken}};
   // Messages 10, 11, 12, 13 (k = 0..3 etc.); the node dies once 13 is durable.
   {
-    auto ws = broker::http::WsClient::connect(b.client_options(),
+    auto ws = http::WsClient::connect(b.client_options(),
                                               "/v1/streams/feed/publish?producer_id=ws-1&producer_seq=10", auth);
     ASSERT_TRUE(ws.ok()) << ws.error().message;
     for (int m = 0; m < 4; ++m) ASSERT_TRUE((*ws)->send(rows(m * 2, 2)).ok());
@@ -212,7 +212,7 @@ TEST(BrokerIdempotent, WebSocketResendOnANewConnectionAfterTheNodeDied) {
   ASSERT_EQ(next_seq(b, "feed"), 9u);  // all four stored, none acknowledged (to the publisher's knowledge)
 
   // Resend all four, and one more, from message 10 on.
-  auto ws = broker::http::WsClient::connect(b.client_options(),
+  auto ws = http::WsClient::connect(b.client_options(),
                                             "/v1/streams/feed/publish?producer_id=ws-1&producer_seq=10", auth);
   ASSERT_TRUE(ws.ok()) << ws.error().message;
   for (int m = 0; m < 5; ++m) ASSERT_TRUE((*ws)->send(rows(m * 2, 2)).ok());
@@ -236,7 +236,7 @@ TEST(BrokerIdempotent, WebSocketCutBeforeTheAcksAreReadThenResent) {
                          {"entente-producer-id", "ws-2"},
                          {"entente-producer-seq", "1"}};
   {
-    auto ws = broker::http::WsClient::connect(b.client_options(), "/v1/streams/feed/publish", named);
+    auto ws = http::WsClient::connect(b.client_options(), "/v1/streams/feed/publish", named);
     ASSERT_TRUE(ws.ok()) << ws.error().message;
     for (int m = 0; m < 6; ++m) ASSERT_TRUE((*ws)->send(rows(m * 3, 3)).ok());
     // Every batch is committed; the acknowledgements are never read: the
@@ -246,7 +246,7 @@ TEST(BrokerIdempotent, WebSocketCutBeforeTheAcksAreReadThenResent) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ASSERT_EQ(next_seq(b, "feed"), 19u);
   }
-  auto ws = broker::http::WsClient::connect(b.client_options(), "/v1/streams/feed/publish", named);
+  auto ws = http::WsClient::connect(b.client_options(), "/v1/streams/feed/publish", named);
   ASSERT_TRUE(ws.ok()) << ws.error().message;
   for (int m = 0; m < 6; ++m) ASSERT_TRUE((*ws)->send(rows(m * 3, 3)).ok());
   for (int m = 0; m < 6; ++m) {
@@ -274,7 +274,7 @@ TEST(BrokerIdempotent, ConcurrentSendsOfOneBatchStoreItOnce) {
   std::atomic<int> failures{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      auto c = broker::http::Client::connect(b.client_options());
+      auto c = http::Client::connect(b.client_options());
       if (!c.ok()) {
         ++failures;
         return;
@@ -382,7 +382,7 @@ TEST(BrokerIdempotent, WindowGapsAndBadNames) {
   EXPECT_FALSE(answer_of(*r).duplicate);
 
   // Half a name, or a bad one.
-  auto c = broker::http::Client::connect(b.client_options());
+  auto c = http::Client::connect(b.client_options());
   ASSERT_TRUE(c.ok());
   const std::string bearer = std::string("Bearer ") + kPublisherToken;
   auto bad = [&](Headers h, const std::string& expect) {
@@ -398,7 +398,7 @@ TEST(BrokerIdempotent, WindowGapsAndBadNames) {
   bad({{"entente-producer-id", "x"}, {"entente-producer-seq", "1x"}}, "from 1");
   bad({{"entente-producer-id", "a b"}, {"entente-producer-seq", "1"}}, "may contain only");
   bad({{"entente-producer-id", std::string(65, 'a')}, {"entente-producer-seq", "1"}}, "1 to 64");
-  auto ws = broker::http::WsClient::connect(b.client_options(), "/v1/streams/feed/publish?producer_id=x",
+  auto ws = http::WsClient::connect(b.client_options(), "/v1/streams/feed/publish?producer_id=x",
                                             {{"authorization", bearer}});
   ASSERT_FALSE(ws.ok());
   EXPECT_NE(ws.error().message.find("400"), std::string::npos) << ws.error().message;

@@ -13,14 +13,14 @@
 namespace entente::testing {
 namespace {
 
-std::string detail_of(const broker::http::ClientResponse& r) {
+std::string detail_of(const http::ClientResponse& r) {
   rapidjson::Document d;
   d.Parse(r.body.c_str());
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("detail") || !d["detail"].IsString()) return "";
   return d["detail"].GetString();
 }
 
-void expect_400(const broker::http::ClientResponse& r, const std::string& detail_part) {
+void expect_400(const http::ClientResponse& r, const std::string& detail_part) {
   EXPECT_EQ(r.status, 400u) << r.body;
   EXPECT_EQ(r.header("content-type").value_or(""), "application/problem+json") << r.body;
   EXPECT_NE(detail_of(r).find(detail_part), std::string::npos) << r.body;

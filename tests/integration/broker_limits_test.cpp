@@ -57,7 +57,7 @@ struct Outcome {
   uint64_t count = 0, first_seq = 0, last_seq = 0;  // when 200
 };
 
-Outcome post_rows(broker::http::Client& c, const std::string& stream, uint64_t k_first, uint64_t n,
+Outcome post_rows(http::Client& c, const std::string& stream, uint64_t k_first, uint64_t n,
                   size_t note_bytes) {
   Outcome o;
   o.k_first = k_first;
@@ -168,7 +168,7 @@ TEST(BrokerLimits, FullIngestQueueAnswers503WithRetryAfterAndStoresNothingRefuse
   constexpr int kThreads = 6;
   constexpr int kMaxRounds = 40;
   constexpr uint64_t kRows = 2000;  // ~100 KB encoded: far over the 1 KiB bound
-  std::vector<std::unique_ptr<broker::http::Client>> clients;
+  std::vector<std::unique_ptr<http::Client>> clients;
   for (int t = 0; t < kThreads; ++t) {
     clients.push_back(broker.client());
     ASSERT_TRUE(clients.back());

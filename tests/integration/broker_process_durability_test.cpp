@@ -45,7 +45,7 @@ struct Publisher {
   std::vector<int> acked;             // batch numbers acknowledged, in order (read after join)
   std::vector<uint64_t> acked_last_seq;
   void run(const BrokerProcess& b, int rows, int max_batches) {
-    auto c = broker::http::Client::connect(b.client_options());
+    auto c = http::Client::connect(b.client_options());
     if (!c.ok()) return;
     while (next_batch < max_batches) {
       const int batch = next_batch++;

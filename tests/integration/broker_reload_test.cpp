@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "broker/config.h"
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/federation.h"
 
@@ -115,13 +115,13 @@ TEST(BrokerReload, TokensChangeListenIsKeptAndABrokenFileChangesNothing) {
 }
 
 // A TLS client that trusts only `ca_file` asks for /v1/health.
-Result<broker::http::ClientResponse> health_over_tls(const BrokerProcess& p, const std::string& ca_file) {
-  broker::http::ClientOptions o;
+Result<http::ClientResponse> health_over_tls(const BrokerProcess& p, const std::string& ca_file) {
+  http::ClientOptions o;
   o.port = p.port();
   o.tls = true;
   o.ca_file = ca_file;
   o.timeout_ms = 5000;
-  ENTENTE_ASSIGN_OR_RETURN(auto c, broker::http::Client::connect(o));
+  ENTENTE_ASSIGN_OR_RETURN(auto c, http::Client::connect(o));
   return c->request("GET", "/v1/health");
 }
 
@@ -143,7 +143,7 @@ TEST(BrokerReload, ApiCertificateIsReplacedForNewConnections) {
   ASSERT_TRUE(before.ok()) << before.error().message;
   EXPECT_EQ(before->status, 200u);
   // A connection opened before the reload is served after it.
-  auto kept = broker::http::Client::connect(node.client_options());
+  auto kept = http::Client::connect(node.client_options());
   ASSERT_TRUE(kept.ok()) << kept.error().message;
 
   edit_config(node, first.cert_file(), second.cert_file());

@@ -258,7 +258,7 @@ TEST(BrokerRetention, SubscriberCatchingUpDoesNotPinAndIsClosedWith4008) {
   wait_caught_up(broker, "reader");
   EXPECT_EQ(stream_view(broker, "q").first_seq, 1u);  // pinned by the query
 
-  auto ws = broker::http::WsClient::connect(broker.client_options(), "/v1/streams/q/subscribe?from=1",
+  auto ws = http::WsClient::connect(broker.client_options(), "/v1/streams/q/subscribe?from=1",
                                             {{"authorization", std::string("Bearer ") + kReaderToken}});
   ASSERT_TRUE(ws.ok()) << ws.error().message;
   std::vector<Tuple> got;

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "tests/broker/http_test_certs.h"
+#include "tests/http/http_test_certs.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/ws_reader.h"
 
@@ -17,7 +17,7 @@ namespace {
 
 class BrokerTls : public ::testing::Test {
  protected:
-  static BrokerOptions tls_options(const broker::http::testing::TestPki& pki) {
+  static BrokerOptions tls_options(const http::testing::TestPki& pki) {
     BrokerOptions o;
     o.tls = true;
     o.cert_file = pki.cert_file;
@@ -26,7 +26,7 @@ class BrokerTls : public ::testing::Test {
     return o;
   }
   void SetUp() override { ASSERT_TRUE(broker_.start()) << broker_.last_error(); }
-  broker::http::testing::TestPki pki_;
+  http::testing::TestPki pki_;
   BrokerProcess broker_{tls_options(pki_)};
 };
 
@@ -50,14 +50,14 @@ TEST_F(BrokerTls, TrustedClientsGetThrough) {
 TEST_F(BrokerTls, UntrustedOrPlainClientsAreRefused) {
   auto o = broker_.client_options();
   o.ca_file = pki_.other_ca_file;
-  auto c = broker::http::Client::connect(o);
+  auto c = http::Client::connect(o);
   if (c.ok()) {
     auto r = (*c)->request("GET", "/v1/health");
     EXPECT_FALSE(r.ok());
   }
   o = broker_.client_options();
   o.tls = false;
-  auto plain = broker::http::Client::connect(o);
+  auto plain = http::Client::connect(o);
   if (plain.ok()) {
     auto r = (*plain)->request("GET", "/v1/health");
     EXPECT_TRUE(!r.ok() || r->status != 200);

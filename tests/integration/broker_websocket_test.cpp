@@ -27,9 +27,9 @@ void post(const BrokerProcess& b, const std::string& body) {
   ASSERT_EQ(r.status, 200u) << r.body;
 }
 
-std::unique_ptr<broker::http::WsClient> connect(const BrokerProcess& b, const std::string& target,
+std::unique_ptr<http::WsClient> connect(const BrokerProcess& b, const std::string& target,
                                                 const char* token = kReaderToken) {
-  auto ws = broker::http::WsClient::connect(b.client_options(), target,
+  auto ws = http::WsClient::connect(b.client_options(), target,
                                             {{"authorization", std::string("Bearer ") + token}});
   EXPECT_TRUE(ws.ok()) << (ws.ok() ? "" : ws.error().message);
   return ws.ok() ? std::move(ws).value() : nullptr;
@@ -171,18 +171,18 @@ TEST_F(BrokerWebSocket, PublishRefusesRowsCarryingSeq) {
 }
 
 TEST_F(BrokerWebSocket, UpgradeRefusals) {
-  auto ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe", {});
+  auto ws = http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe", {});
   ASSERT_FALSE(ws.ok());
   EXPECT_NE(ws.error().message.find("401"), std::string::npos) << ws.error().message;
-  ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/publish",
+  ws = http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/publish",
                                        {{"authorization", std::string("Bearer ") + kReaderToken}});
   ASSERT_FALSE(ws.ok());
   EXPECT_NE(ws.error().message.find("403"), std::string::npos) << ws.error().message;
-  ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/nope/subscribe",
+  ws = http::WsClient::connect(broker_.client_options(), "/v1/streams/nope/subscribe",
                                        {{"authorization", std::string("Bearer ") + kReaderToken}});
   ASSERT_FALSE(ws.ok());
   EXPECT_NE(ws.error().message.find("404"), std::string::npos) << ws.error().message;
-  ws = broker::http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe?format=xml",
+  ws = http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe?format=xml",
                                        {{"authorization", std::string("Bearer ") + kReaderToken}});
   ASSERT_FALSE(ws.ok());
   EXPECT_NE(ws.error().message.find("400"), std::string::npos) << ws.error().message;

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "tests/integration/support/broker_process.h"
 
 namespace {
@@ -210,11 +210,11 @@ TEST_F(CertsCliProcessTest, ExampleTlsConfigurationRunsWithTheFilesEntenteCertsW
   std::ofstream(node.config_path(), std::ios::trunc) << config;
   ASSERT_TRUE(node.start()) << node.last_error();
 
-  entente::broker::http::ClientOptions o;
+  entente::http::ClientOptions o;
   o.port = node.port();
   o.tls = true;
   o.ca_file = dir + "/certs/ca.crt";
-  auto client = entente::broker::http::Client::connect(o);
+  auto client = entente::http::Client::connect(o);
   ASSERT_TRUE(client.ok()) << client.error().message;
   auto health = (*client)->request("GET", "/v1/health");
   ASSERT_TRUE(health.ok()) << health.error().message;

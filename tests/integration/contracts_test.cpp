@@ -347,7 +347,7 @@ TEST(Contracts, ARevokedMirrorsSubscriberGetsTheCauseAndResumePointFirst) {
   EXPECT_EQ(ended.close_reason.rfind("revoked " + id + " by acme; from=11", 0), 0u) << ended.close_reason;
 
   // Resuming where it said: a problem with the whole reason.
-  auto again = broker::http::WsClient::connect(beta.process().client_options(), "/v1/streams/acme%2Fbids/subscribe?from=11",
+  auto again = http::WsClient::connect(beta.process().client_options(), "/v1/streams/acme%2Fbids/subscribe?from=11",
                                                {{"authorization", std::string("Bearer ") + kReaderToken}});
   ASSERT_FALSE(again.ok()) << "the subscription was accepted";
   const std::string& answer = again.error().message;

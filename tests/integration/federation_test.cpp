@@ -166,7 +166,7 @@ TEST(Federation, QueryInBetaReadsAcmeStream) {
                             R"({"name":"price","expr":"price"}]}}],)" +
                             R"("arcs":[{"from":"bids","to":"f1"},{"from":"f1","to":"m1"}],)" +
                             R"("outputs":[{"name":"expensive_bids","from":"m1"}]})";
-  broker::http::ClientResponse deployed;
+  http::ClientResponse deployed;
   eventually(10s, [&] {
     deployed = post_slow(beta, "/v1/queries", query);
     return deployed.status != 503;

@@ -139,8 +139,8 @@ std::string BrokerProcess::stderr_text() const {
   return ss.str();
 }
 
-broker::http::ClientOptions BrokerProcess::client_options() const {
-  broker::http::ClientOptions o;
+http::ClientOptions BrokerProcess::client_options() const {
+  http::ClientOptions o;
   o.host = "127.0.0.1";
   o.port = port_;
   o.tls = options_.tls;
@@ -148,13 +148,13 @@ broker::http::ClientOptions BrokerProcess::client_options() const {
   return o;
 }
 
-std::unique_ptr<broker::http::Client> BrokerProcess::client() const {
-  auto c = broker::http::Client::connect(client_options());
+std::unique_ptr<http::Client> BrokerProcess::client() const {
+  auto c = http::Client::connect(client_options());
   EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
   return c.ok() ? std::move(c).value() : nullptr;
 }
 
-broker::http::ClientResponse BrokerProcess::request(const std::string& method, const std::string& target,
+http::ClientResponse BrokerProcess::request(const std::string& method, const std::string& target,
                                                     const std::string& body, const std::string& token,
                                                     const std::string& content_type) const {
   auto c = client();
@@ -163,14 +163,14 @@ broker::http::ClientResponse BrokerProcess::request(const std::string& method, c
   if (!token.empty()) headers.emplace_back("authorization", "Bearer " + token);
   auto r = c->request(method, target, body, content_type, headers);
   EXPECT_TRUE(r.ok()) << method << " " << target << ": " << (r.ok() ? "" : r.error().message);
-  return r.ok() ? std::move(r).value() : broker::http::ClientResponse{};
+  return r.ok() ? std::move(r).value() : http::ClientResponse{};
 }
 
-Result<broker::http::ClientResponse> BrokerProcess::try_request(const std::string& method,
+Result<http::ClientResponse> BrokerProcess::try_request(const std::string& method,
                                                                 const std::string& target, const std::string& body,
                                                                 const std::string& token,
                                                                 const std::string& content_type) const {
-  auto c = broker::http::Client::connect(client_options());
+  auto c = http::Client::connect(client_options());
   if (!c.ok()) return c.error();
   std::vector<std::pair<std::string, std::string>> headers;
   if (!token.empty()) headers.emplace_back("authorization", "Bearer " + token);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "broker/http/client.h"
+#include "http/client.h"
 #include "tests/support/temp_dir.h"
 
 namespace entente::testing {
@@ -69,15 +69,15 @@ class BrokerProcess {
   // Everything the process wrote to stderr so far.
   std::string stderr_text() const;
 
-  broker::http::ClientOptions client_options() const;
-  std::unique_ptr<broker::http::Client> client() const;  // fails the test on error
+  http::ClientOptions client_options() const;
+  std::unique_ptr<http::Client> client() const;  // fails the test on error
   // One request with a bearer token ("" for none).
-  broker::http::ClientResponse request(const std::string& method, const std::string& target,
+  http::ClientResponse request(const std::string& method, const std::string& target,
                                        const std::string& body = {}, const std::string& token = kAdminToken,
                                        const std::string& content_type = "application/json") const;
   // The same without failing the test when the node cannot be reached (it
   // may be restarting): io_error then.
-  Result<broker::http::ClientResponse> try_request(const std::string& method, const std::string& target,
+  Result<http::ClientResponse> try_request(const std::string& method, const std::string& target,
                                                    const std::string& body = {},
                                                    const std::string& token = kAdminToken,
                                                    const std::string& content_type = "application/json") const;

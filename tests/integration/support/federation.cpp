@@ -233,12 +233,12 @@ bool Federation::start_all() {
   return true;
 }
 
-Result<broker::http::ClientResponse> slow_request(const BrokerProcess& node, const std::string& method,
+Result<http::ClientResponse> slow_request(const BrokerProcess& node, const std::string& method,
                                                   const std::string& target, const std::string& body,
                                                   int64_t timeout_ms) {
-  broker::http::ClientOptions o = node.client_options();
+  http::ClientOptions o = node.client_options();
   o.timeout_ms = timeout_ms;
-  auto c = broker::http::Client::connect(o);
+  auto c = http::Client::connect(o);
   if (!c.ok()) return c.error();
   return (*c)->request(method, target, body, "application/json",
                        {{"authorization", std::string("Bearer ") + kAdminToken}});
@@ -366,13 +366,13 @@ void Feeder::stop() {
 void Feeder::run() {
   const std::vector<std::pair<std::string, std::string>> auth{{"authorization",
                                                                std::string("Bearer ") + kPublisherToken}};
-  std::unique_ptr<broker::http::Client> client;
+  std::unique_ptr<http::Client> client;
   uint64_t next_row = 0;
   while (!stop_) {
     if (!client) {
-      broker::http::ClientOptions o = options_;
+      http::ClientOptions o = options_;
       o.port = port_;
-      auto c = broker::http::Client::connect(o);
+      auto c = http::Client::connect(o);
       if (!c.ok()) {
         ++failures_;
         last_failure_ = "connect: " + c.error().message;
@@ -450,18 +450,18 @@ void wait_linked(const FedNode& a, const FedNode& b, std::chrono::milliseconds t
 
 // An admin POST that the node may answer only after hearing from the owner
 // (at most 10 s); a status of 0 and the error in the body when no answer came.
-broker::http::ClientResponse post_slow(const FedNode& n, const std::string& target, const std::string& body) {
+http::ClientResponse post_slow(const FedNode& n, const std::string& target, const std::string& body) {
   auto r = slow_request(n.process(), "POST", target, body);
   if (r.ok()) return std::move(r).value();
-  broker::http::ClientResponse none;
+  http::ClientResponse none;
   none.body = "no answer to POST " + target + ": " + r.error().message;
   return none;
 }
 
 // POST /v1/imports; a 503 (no link up yet) is retried for 10 s as its
 // Retry-After invites.
-broker::http::ClientResponse import_stream(const FedNode& n, const std::string& stream) {
-  broker::http::ClientResponse r;
+http::ClientResponse import_stream(const FedNode& n, const std::string& stream) {
+  http::ClientResponse r;
   eventually(10s, [&] {
     r = post_slow(n, "/v1/imports", "{\"stream\":\"" + stream + "\"}");
     return r.status != 503;

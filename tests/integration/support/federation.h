@@ -143,7 +143,7 @@ class Federation {
 
 // One admin request with a longer client timeout, for calls the node may
 // answer only after hearing from another domain (up to 10 s by the spec).
-Result<broker::http::ClientResponse> slow_request(const BrokerProcess& node, const std::string& method,
+Result<http::ClientResponse> slow_request(const BrokerProcess& node, const std::string& method,
                                                   const std::string& target, const std::string& body,
                                                   int64_t timeout_ms = 20000);
 
@@ -214,7 +214,7 @@ class Feeder {
  private:
   void run();
 
-  broker::http::ClientOptions options_;
+  http::ClientOptions options_;
   std::string stream_;
   std::function<std::string(uint64_t)> row_;
   int rows_per_batch_;
@@ -251,10 +251,10 @@ void wait_linked(const FedNode& a, const FedNode& b,
                  std::chrono::milliseconds timeout = std::chrono::seconds(20));
 // An admin POST that the node may answer only after hearing from the owner
 // (at most 10 s); a status of 0 and the error in the body when no answer came.
-broker::http::ClientResponse post_slow(const FedNode& n, const std::string& target, const std::string& body);
+http::ClientResponse post_slow(const FedNode& n, const std::string& target, const std::string& body);
 // POST /v1/imports; a 503 (no link up yet) is retried for 10 s as its
 // Retry-After invites.
-broker::http::ClientResponse import_stream(const FedNode& n, const std::string& stream);
+http::ClientResponse import_stream(const FedNode& n, const std::string& stream);
 // The import's next_seq reaches `next` (the owner's next_seq), and no further.
 void wait_caught_up(const FedNode& importer, const std::string& stream, uint64_t next,
                     std::chrono::milliseconds timeout = std::chrono::seconds(60));

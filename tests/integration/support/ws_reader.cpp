@@ -28,7 +28,7 @@ std::vector<Tuple> parse_lines(const std::string& ndjson) {
 ReadResult read_stream(const BrokerProcess& broker, const std::string& stream, uint64_t from, uint64_t until_seq,
                        int64_t timeout_ms) {
   ReadResult res;
-  auto ws = broker::http::WsClient::connect(broker.client_options(),
+  auto ws = http::WsClient::connect(broker.client_options(),
                                             "/v1/streams/" + stream + "/subscribe?from=" + std::to_string(from),
                                             {{"authorization", std::string("Bearer ") + kReaderToken}});
   if (!ws.ok()) {

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "broker/http/client.h"
-#include "broker/http/server.h"
+#include "http/client.h"
+#include "http/server.h"
 
-namespace entente::broker::http::testing {
+namespace entente::http::testing {
 
 // Polls `pred` every few milliseconds until it holds or `timeout` passes.
 inline bool wait_until(const std::function<bool()>& pred,
@@ -215,4 +215,4 @@ inline ClientOptions client_options(const Server& server) {
   return o;
 }
 
-}  // namespace entente::broker::http::testing
+}  // namespace entente::http::testing

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 
 struct ClientOptions {
   std::string host = "127.0.0.1";
@@ -89,4 +89,4 @@ class WsClient final {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace entente::broker::http
+}  // namespace entente::http

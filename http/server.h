@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/result.h"
+#include "base/result.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 
 struct Request {
   std::string method;        // "GET", "POST", ... as received
@@ -173,4 +173,4 @@ class Server final {
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_address(std::string_view address);
 
-}  // namespace entente::broker::http
+}  // namespace entente::http

@@ -1,10 +1,10 @@
-#include "broker/http/detail/text.h"
+#include "http/detail/text.h"
 
 #include <cstdint>
 
 #include "base/json_text.h"
 
-namespace entente::broker::http::detail {
+namespace entente::http::detail {
 namespace {
 
 int hex_value(char c) {
@@ -151,4 +151,4 @@ bool is_websocket_key(std::string_view key) {
   return true;
 }
 
-}  // namespace entente::broker::http::detail
+}  // namespace entente::http::detail

@@ -8,11 +8,11 @@
 #include <string>
 #include <thread>
 
-#include "tests/broker/http_test_certs.h"
-#include "tests/broker/http_test_support.h"
+#include "tests/http/http_test_certs.h"
+#include "tests/http/http_test_support.h"
 #include "tests/support/raw_tcp.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 namespace {
 
 using namespace std::chrono_literals;
@@ -333,4 +333,4 @@ TEST(HttpWebSocket, MessageOverTheLimitClosesTheConnection) {
 }
 
 }  // namespace
-}  // namespace entente::broker::http
+}  // namespace entente::http

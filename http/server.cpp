@@ -9,7 +9,7 @@
 // io_context. stop() counts every spawned coroutine (the gate) and returns
 // after the last one has finished and the threads have joined.
 
-#include "broker/http/server.h"
+#include "http/server.h"
 
 // GCC 12 misreports Asio's coroutine-frame allocator (aligned operator new
 // paired with its own aligned delete) as a mismatched new/delete where frames
@@ -33,12 +33,12 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "broker/http/detail/net.h"
-#include "broker/http/detail/text.h"
-#include "broker/http/detail/tls.h"
+#include "http/detail/net.h"
+#include "http/detail/text.h"
+#include "http/detail/tls.h"
 #include "net/address.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 namespace {
 
 using namespace detail;  // NOLINT: the aliases net, beast, bhttp, websocket, ssl, tcp
@@ -1136,4 +1136,4 @@ ServerStats Server::stats() const {
   return out;
 }
 
-}  // namespace entente::broker::http
+}  // namespace entente::http

@@ -1,4 +1,4 @@
-#include "engine/result.h"
+#include "base/result.h"
 
 namespace entente {
 

@@ -5,10 +5,10 @@
 
 #include <cstring>
 
-#include "broker/http/detail/text.h"
-#include "broker/http/server.h"
+#include "http/detail/text.h"
+#include "http/server.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 
 std::optional<std::string_view> Request::param(std::string_view name) const {
   for (const auto& [k, v] : query) {
@@ -75,4 +75,4 @@ bool is_loopback_address(std::string_view address) {
   return false;
 }
 
-}  // namespace entente::broker::http
+}  // namespace entente::http

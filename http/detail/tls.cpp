@@ -1,4 +1,4 @@
-#include "broker/http/detail/tls.h"
+#include "http/detail/tls.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace entente::broker::http::detail {
+namespace entente::http::detail {
 namespace {
 
 // Opens the file to report the OS error (missing, no permission) before
@@ -149,9 +149,9 @@ std::string handshake_failure(SSL* ssl, const error_code& ec) {
   return out;
 }
 
-}  // namespace entente::broker::http::detail
+}  // namespace entente::http::detail
 
-namespace entente::broker::http::detail {
+namespace entente::http::detail {
 
 // A checked pair, as SSL_use_cert_and_key wants it. The scratch context
 // that loaded it owns the objects.
@@ -215,4 +215,4 @@ int ServerCertificate::on_handshake(SSL* ssl, void* self) {
   return SSL_use_cert_and_key(ssl, pair->cert, pair->key, pair->chain, 1) == 1 ? 1 : 0;
 }
 
-}  // namespace entente::broker::http::detail
+}  // namespace entente::http::detail

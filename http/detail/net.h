@@ -20,7 +20,7 @@
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 
-namespace entente::broker::http::detail {
+namespace entente::http::detail {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -35,4 +35,4 @@ using error_code = boost::system::error_code;
 // connection, it is not exceptional.
 inline constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
-}  // namespace entente::broker::http::detail
+}  // namespace entente::http::detail

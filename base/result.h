@@ -1,4 +1,4 @@
-// Error values for the engine: Result<T> carries either a value or an Error
+// Error values for every module: Result<T> carries either a value or an Error
 // with a code and a human-readable message. Failures that callers are
 // expected to handle (bad input, bad JSON, type errors) are values; exceptions
 // are only for programming errors.

@@ -5,16 +5,16 @@
 // client's receive() deadline does not: the read stays pending and the next
 // receive() resumes it, so a timeout leaves the connection usable.
 
-#include "broker/http/client.h"
+#include "http/client.h"
 
 #include <chrono>
 #include <thread>
 
-#include "broker/http/detail/net.h"
-#include "broker/http/detail/text.h"
-#include "broker/http/detail/tls.h"
+#include "http/detail/net.h"
+#include "http/detail/text.h"
+#include "http/detail/tls.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 namespace {
 
 using namespace detail;  // NOLINT: the aliases net, beast, bhttp, websocket, ssl, tcp
@@ -499,4 +499,4 @@ Status WsClient::close(uint16_t code) {
   return {};
 }
 
-}  // namespace entente::broker::http
+}  // namespace entente::http

@@ -5,10 +5,10 @@
 
 #include <string>
 
-#include "tests/broker/http_test_certs.h"
-#include "tests/broker/http_test_support.h"
+#include "tests/http/http_test_certs.h"
+#include "tests/http/http_test_support.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 namespace {
 
 using testing::client_options;
@@ -218,4 +218,4 @@ TEST(HttpClient, RequestAccessors) {
 }
 
 }  // namespace
-}  // namespace entente::broker::http
+}  // namespace entente::http

@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace entente::broker::http::testing {
+namespace entente::http::testing {
 
 class TestPki {
  public:
@@ -141,4 +141,4 @@ class TestPki {
   std::filesystem::path dir_;
 };
 
-}  // namespace entente::broker::http::testing
+}  // namespace entente::http::testing

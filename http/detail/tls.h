@@ -8,10 +8,10 @@
 #include <string>
 #include <string_view>
 
-#include "broker/http/detail/net.h"
-#include "engine/result.h"
+#include "http/detail/net.h"
+#include "base/result.h"
 
-namespace entente::broker::http::detail {
+namespace entente::http::detail {
 
 // The reason of the most recent OpenSSL error on this thread ("no start
 // line"), or `fallback` when the queue is empty. Clears the queue.
@@ -62,4 +62,4 @@ Status configure_client_connection(SSL* ssl, const std::string& name, bool verif
 // certificate", "hostname mismatch").
 std::string handshake_failure(SSL* ssl, const error_code& ec);
 
-}  // namespace entente::broker::http::detail
+}  // namespace entente::http::detail

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace entente::broker::http::detail {
+namespace entente::http::detail {
 
 // Decodes %XX escapes (and '+' as a space when `plus_as_space`, for query
 // strings). nullopt for a malformed escape or a decoded NUL byte, which no
@@ -54,4 +54,4 @@ bool is_host_value(std::string_view host);
 // base64 encoding of exactly 16 bytes (22 base64 characters and "==").
 bool is_websocket_key(std::string_view key);
 
-}  // namespace entente::broker::http::detail
+}  // namespace entente::http::detail

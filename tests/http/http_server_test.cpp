@@ -12,10 +12,10 @@
 #include <string>
 #include <thread>
 
-#include "tests/broker/http_test_support.h"
+#include "tests/http/http_test_support.h"
 #include "tests/support/raw_tcp.h"
 
-namespace entente::broker::http {
+namespace entente::http {
 namespace {
 
 using namespace std::chrono_literals;
@@ -583,4 +583,4 @@ TEST(HttpServer, BindFailureIsIoErrorNamingTheAddress) {
 }
 
 }  // namespace
-}  // namespace entente::broker::http
+}  // namespace entente::http
