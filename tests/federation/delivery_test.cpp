@@ -5,7 +5,9 @@
 // flowing with contiguous sequence numbers and no duplicate, a sender
 // stopping at the importer's credit and going on when credit comes back, a
 // resume after a reconnect that loses frames in flight, and OPENs refused
-// with their reasons.
+// with their reasons; and, under a stream contract, its predicate and
+// projection applied on the wire and its metering charging what the
+// importer acknowledged.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -20,6 +22,7 @@
 #include "engine/batch.h"
 #include "engine/codec.h"
 #include "federation/acknowledgements.h"
+#include "federation/detail/common.h"
 #include "federation/exports.h"
 #include "federation/imports.h"
 #include "federation/messages.h"
@@ -27,6 +30,7 @@
 #include "federation/traffic.h"
 #include "federation/wire.h"
 #include "store/store.h"
+#include "tests/contracts/fixture.h"
 #include "tests/support/temp_dir.h"
 
 namespace entente::federation {
@@ -295,6 +299,8 @@ class DeliveryTest : public ::testing::Test {
   void TearDown() override {
     imports_.reset();
     exports_.reset();
+    metering_.reset();
+    ledger_.reset();
     owner_.reset();
     importer_.reset();
     std::error_code ec;
@@ -308,8 +314,11 @@ class DeliveryTest : public ::testing::Test {
     owner_acks_ = std::make_unique<Acknowledgements>(owner_->store());
     metering_ = std::make_unique<Metering>(owner_->store(), [this](const std::string& l) { owner_->log(l); });
     ASSERT_TRUE(owner_acks_->load().ok());
+    metering_->set_ledger(ledger_.get());
+    ASSERT_TRUE(metering_->load().ok());
     exports_ = std::make_unique<Exports>(*owner_, ExportSender::Context{owner_wire_, *metering_, *owner_acks_, owner_traffic_},
                                          Exports::Options{kAcme, std::move(exports), 1u << 20});
+    exports_->set_ledger(ledger_.get());
   }
   void start_importer(uint32_t window) {
     imports_ = std::make_unique<Imports>(*importer_, importer_wire_, importer_traffic_,
@@ -398,6 +407,7 @@ class DeliveryTest : public ::testing::Test {
   Traffic owner_traffic_, importer_traffic_;
   std::unique_ptr<Acknowledgements> owner_acks_;
   std::unique_ptr<Metering> metering_;
+  std::unique_ptr<contracts::Ledger> ledger_;  // the owner's; null: configured exports only
   std::unique_ptr<Exports> exports_;
   std::unique_ptr<Imports> imports_;
   std::vector<Frame> held_;
@@ -572,6 +582,44 @@ TEST_F(DeliveryTest, AnExportWithdrawnLeavesTheImportRefusedAndEndsTheMirrorsFee
                 info->reason);
   // The mirror keeps what it received.
   EXPECT_EQ(mirror()->seqs(), one_to(10));
+}
+
+TEST_F(DeliveryTest, UnderAStreamContractOnlyRowsItsPredicatePassesGoAndWhatIsAcknowledgedIsCharged) {
+  // acme and beta signed a stream contract for bids, in force now: rows
+  // with price > 10, fields item then price, no rate cap; no configured export.
+  contracts::Terms t = contracts::testing::stream_terms("acme", "beta", {"bids"});
+  t.valid_from_ms = (detail::wall_clock_ms() / 1000 - 60) * 1000;
+  t.stream.fields = {"item", "price"};
+  t.stream.rate_cap = 0;
+  const auto& d = contracts::testing::Domains::get();
+  const contracts::Contract c = contracts::testing::active_contract(t, d.acme(), d.beta());
+  auto ledger = contracts::Ledger::open(owner_->store());
+  ASSERT_TRUE(ledger.ok()) << ledger.error().message;
+  ledger_ = std::move(*ledger);
+  contracts::testing::record(*ledger_, c);
+  start_owner({});
+
+  bids_->publish(rows(100, 0));  // 1..100 priced 0..99: 89 pass
+  start_importer(8u << 20);
+  auto info = import_bids();
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  // The importer sees the contract's fields, in its order.
+  EXPECT_EQ(*mirror()->schema(),
+            *engine::make_schema({{"item", engine::Type::String}, {"price", engine::Type::Int64}}));
+  bids_->publish(rows(100, 0));  // 101..200: 89 more pass
+  run();
+  // The mirror numbers what passed itself and keeps the owner's position.
+  EXPECT_EQ(mirror()->seqs(), one_to(178));
+  auto kept = importer_->store().get(store::Cf::meta, "import-pos/acme/bids");
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ(store::get_key_u64(**kept), 201u);
+  EXPECT_EQ(imports_->info("acme/bids")->tuples, 178u);
+  // The owner charged the contract for the rows acknowledged, each once.
+  EXPECT_EQ(owner_acks_->acked("bids", "beta"), std::optional<uint64_t>(200));
+  auto usage = ledger_->usage(c.id);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->tuples, 178u);
+  EXPECT_TRUE(metering_->unbilled("bids", "beta").empty());
 }
 
 }  // namespace
