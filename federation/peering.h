@@ -15,6 +15,7 @@
 // timer on its own thread; the API on the broker's threads. Lifecycle:
 // start() once, stop() (or the destructor) joins the timer and the links.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
