@@ -24,10 +24,18 @@
 #include "store/group_commit.h"
 #include "store/store.h"
 
-namespace entente::broker::detail {
-
+namespace entente::federation {
 class Contracting;
 class Peering;
+struct ImportInfo;
+}  // namespace entente::federation
+
+namespace entente::broker::detail {
+
+using federation::Contracting;
+using federation::ImportInfo;
+using federation::Peering;
+class FederationHost;
 
 class NodeImpl;
 
@@ -191,7 +199,10 @@ class NodeImpl final : public http::Handler {
   std::unique_ptr<store::GroupCommit> gc_;
   std::unique_ptr<EnginePool> pool_;
   std::unique_ptr<http::Server> server_;
-  std::unique_ptr<Peering> peering_;  // when the configuration has a federation section
+  // When the configuration has a federation section: what the federation
+  // layer reaches of this node, and the layer itself.
+  std::unique_ptr<FederationHost> federation_host_;
+  std::unique_ptr<Peering> peering_;
 
   mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
   std::map<std::string, StreamPtr> streams_;

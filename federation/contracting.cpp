@@ -1,4 +1,4 @@
-#include "broker/detail/contracting.h"
+#include "federation/contracting.h"
 
 #include <rapidjson/document.h>
 
@@ -6,10 +6,11 @@
 #include <chrono>
 #include <map>
 
-#include "broker/detail/json_out.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
 #include "contracts/contract.h"
 
-namespace entente::broker::detail {
+namespace entente::federation {
 namespace {
 
 using contracts::Contract;
@@ -29,10 +30,20 @@ int64_t unix_now_ms() {
 
 // `held`: the sender's latest version of the contract.
 std::string version_message(const std::string& id, const Version& v, uint64_t held) {
-  JsonOut j;
-  j.begin_object().key("type").str("contract.version").key("id").str(id);
-  j.key("version").raw(contracts::version_to_json(v)).key("held").u64(held).end_object();
-  return j.take();
+  const std::string version = contracts::version_to_json(v);
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  w.Key("type");
+  w.String("contract.version");
+  w.Key("id");
+  w.String(id.data(), static_cast<rapidjson::SizeType>(id.size()));
+  w.Key("version");
+  w.RawValue(version.data(), version.size(), rapidjson::kObjectType);
+  w.Key("held");
+  w.Uint64(held);
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize());
 }
 
 std::string returned_key(std::string_view id, uint64_t number) {
@@ -52,7 +63,7 @@ std::string other_party(const Contract& c, std::string_view self) {
 Result<std::unique_ptr<Contracting>> Contracting::open(store::Store& store, certs::Signer signer,
                                                        std::shared_ptr<const certs::TrustStore> trust,
                                                        std::vector<std::string> peer_domains,
-                                                       Registry& metrics, Hooks hooks) {
+                                                       base::Registry& metrics, Hooks hooks) {
   ENTENTE_ASSIGN_OR_RETURN(auto ledger, contracts::Ledger::open(store));
   return std::unique_ptr<Contracting>(new Contracting(store, std::move(ledger), std::move(signer),
                                                       std::move(trust), std::move(peer_domains),
@@ -61,7 +72,7 @@ Result<std::unique_ptr<Contracting>> Contracting::open(store::Store& store, cert
 
 Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger> ledger,
                          certs::Signer signer, std::shared_ptr<const certs::TrustStore> trust,
-                         std::vector<std::string> peer_domains, Registry& metrics, Hooks hooks)
+                         std::vector<std::string> peer_domains, base::Registry& metrics, Hooks hooks)
     : store_(store),
       ledger_(std::move(ledger)),
       signer_(std::move(signer)),
@@ -70,14 +81,14 @@ Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger>
       peer_domains_(std::move(peer_domains)),
       metrics_(metrics),
       hooks_(std::move(hooks)) {
-  collector_ = metrics_.add_collector([this](MetricsWriter& w) {
+  collector_ = metrics_.add_collector([this](base::MetricsWriter& w) {
     const int64_t now = unix_now_ms();
     std::map<State, uint64_t> by_state;
     for (const Contract& c : ledger_->list({}, now)) {
       ++by_state[c.state_at(now)];
       auto u = ledger_->usage(c.id);
       if (!u.ok()) continue;
-      const Labels labels{{"contract", c.id}, {"peer", other_party(c, self_)}};
+      const base::Labels labels{{"contract", c.id}, {"peer", other_party(c, self_)}};
       if (c.kind() == contracts::Kind::stream) {
         w.counter("entente_contract_tuples_total",
                   "Tuples delivered under a stream contract (this node's side)", labels,
@@ -209,11 +220,22 @@ void Contracting::count_message(const char* type, const char* direction) {
 void Contracting::send_sync(const certs::Identity& peer) {
   contracts::ContractFilter f;
   f.peer = peer.domain;
-  JsonOut j;
-  j.begin_object().key("type").str("contract.sync").key("have").begin_object();
-  for (const Contract& c : ledger_->list(f, unix_now_ms())) j.key(c.id).u64(c.current().number);
-  j.end_object().end_object();
-  if (hooks_.send_to_peer && hooks_.send_to_peer(peer, j.take())) count_message("sync", "sent");
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  w.Key("type");
+  w.String("contract.sync");
+  w.Key("have");
+  w.StartObject();
+  for (const Contract& c : ledger_->list(f, unix_now_ms())) {
+    w.Key(c.id.data(), static_cast<rapidjson::SizeType>(c.id.size()));
+    w.Uint64(c.current().number);
+  }
+  w.EndObject();
+  w.EndObject();
+  if (hooks_.send_to_peer && hooks_.send_to_peer(peer, std::string(sb.GetString(), sb.GetSize()))) {
+    count_message("sync", "sent");
+  }
 }
 
 void Contracting::on_link_up(const certs::Identity& peer) {
@@ -525,4 +547,4 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
   }
 }
 
-}  // namespace entente::broker::detail
+}  // namespace entente::federation

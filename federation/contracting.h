@@ -35,7 +35,7 @@
 // are counted in entente_contract_refusals_total and summed up in one
 // line). entente_contract_messages_total counts what is sent and received.
 //
-// Ownership: owned by Peering; borrows the Store. Threading: API calls on
+// Ownership: owned by Peering (federation/peering.h); borrows the Store. Threading: API calls on
 // Asio threads, link events on the io thread; the Ledger serialises
 // changes, and sending happens after the ledger's lock is released. The
 // sync state has its own mutex, never held while sending or calling a hook.
@@ -51,7 +51,7 @@
 #include <string_view>
 #include <vector>
 
-#include "broker/metrics.h"
+#include "base/metrics.h"
 #include "rapidjson/fwd.h"
 #include "certs/certs.h"
 #include "certs/signing.h"
@@ -60,7 +60,7 @@
 #include "base/result.h"
 #include "store/store.h"
 
-namespace entente::broker::detail {
+namespace entente::federation {
 
 class Contracting final {
  public:
@@ -83,7 +83,7 @@ class Contracting final {
   static Result<std::unique_ptr<Contracting>> open(store::Store& store, certs::Signer signer,
                                                     std::shared_ptr<const certs::TrustStore> trust,
                                                     std::vector<std::string> peer_domains,
-                                                    Registry& metrics, Hooks hooks);
+                                                    base::Registry& metrics, Hooks hooks);
 
   // What an action did: the contract as recorded, and whether the new
   // version reached a node of the other domain now (otherwise it goes when
@@ -129,7 +129,7 @@ class Contracting final {
  private:
   Contracting(store::Store& store, std::unique_ptr<contracts::Ledger> ledger, certs::Signer signer,
               std::shared_ptr<const certs::TrustStore> trust, std::vector<std::string> peer_domains,
-              Registry& metrics, Hooks hooks);
+              base::Registry& metrics, Hooks hooks);
 
   // Records a local version and sends it to the other party.
   Result<Outcome> record(const std::string& id, const contracts::Version& v);
@@ -173,7 +173,7 @@ class Contracting final {
   std::shared_ptr<const certs::TrustStore> trust_;
   std::string self_;
   std::vector<std::string> peer_domains_;
-  Registry& metrics_;
+  base::Registry& metrics_;
   Hooks hooks_;
   uint64_t collector_ = 0;  // /metrics: contracts by state, usage per contract
 
@@ -188,4 +188,4 @@ class Contracting final {
 // The other party of a contract, seen from `self`.
 std::string other_party(const contracts::Contract& c, std::string_view self);
 
-}  // namespace entente::broker::detail
+}  // namespace entente::federation
