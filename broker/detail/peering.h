@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // Streams across domains (docs/federation.md): the node's side of the peer
 // links. As an owner it answers OPENs for its exported streams and sends
 // their tuples within the importer's credit; as an importer it keeps a
