@@ -18,7 +18,10 @@ per violation, then exits 1 if there was any:
   itself refuse such an include (each library defines ENTENTE_IN_M for its
   own sources only);
 * a folder with C++ sources that the table does not know: add it to the
-  table and to docs/architecture.md first.
+  table and to docs/architecture.md first;
+* in a folder's CMakeLists.txt, a target_link_libraries of one of our
+  library targets (entente_*) that the same table does not allow, so that
+  the build graph and the includes say the same.
 
 An include is resolved like the compiler does for this tree: next to the
 including file first, then from ROOT (every target's include path). What
@@ -48,6 +51,11 @@ ALLOWED = {
     "bench": set(LIBRARIES),
     "tests": set(LIBRARIES) | {"bench"},
 }
+
+# Our library targets, by the module (folder) that defines them.
+TARGETS = {"entente_" + m: m for m in LIBRARIES}
+TARGETS.update({"entente_version": "broker", "entente_nexmark": "bench",
+                "entente_bench_common": "bench", "entente_itest_support": "tests"})
 
 # A module's private folders: their headers are for the module alone.
 PRIVATE_DIRS = {"engine": ("detail", "boxes")}
@@ -108,6 +116,34 @@ def has_guard(text, owner):
     return re.search(r"#\s*if\s+!\s*defined\s*\(\s*%s\s*\)" % macro, text) and "#error" in text
 
 
+def check_links(root, problems):
+    """Every target_link_libraries of an entente_* target in each folder's
+    CMakeLists.txt files, against the module table."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        if rel_dir == ".":
+            dirnames[:] = [d for d in dirnames
+                           if not d.startswith((".", "build")) and d not in SKIP_DIRS]
+            continue
+        mod = rel_dir.split("/", 1)[0]
+        if "CMakeLists.txt" not in filenames or mod not in ALLOWED:
+            continue
+        rel = rel_dir + "/CMakeLists.txt"
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = re.sub(r"#[^\n]*", "", f.read())
+        for call in re.finditer(r"target_link_libraries\s*\(([^)]*)\)", text):
+            number = text.count("\n", 0, call.start()) + 1
+            for name in re.findall(r"\bentente_\w+", call.group(1))[1:]:
+                used = TARGETS.get(name)
+                if used is None:
+                    problems.append(f"{rel}:{number}: {name} is not in the target table of "
+                                    "scripts/check-includes.py")
+                elif used != mod and used not in ALLOWED[mod]:
+                    allowed = ", ".join(sorted(ALLOWED[mod])) or "nothing of ours"
+                    problems.append(f"{rel}:{number}: module {mod} may not link {name} "
+                                    f"(module {used}; allowed: {allowed})")
+
+
 def check(root):
     problems = []
     for rel in sorted(sources(root)):
@@ -143,6 +179,7 @@ def check(root):
             if private and not may_see_private(rel, private) and (rel, target) not in EXEMPT:
                 problems.append(f"{rel}:{number}: {target} is private to {private}/ "
                                 f"(only {private}/ and tests/{private}/ may include it)")
+    check_links(root, problems)
     return problems
 
 

@@ -33,6 +33,11 @@ GOOD = {
     "bench/main.cpp": '#include "engine/types.h"\n#include "http/server.h"\n',
     "build-asan/generated/x.cpp": '#include "engine/detail/options.h"\n',
     "docs/example.cpp": '#include "broker/node.h"\n',
+    "engine/CMakeLists.txt": "# links entente_broker? never\n"
+                             "target_link_libraries(entente_engine PUBLIC entente_base\n  Threads::Threads)\n",
+    "broker/CMakeLists.txt": "target_link_libraries(entente_broker PUBLIC entente_http entente_engine)\n"
+                             "target_link_libraries(entente PRIVATE entente_broker entente_version)\n",
+    "tests/CMakeLists.txt": "target_link_libraries(${name} PRIVATE ${libs} entente_nexmark GTest::gtest)\n",
 }
 
 
@@ -138,6 +143,20 @@ class CheckIncludes(unittest.TestCase):
             {"cluster/etcd.cpp": '#include "base/result.h"\n'},
             "cluster/etcd.cpp:1: folder cluster/ is not in the module table of "
             "scripts/check-includes.py (nor, then, of docs/architecture.md)")
+
+    def test_a_link_against_the_direction_fails(self):
+        self.assert_one_problem(
+            {"store/CMakeLists.txt": "add_library(entente_store STATIC x.cpp)\n\n"
+                                     "target_link_libraries(entente_store PUBLIC entente_base\n"
+                                     "  PRIVATE entente_engine rocksdb)\n"},
+            "store/CMakeLists.txt:3: module store may not link entente_engine "
+            "(module engine; allowed: base)")
+
+    def test_a_link_to_an_unknown_target_must_join_the_table(self):
+        self.assert_one_problem(
+            {"http/CMakeLists.txt": "target_link_libraries(entente_http PUBLIC entente_cluster)\n"},
+            "http/CMakeLists.txt:1: entente_cluster is not in the target table of "
+            "scripts/check-includes.py")
 
     def test_the_temporary_exemption_covers_one_file_only(self):
         rc, lines = run({
