@@ -4,8 +4,8 @@
     scripts/check-includes.py [ROOT]
 
 Reads every #include of every .h and .cpp under ROOT (default: the
-repository; build*/, out/ and hidden folders skipped), and prints one line
-per violation, then exits 1 if there was any:
+repository; build*/, out/, docs/, scripts/ and hidden folders skipped), and
+prints one line per violation, then exits 1 if there was any:
 
 * an include from module A of module B where the table below does not let A
   use B (docs/architecture.md, "Modules and dependencies": arrows point from
