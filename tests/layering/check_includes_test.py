@@ -3,6 +3,7 @@
 name every wrong arrow and every foreign private include, and pass what the
 module table allows (docs/architecture.md, "Modules and dependencies")."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -158,16 +159,25 @@ class CheckIncludes(unittest.TestCase):
             "http/CMakeLists.txt:1: entente_cluster is not in the target table of "
             "scripts/check-includes.py")
 
-    def test_the_temporary_exemption_covers_one_file_only(self):
-        rc, lines = run({
-            "broker/detail/ingest.cpp": '#include "engine/detail/options.h"\n',
-            "broker/detail/api.cpp": '#include "engine/detail/options.h"\n',
-        })
-        self.assertEqual(rc, 1)
-        self.assertEqual(lines, [
-            "broker/detail/api.cpp:1: engine/detail/options.h is private to engine/ "
-            "(only engine/ and tests/engine/ may include it)"])
-
+    def test_a_temporary_exemption_covers_its_one_file_only(self):
+        # The script's EXEMPT pairs (issue 12: broker/detail/ingest.cpp and
+        # engine/detail/options.h until the duration reader moves to base/).
+        spec = importlib.util.spec_from_file_location("check_includes", SCRIPT)
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        if not script.EXEMPT:
+            self.skipTest("no exemption left")
+        for including, header in sorted(script.EXEMPT):
+            other = os.path.join(os.path.dirname(including), "other_file.cpp")
+            owner = header.split("/", 1)[0]
+            rc, lines = run({
+                header: GUARD.format(m=owner.upper()),
+                including: f'#include "{header}"\n',
+                other: f'#include "{header}"\n',
+            })
+            self.assertEqual(rc, 1)
+            self.assertEqual(lines, [f"{other}:1: {header} is private to {owner}/ "
+                                     f"(only {owner}/ and tests/{owner}/ may include it)"])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
