@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // The broker's side of federation/host.h: the federation layer reaches
 // this node's streams, group commit, store, metrics and log through it,
 // and nothing else of the broker. A thin adapter; the federation logic is

@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // The one reader of JSON request bodies (streams, queries, imports,
 // contracts, rows): RapidJSON with full-precision numbers and UTF-8
 // validation, iterative (so deep nesting cannot overflow the stack), nesting

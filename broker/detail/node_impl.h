@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // The node's internals, shared by node.cpp (lifecycle, catalog, recovery,
 // maintenance), api.cpp (REST routes) and websocket.cpp (subscribe and
 // publish sessions).

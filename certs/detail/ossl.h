@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_CERTS)
+#error "certs/detail/ is private to certs/ (docs/architecture.md)"
+#endif
 // Private helpers of certs/: RAII owners for every OpenSSL object the module
 // touches, the thread's OpenSSL error queue, ASN1_TIME conversion, SAN
 // scanning, bounded file reads and atomic file writes. Not part of the public

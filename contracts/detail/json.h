@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_CONTRACTS)
+#error "contracts/detail/ is private to contracts/ (docs/architecture.md)"
+#endif
 // Private helpers of contracts/: building rapidjson values of the model and
 // reading typed fields with path-named errors. Only contracts/*.cpp include it.
 

@@ -1,6 +1,9 @@
 // What kind of JSON value a RapidJSON value is, as error messages name it.
 // Private to engine/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/detail/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <string_view>
 

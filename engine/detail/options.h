@@ -1,6 +1,12 @@
 // Reading a box's JSON options with every problem reported to Diagnostics
 // under its JSON path, and unknown keys refused. Private to engine/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE) && !defined(ENTENTE_TEMPORARY_BROKER_INGEST_READS_ENGINE_OPTIONS)
+#error "engine/detail/ is private to engine/ (docs/architecture.md)"
+#endif
+// TEMPORARY (issue 12): broker/detail/ingest.cpp still reads parse_duration_ms
+// from here until that reader moves to base/; broker/CMakeLists.txt defines
+// the exemption for that one file. Remove both at that merge.
 
 #include <cstdint>
 #include <optional>

@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_FEDERATION)
+#error "federation/detail/ is private to federation/ (docs/architecture.md)"
+#endif
 // Small pieces the federation layer's files share. Private to federation/.
 
 #include <chrono>

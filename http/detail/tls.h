@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_HTTP)
+#error "http/detail/ is private to http/ (docs/architecture.md)"
+#endif
 // TLS setup shared by the server and the clients: contexts restricted to
 // TLS 1.3 and TLS 1.2 with ECDHE + AEAD suites only (no CBC), credentials loaded with errors that name the file and OpenSSL's
 // reason, and client-side peer verification by host name or IP address.
