@@ -1,7 +1,4 @@
 #pragma once
-#if !defined(ENTENTE_IN_BROKER)
-#error "broker/detail/ is private to broker/ (docs/architecture.md)"
-#endif
 // Contract negotiation on this node (docs/contracts.md): the admin's REST
 // actions become versions in the ledger, and the versions travel to the
 // other domain as CONTROL messages on the federation link
