@@ -46,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -138,6 +139,21 @@ class Contracting final {
   void on_sync(const certs::Identity& peer, const rapidjson::Value& have);
   void on_version(const certs::Identity& peer, const std::string& id, const rapidjson::Value& version,
                   uint64_t held);
+  // The steps of on_version. The version the message carries, when it is
+  // well formed and binds the peer's domain and this one (else refused).
+  std::optional<contracts::Version> incoming_version(const certs::Identity& peer, const std::string& id,
+                                                     const rapidjson::Value& json);
+  // Records the next version `v` (the ledger is at `current`); refuses it
+  // and remembers not to ask for it again when the ledger does not take it.
+  std::optional<contracts::Contract> record_incoming(const certs::Identity& peer, const std::string& id,
+                                                     const contracts::Version& v, uint64_t current);
+  // Metrics, log, hooks and the sync state after `v` was recorded.
+  void note_recorded(const certs::Identity& peer, const std::string& id, const contracts::Version& v,
+                     uint64_t held, const contracts::Contract& recorded);
+  // The peer accepted an offer in this domain's name: countersigns it,
+  // unless it is an offer that came back after a restore.
+  void countersign_accepted(const certs::Identity& peer, const std::string& id, const contracts::Version& v,
+                            const contracts::Contract& recorded);
   // A gap before version current + 1 of `id`: asks the peer for a sync,
   // unless this node asked already at `current` (or refused the version
   // after it) since the link came up.
