@@ -37,8 +37,10 @@
 #include <thread>
 #include <utility>
 
+#include "base/openssl_error.h"
 #include "federation/messages.h"
 #include "net/address.h"
+#include "net/tls.h"
 
 namespace entente::federation {
 namespace {
@@ -66,13 +68,7 @@ int64_t unix_ms() {
       .count();
 }
 
-std::string openssl_reason(std::string_view fallback) {
-  unsigned long last = 0;
-  while (unsigned long e = ERR_get_error()) last = e;
-  if (last == 0) return std::string(fallback);
-  const char* reason = ERR_reason_error_string(last);
-  return reason != nullptr ? std::string(reason) : std::string(fallback);
-}
+using base::openssl_reason;
 
 // What the certificate callback of one connection decided. Lives in the
 // connection's coroutine frame; the SSL object points at it through ex_data.
@@ -1224,26 +1220,18 @@ Result<std::unique_ptr<LinkManager>> LinkManager::start(LinkOptions options,
   }
   auto impl = std::make_unique<Impl>(std::move(options), handler);
   Impl& m = *impl;
-  SSL_CTX* native = m.ctx.native_handle();
-  SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION);
-  SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION);
-  ERR_clear_error();
-  if (SSL_CTX_use_certificate_chain_file(native, m.opt.cert_file.c_str()) != 1) {
-    return make_error(Errc::invalid_argument, "federation cert_file " + m.opt.cert_file + ": " +
-                                                  openssl_reason("not a PEM certificate chain"));
-  }
-  if (SSL_CTX_use_PrivateKey_file(native, m.opt.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-      SSL_CTX_check_private_key(native) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "federation key_file " + m.opt.key_file + ": " +
-                          openssl_reason("not the private key of cert_file"));
-  }
-  SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-  SSL_CTX_set_cert_verify_callback(native, verify_peer_certificate, nullptr);
-  // Links live for hours; session resumption buys nothing and would skip
-  // the per-connection identity check on the resuming side.
-  SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_options(native, SSL_OP_NO_TICKET);
+  // Mutual TLS 1.3; the peer is checked only against the pinned CA of the
+  // domain it claims. Links live for hours: session resumption buys nothing
+  // and would skip the per-connection identity check on the resuming side.
+  inet::TlsContextOptions tls;
+  tls.versions = inet::TlsVersions::tls13_only;
+  tls.cert_file = m.opt.cert_file;
+  tls.key_file = m.opt.key_file;
+  tls.peer = inet::PeerCheck::require;
+  tls.verify_callback = verify_peer_certificate;
+  tls.session_resumption = false;
+  tls.label = "federation ";
+  ENTENTE_RETURN_IF_ERROR(inet::configure_tls_context(m.ctx, tls));
 
   error_code ec;
   const auto addr = net::ip::make_address(m.opt.listen_host, ec);
