@@ -157,71 +157,20 @@ std::optional<PeerRefusal> refusal_by_alert(const error_code& ec, const std::str
   }
 }
 
-// A certificate chain and its key, loaded and checked before a reload
-// replaces the ones in use.
-struct Credentials {
-  struct X509Free {
-    void operator()(X509* x) const { X509_free(x); }
-  };
-  struct ChainFree {
-    void operator()(STACK_OF(X509) * c) const { sk_X509_pop_free(c, X509_free); }
-  };
-  struct KeyFree {
-    void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-  };
-  std::unique_ptr<X509, X509Free> cert;
-  std::unique_ptr<STACK_OF(X509), ChainFree> chain;
-  std::unique_ptr<EVP_PKEY, KeyFree> key;
-};
-
-// The 1 MiB bound keeps a wrong path (a log, a device) from being read whole.
-Result<Credentials> load_credentials(const std::string& cert_file, const std::string& key_file) {
-  constexpr long kMaxPemBytes = 1 << 20;
-  auto open = [&](const std::string& path, const char* key) -> Result<BIO*> {
-    BIO* bio = BIO_new_file(path.c_str(), "r");
-    if (bio == nullptr) {
-      return make_error(Errc::invalid_argument, std::string("federation ") + key + " " + path + ": " +
-                                                    openssl_reason("cannot be read"));
-    }
-    return bio;
-  };
+// A certificate chain and its key, loaded and checked (net/tls.h, the same
+// checks and messages as at start-up) before a reload replaces the ones in
+// use. The 1 MiB bound keeps a wrong path (a log, a device) from being read
+// whole.
+Result<inet::TlsCredentials> load_credentials(const std::string& cert_file, const std::string& key_file) {
+  constexpr std::uintmax_t kMaxPemBytes = 1 << 20;
   std::error_code size_ec;
   for (const auto* path : {&cert_file, &key_file}) {
     const auto size = std::filesystem::file_size(*path, size_ec);
-    if (!size_ec && size > static_cast<std::uintmax_t>(kMaxPemBytes)) {
+    if (!size_ec && size > kMaxPemBytes) {
       return make_error(Errc::invalid_argument, "federation: " + *path + " is over 1 MiB");
     }
   }
-  Credentials c;
-  ERR_clear_error();
-  {
-    ENTENTE_ASSIGN_OR_RETURN(BIO * bio, open(cert_file, "cert_file"));
-    c.cert.reset(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
-    c.chain.reset(sk_X509_new_null());
-    while (c.cert && c.chain) {
-      X509* next = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-      if (next == nullptr) break;
-      sk_X509_push(c.chain.get(), next);
-    }
-    BIO_free(bio);
-    ERR_clear_error();  // the end of the file reads as an error
-    if (!c.cert || !c.chain) {
-      return make_error(Errc::invalid_argument,
-                        "federation cert_file " + cert_file + ": not a PEM certificate chain");
-    }
-  }
-  {
-    ENTENTE_ASSIGN_OR_RETURN(BIO * bio, open(key_file, "key_file"));
-    c.key.reset(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
-    BIO_free(bio);
-  }
-  if (!c.key || X509_check_private_key(c.cert.get(), c.key.get()) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "federation key_file " + key_file + ": " +
-                          openssl_reason("not the private key of cert_file " + cert_file));
-  }
-  ERR_clear_error();
-  return c;
+  return inet::load_tls_credentials(cert_file, key_file, "federation ");
 }
 
 int verify_state_index() {
@@ -1338,7 +1287,7 @@ std::vector<RefusedStatus> LinkManager::refused() const {
 Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
   if (!next.trust) return make_error(Errc::invalid_argument, "federation: no trust store (pinned CAs)");
   // Everything that can fail is checked before anything changes.
-  ENTENTE_ASSIGN_OR_RETURN(Credentials creds, load_credentials(next.cert_file, next.key_file));
+  ENTENTE_ASSIGN_OR_RETURN(inet::TlsCredentials creds, load_credentials(next.cert_file, next.key_file));
   if (!impl_ || !impl_->thread.joinable()) return make_error(Errc::unavailable, "federation: not running");
   Impl& m = *impl_;
   if (m.stopped.load()) return make_error(Errc::unavailable, "federation: stopping");
@@ -1353,8 +1302,8 @@ Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
     std::vector<std::shared_ptr<net::steady_timer>> to_wake;
     SSL_CTX* native = m.ctx.native_handle();
     X509* old_cert = SSL_CTX_get0_certificate(native);
-    const bool new_cert = old_cert == nullptr || X509_cmp(old_cert, creds.cert.get()) != 0;
-    if (SSL_CTX_use_cert_and_key(native, creds.cert.get(), creds.key.get(), creds.chain.get(), 1) != 1) {
+    const bool new_cert = old_cert == nullptr || X509_cmp(old_cert, creds.cert) != 0;
+    if (SSL_CTX_use_cert_and_key(native, creds.cert, creds.key, creds.chain, 1) != 1) {
       applied.set_value(
           {"error: federation cert_file " + next.cert_file + ": " + openssl_reason("rejected")});
       return;

@@ -122,4 +122,23 @@ Status configure_tls_context(ssl::context& ctx, const TlsContextOptions& o) {
   return {};
 }
 
+Result<TlsCredentials> load_tls_credentials(const std::string& cert_file, const std::string& key_file,
+                                           const std::string& label) {
+  TlsCredentials c;
+  c.holder = std::make_shared<ssl::context>(ssl::context::tls);
+  TlsContextOptions o;
+  o.cert_file = cert_file;
+  o.key_file = key_file;
+  o.label = label;
+  ENTENTE_RETURN_IF_ERROR(configure_tls_context(*c.holder, o));
+  SSL_CTX* native = c.holder->native_handle();
+  c.cert = SSL_CTX_get0_certificate(native);
+  c.key = SSL_CTX_get0_privatekey(native);
+  SSL_CTX_get0_chain_certs(native, &c.chain);
+  if (c.cert == nullptr || c.key == nullptr) {
+    return make_error(Errc::invalid_argument, label + "cert_file " + cert_file + ": no certificate loaded");
+  }
+  return c;
+}
+
 }  // namespace entente::inet

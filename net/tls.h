@@ -6,8 +6,10 @@
 // a bad file, are the same for both. Declared without Asio's headers.
 
 #include <openssl/types.h>
+#include <openssl/x509.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "base/result.h"
@@ -76,5 +78,21 @@ struct TlsContextOptions {
 // when a file is missing, unreadable or malformed, or the key does not
 // match the certificate.
 Status configure_tls_context(boost::asio::ssl::context& ctx, const TlsContextOptions& o);
+
+// A certificate chain and its key, loaded and checked exactly as
+// configure_tls_context does (same checks, same messages), held until a
+// reload puts them into a context (SSL_CTX_use_cert_and_key) or into each
+// new connection (SSL_use_cert_and_key). The scratch context that loaded
+// them owns the objects; copies share it.
+struct TlsCredentials {
+  std::shared_ptr<boost::asio::ssl::context> holder;
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  STACK_OF(X509)* chain = nullptr;  // the intermediates; may be null
+};
+
+// `label` as in TlsContextOptions. invalid_argument as configure_tls_context.
+Result<TlsCredentials> load_tls_credentials(const std::string& cert_file, const std::string& key_file,
+                                           const std::string& label);
 
 }  // namespace entente::inet

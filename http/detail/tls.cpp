@@ -68,15 +68,6 @@ std::string handshake_failure(SSL* ssl, const error_code& ec) {
 
 namespace entente::http::detail {
 
-// A checked pair, as SSL_use_cert_and_key wants it. The scratch context
-// that loaded it owns the objects.
-struct ServerCertificate::Pair {
-  std::unique_ptr<ssl::context> holder;
-  X509* cert = nullptr;
-  EVP_PKEY* key = nullptr;
-  STACK_OF(X509) * chain = nullptr;
-};
-
 ServerCertificate::ServerCertificate() = default;
 ServerCertificate::~ServerCertificate() = default;
 
@@ -98,17 +89,9 @@ void ServerCertificate::attach(ssl::context& ctx) {
 }
 
 Result<bool> ServerCertificate::load(const std::string& cert_file, const std::string& key_file) {
-  // The same checks and messages as at start-up: a scratch context.
-  auto pair = std::make_shared<Pair>();
-  pair->holder = std::make_unique<ssl::context>(ssl::context::tls_server);
-  ENTENTE_RETURN_IF_ERROR(configure_server_context(*pair->holder, cert_file, key_file));
-  SSL_CTX* native = pair->holder->native_handle();
-  pair->cert = SSL_CTX_get0_certificate(native);
-  pair->key = SSL_CTX_get0_privatekey(native);
-  SSL_CTX_get0_chain_certs(native, &pair->chain);
-  if (pair->cert == nullptr || pair->key == nullptr) {
-    return make_error(Errc::invalid_argument, "cert_file " + cert_file + ": no certificate loaded");
-  }
+  // The same checks and messages as at start-up (net/tls.h).
+  ENTENTE_ASSIGN_OR_RETURN(inet::TlsCredentials loaded, inet::load_tls_credentials(cert_file, key_file, ""));
+  auto pair = std::make_shared<const Pair>(std::move(loaded));
   std::string der = der_of(pair->cert);
   std::lock_guard lock(mu_);
   const bool changed = der != current_der_;

@@ -9,8 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "http/detail/net.h"
 #include "base/result.h"
+#include "http/detail/net.h"
+#include "net/tls.h"
 
 namespace entente::http::detail {
 
@@ -39,7 +40,7 @@ class ServerCertificate final {
   Result<bool> load(const std::string& cert_file, const std::string& key_file);
 
  private:
-  struct Pair;
+  using Pair = inet::TlsCredentials;
   static int on_handshake(SSL* ssl, void* self);
   std::mutex mu_;
   std::shared_ptr<const Pair> current_;  // REQUIRES: mu_

@@ -134,5 +134,26 @@ TEST(TlsContext, BadFilesAreNamedWithTheLabel) {
   }
 }
 
+// What a reload loads is checked, and named, as at start-up.
+TEST(TlsContext, CredentialsForAReloadAreCheckedLikeAContext) {
+  http::testing::TestPki pki;
+  auto loaded = load_tls_credentials(pki.cert_file, pki.key_file, "federation ");
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  ASSERT_NE(loaded->cert, nullptr);
+  ASSERT_NE(loaded->key, nullptr);
+  EXPECT_EQ(X509_check_private_key(loaded->cert, loaded->key), 1);
+  // It can be put into a context (a reload) like the files themselves.
+  ssl::context ctx(ssl::context::tls);
+  EXPECT_EQ(SSL_CTX_use_cert_and_key(ctx.native_handle(), loaded->cert, loaded->key, loaded->chain, 1), 1);
+
+  auto mismatched = load_tls_credentials(pki.ca_file, pki.key_file, "federation ");
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.error().message.rfind("federation key_file " + pki.key_file + ": ", 0), 0u)
+      << mismatched.error().message;
+  auto missing = load_tls_credentials(pki.path("none.pem"), pki.key_file, "");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message, "cert_file " + pki.path("none.pem") + ": No such file or directory");
+}
+
 }  // namespace
 }  // namespace entente::inet
