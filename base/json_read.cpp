@@ -190,6 +190,28 @@ std::optional<uint64_t> read_size_bytes(const rapidjson::Value& v, const std::st
 
 // ---- objects
 
+void check_members(const rapidjson::Value& obj, const std::string& path, const std::vector<std::string_view>& known,
+                   Diagnostics& diag, MemberWords words) {
+  const std::string member(words.member);
+  std::vector<std::string_view> seen;
+  for (auto it = obj.MemberBegin(); it != obj.MemberEnd(); ++it) {
+    const std::string_view k = name_of(*it);
+    const std::string key = shown(k);
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string msg = "unknown " + member + " '" + key + "'; known " + member + "s:";
+      for (std::string_view kk : known) {
+        msg += ' ';
+        msg += kk;
+      }
+      diag.error(path + "." + key, msg);
+    } else if (std::find(seen.begin(), seen.end(), k) != seen.end()) {
+      diag.error(path + "." + key, "duplicate " + member + " '" + key + "'");
+    } else {
+      seen.push_back(k);
+    }
+  }
+}
+
 JsonObjectReader::JsonObjectReader(const rapidjson::Value* object, std::string path, Diagnostics& diag,
                                    MemberWords words)
     : object_(object), path_(std::move(path)), diag_(diag), words_(words) {

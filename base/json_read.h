@@ -92,6 +92,16 @@ struct MemberWords {
 };
 // A box's options: "unknown option 'x'; known options: ...".
 inline constexpr MemberWords kOptionWords{"option", "options"};
+// A document's fields (query networks, contracts): "unknown field 'x'; ...".
+inline constexpr MemberWords kFieldWords{"field", "the value"};
+
+// For readers that look their keys up themselves: reports, in member order,
+// every key of object `obj` that is not in `known` ("unknown field 'x';
+// known fields: a b c", in the order of `known`) and every key given twice
+// ("duplicate field 'x'"), each under its path. Keys are shown cut at 64
+// bytes. REQUIRES: obj.IsObject().
+void check_members(const rapidjson::Value& obj, const std::string& path, const std::vector<std::string_view>& known,
+                   Diagnostics& diag, MemberWords words = {});
 
 // Reads the members of one JSON object. Each accessor marks its key as
 // known and reports a wrong type, a value out of range or a missing

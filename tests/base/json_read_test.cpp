@@ -151,5 +151,17 @@ TEST(JsonRead, ObjectReaderReadsGoodValuesAndNamesItsMembers) {
             "$.boxes[0].options.x: missing required option 'x'");
 }
 
+TEST(JsonRead, CheckMembersReportsUnknownAndRepeatedKeysInOrder) {
+  // Parsed without read_json, which would refuse the repeated key first.
+  rapidjson::Document d;
+  d.Parse(R"({"name": "a", "outptus": [], "name": "b", "inputs": []})");
+  ASSERT_TRUE(d.IsObject());
+  Diagnostics diag;
+  check_members(d, "$", {"name", "description", "inputs"}, diag, kFieldWords);
+  EXPECT_EQ(diag.to_string(),
+            "$.outptus: unknown field 'outptus'; known fields: name description inputs\n"
+            "$.name: duplicate field 'name'");
+}
+
 }  // namespace
 }  // namespace entente::base
