@@ -34,8 +34,13 @@ constexpr size_t kMaxConfigBytes = 4u << 20;
 constexpr size_t kMaxTokens = 1000;
 constexpr size_t kMaxNameChars = 63;
 constexpr size_t kMaxPathChars = 4096;
-constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
+using base::duration_text;
 using base::kDayMs;
+using base::kGiB;
+using base::kKiB;
+using base::kMiB;
+using base::kTiB;
+using base::size_text;
 using base::kHourMs;
 using base::kMinuteMs;
 using base::kSecondMs;
@@ -209,15 +214,9 @@ Result<uint64_t> read_uint(const Value& v, const std::string& path, uint64_t min
   return n;
 }
 
-std::string size_text(uint64_t n) {
-  for (auto [unit, name] : {std::pair{kTiB, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}}) {
-    if (n >= unit && n % unit == 0) return std::to_string(n / unit) + name;
-  }
-  return std::to_string(n) + (n == 1 ? " byte" : " bytes");
-}
-
-// A size: an integer number of bytes, or a string "<integer><unit>" with unit
-// B, KiB, MiB, GiB or TiB. "1GB" is refused rather than guessed at.
+// A size in the one grammar of base/units.h, the same as a REST body's: an
+// integer number of bytes, or a string "<integer><unit>" with unit B, KiB,
+// MiB, GiB or TiB. "1GB" is refused rather than guessed at.
 Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min, uint64_t max) {
   const std::string expected =
       "expected a size: a number of bytes or a string such as \"512KiB\", \"64MiB\", \"1GiB\", got ";
@@ -226,31 +225,20 @@ Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min
     n = v.GetUint64();
   } else if (v.IsString()) {
     const std::string_view s = view(v);
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    const std::string_view unit(end, static_cast<size_t>(s.data() + s.size() - end));
-    if (end == s.data() || ec == std::errc::invalid_argument) return config_error(path, expected + show(s));
-    uint64_t mult = 0;
-    if (unit == "" || unit == "B")
-      mult = 1;
-    else if (unit == "KiB")
-      mult = kKiB;
-    else if (unit == "MiB")
-      mult = kMiB;
-    else if (unit == "GiB")
-      mult = kGiB;
-    else if (unit == "TiB")
-      mult = kTiB;
-    else if (unit == "KB" || unit == "kB" || unit == "MB" || unit == "GB" || unit == "TB") {
-      return config_error(path, show(s) +
-                                    " is ambiguous; write binary units (KiB, MiB, GiB, TiB) "
-                                    "or a number of bytes");
-    } else {
-      return config_error(path, expected + show(s));
+    const base::SizeParse p = base::parse_size(s);
+    switch (p.outcome) {
+      case base::SizeParse::Outcome::ok:
+        n = p.bytes;
+        break;
+      case base::SizeParse::Outcome::malformed:
+        return config_error(path, expected + show(s));
+      case base::SizeParse::Outcome::ambiguous:
+        return config_error(path, show(s) +
+                                      " is ambiguous; write binary units (KiB, MiB, GiB, TiB) "
+                                      "or a number of bytes");
+      case base::SizeParse::Outcome::too_large:
+        return config_error(path, "must be at most " + size_text(max) + ", got " + show(s));
     }
-    if (ec == std::errc::result_out_of_range || n > std::numeric_limits<uint64_t>::max() / mult) {
-      return config_error(path, "must be at most " + size_text(max) + ", got " + show(s));
-    }
-    n *= mult;
   } else {
     return config_error(path, expected + describe(v));
   }
@@ -259,13 +247,6 @@ Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min
                                   (v.IsString() ? show(view(v)) : std::to_string(n)));
   }
   return n;
-}
-
-std::string duration_text(int64_t ms) {
-  for (auto [unit, name] : {std::pair{kDayMs, "d"}, {kHourMs, "h"}, {kMinuteMs, "m"}, {kSecondMs, "s"}}) {
-    if (ms >= unit && ms % unit == 0) return std::to_string(ms / unit) + name;
-  }
-  return std::to_string(ms) + "ms";
 }
 
 // A duration in the one grammar of base/units.h, the same as a box option's:

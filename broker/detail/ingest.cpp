@@ -8,11 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/json_read.h"
 #include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
-#include "engine/detail/options.h"
 #include "rapidjson/document.h"
 
 namespace entente::broker::detail {
@@ -84,14 +84,21 @@ uint64_t kill_after_commit_of() {
   return seq;
 }
 
-Result<int64_t> duration_or_ms(const rapidjson::Value& v, const std::string& key) {
+// A duration or a size of a REST body, in the grammars of base/units.h
+// (the same as node.json's and box options'); the first problem as an
+// Error "PATH: MESSAGE".
+Result<int64_t> duration_ms(const rapidjson::Value& v, const std::string& path) {
   Diagnostics diag;
-  auto d = engine::detail::parse_duration_ms(v, key, diag);
-  if (!d || *d < 0)
-    return make_error(Errc::invalid_argument,
-                      diag.ok() ? key + ": expected a non-negative duration" : diag.items().front().path + ": " +
-                                                                                  diag.items().front().message);
+  auto d = base::read_duration_ms(v, path, diag);
+  if (!d) return make_error(Errc::invalid_argument, diag.to_string());
   return *d;
+}
+
+Result<uint64_t> size_bytes(const rapidjson::Value& v, const std::string& path) {
+  Diagnostics diag;
+  auto n = base::read_size_bytes(v, path, diag);
+  if (!n) return make_error(Errc::invalid_argument, diag.to_string());
+  return *n;
 }
 
 }  // namespace
@@ -126,12 +133,14 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
       if (!v.IsObject()) return make_error(Errc::invalid_argument, "$.retention: expected an object");
       for (auto r = v.MemberBegin(); r != v.MemberEnd(); ++r) {
         std::string rk(r->name.GetString(), r->name.GetStringLength());
-        if (rk == "max_tuples" || rk == "max_bytes") {
+        if (rk == "max_tuples") {
           if (!r->value.IsUint64())
             return make_error(Errc::invalid_argument, "$.retention." + rk + ": expected a non-negative integer");
-          (rk == "max_tuples" ? m.retention.max_tuples : m.retention.max_bytes) = r->value.GetUint64();
+          m.retention.max_tuples = r->value.GetUint64();
+        } else if (rk == "max_bytes") {
+          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_bytes, size_bytes(r->value, "$.retention.max_bytes"));
         } else if (rk == "max_age") {
-          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_age_ms, duration_or_ms(r->value, "$.retention.max_age"));
+          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_age_ms, duration_ms(r->value, "$.retention.max_age"));
         } else {
           return make_error(Errc::invalid_argument,
                             "$.retention." + rk.substr(0, 64) + ": unknown key (max_tuples, max_bytes, max_age)");

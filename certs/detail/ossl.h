@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "certs/certs.h"
+#include "base/openssl_error.h"
 #include "base/result.h"
 
 namespace entente::certs::detail {
@@ -60,8 +61,8 @@ class ErrorScope final {
 };
 
 // "<what>: <reason of the latest OpenSSL error>" (or "<what>" alone when the
-// queue holds nothing).
-std::string openssl_error(std::string_view what);
+// queue holds nothing): the tree's one helper, base/openssl_error.h.
+using base::openssl_error;
 
 // Reads a whole file of at most `max_bytes`; io_error or limit_exceeded
 // naming the path.

@@ -38,7 +38,8 @@ std::optional<std::vector<std::string>> read_strings(const rapidjson::Value& v, 
 // An RFC 3339 UTC string or integer Unix milliseconds (whole seconds).
 std::optional<int64_t> read_time(const rapidjson::Value& v, const std::string& path, Diagnostics& diag);
 
-// Refuses members not in `known` and duplicate members.
+// Refuses members not in `known` and duplicate members: base::check_members
+// ("unknown field 'x'; known fields: ...", "duplicate field 'x'").
 void check_members(const rapidjson::Value& obj, const std::string& path,
                    const std::vector<std::string_view>& known, Diagnostics& diag);
 
