@@ -9,7 +9,6 @@
 #endif
 
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -383,6 +382,27 @@ struct LinkManager::Impl {
   // peer's certificate is verified.
   net::awaitable<void> run_connection(tcp::socket socket, std::optional<PeerConfig> dialed,
                                       std::string address, UnverifiedSlot slot = {});
+  // The steps of run_connection. The TLS handshake: the verified peer, or
+  // nullopt once the refusal is recorded.
+  net::awaitable<std::optional<certs::Identity>> tls_handshake(ssl::stream<tcp::socket>& stream,
+                                                               const std::optional<PeerConfig>& dialed,
+                                                               const std::string& address, const std::string& who,
+                                                               Watchdog& deadline);
+  // Sends this node's HELLO and reads the peer's (within `deadline`).
+  struct HelloExchange {
+    std::optional<Hello> theirs;
+    std::string problem;  // empty when `theirs` arrived well formed
+    WireError problem_code = WireError::protocol;
+    // In TLS 1.3 the client's handshake ends before the server checks the
+    // client's certificate: a refusal of this node arrives as an alert here.
+    std::optional<PeerRefusal> refused_by_peer;
+    error_code write_error;
+  };
+  net::awaitable<HelloExchange> exchange_hello(ssl::stream<tcp::socket>& stream, FrameDecoder& decoder,
+                                               const std::string& who, Watchdog& deadline);
+  // The peer's HELLO against its certificate and this node's versions;
+  // sets hello.problem when it does not fit.
+  void check_hello(HelloExchange& hello, const certs::Identity& peer) const;
   // Installs an established link; false when an existing link wins.
   bool install(const std::shared_ptr<Link>& link);
   // The connection a pair of nodes keeps is the one dialed by the smaller
@@ -794,10 +814,6 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   error_code nodelay_ec;
   socket.set_option(tcp::no_delay(true), nodelay_ec);
   ssl::stream<tcp::socket> stream(std::move(socket), ctx);
-  VerifyState verify;
-  verify.trust = trust();
-  if (dialed) verify.expected_domain = dialed->identity.domain;
-  SSL_set_ex_data(stream.native_handle(), verify_state_index(), &verify);
 
   // One deadline for TLS and HELLO: a peer that stalls is closed.
   Watchdog deadline(io, opt.handshake_timeout, stream.next_layer());
@@ -812,6 +828,56 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
     ~Unregister() { m.handshaking.erase(id); }
   } unregister{*this, handshake_id};
 
+  const std::optional<certs::Identity> verified = co_await tls_handshake(stream, dialed, address, who, deadline);
+  if (!verified) co_return;
+  const certs::Identity peer = *verified;
+  slot.release();  // a verified peer: its place comes from the rest of max_connections
+
+  FrameDecoder decoder(kHandshakeMaxFrame);
+  HelloExchange hello = co_await exchange_hello(stream, decoder, who, deadline);
+  deadline.disarm();
+  if (hello.refused_by_peer) {
+    refused_connection(hello.refused_by_peer->label, hello.refused_by_peer->reason, dialed, address, peer.uri(),
+                       true);
+    co_return;
+  }
+  if (hello.write_error) {
+    refused_connection("hello", "could not send HELLO: " + hello.write_error.message(), dialed, address,
+                       peer.uri(), false);
+    co_return;
+  }
+  check_hello(hello, peer);
+  if (!hello.problem.empty()) {
+    refused_connection("hello", hello.problem, dialed, address, peer.uri(), false);
+    std::string goaway;
+    append_frame(goaway, FrameType::goaway, 0, encode(GoAway{hello.problem_code, hello.problem}));
+    Watchdog linger(io, milliseconds(200), stream.next_layer());
+    co_await net::async_write(stream, net::buffer(goaway), use_tuple);
+    linger.disarm();
+    co_return;
+  }
+  decoder.set_max_frame(opt.max_frame);
+
+  if (stopped.load()) co_return;
+  handshaking.erase(handshake_id);
+  auto link = std::make_shared<Link>(*this, std::move(stream), peer, dialed.has_value(), address,
+                                     std::min(hello.theirs->max_frame, kMaxMaxFrame));
+  if (!install(link)) {
+    link->close_with(WireError::none, "duplicate link");
+    co_await link->run(std::move(decoder));
+    co_return;
+  }
+  co_await link->run(std::move(decoder));
+  uninstall(link, link->close_reason());
+}
+
+net::awaitable<std::optional<certs::Identity>> LinkManager::Impl::tls_handshake(
+    ssl::stream<tcp::socket>& stream, const std::optional<PeerConfig>& dialed, const std::string& address,
+    const std::string& who, Watchdog& deadline) {
+  VerifyState verify;
+  verify.trust = trust();
+  if (dialed) verify.expected_domain = dialed->identity.domain;
+  SSL_set_ex_data(stream.native_handle(), verify_state_index(), &verify);
   ERR_clear_error();
   auto [hec] = co_await stream.async_handshake(
       dialed ? ssl::stream_base::client : ssl::stream_base::server, use_tuple);
@@ -832,114 +898,85 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
       refuse("handshake", who + ": TLS handshake failed: " +
                               (deadline.fired() ? std::string("timed out") : openssl_reason(hec.message())));
     }
-    co_return;
+    co_return std::nullopt;
   }
   ERR_clear_error();
   if (!verify.verdict || !verify.verdict->ok()) {
     deadline.disarm();
     refuse("handshake", who + ": no verified peer certificate");
-    co_return;
+    co_return std::nullopt;
   }
   const certs::Identity peer = *verify.verdict->identity;
-  slot.release();  // a verified peer: its place comes from the rest of max_connections
   if (dialed && !(peer == dialed->identity)) {
     deadline.disarm();
     refused_connection("identity",
                        "expected " + dialed->identity.uri() + ", the certificate is " + peer.uri(), dialed,
                        address, peer.uri(), false);
-    co_return;
+    co_return std::nullopt;
   }
+  co_return peer;
+}
 
-  // HELLO both ways.
+net::awaitable<LinkManager::Impl::HelloExchange> LinkManager::Impl::exchange_hello(
+    ssl::stream<tcp::socket>& stream, FrameDecoder& decoder, const std::string& who, Watchdog& deadline) {
+  HelloExchange out;
   std::string hello_frame;
   append_frame(hello_frame, FrameType::hello, 0, encode(my_hello(opt)));
   auto [wec, wn] = co_await net::async_write(stream, net::buffer(hello_frame), use_tuple);
-  FrameDecoder decoder(kHandshakeMaxFrame);
-  std::optional<Hello> theirs;
+  out.write_error = wec;
+  if (wec) {
+    out.refused_by_peer = refusal_by_alert(wec, who, opt.self);
+    co_return out;
+  }
   std::string chunk(kReadChunk, '\0');
-  std::string problem;
-  WireError problem_code = WireError::protocol;
-  // In TLS 1.3 the client's handshake ends before the server checks the
-  // client's certificate: a refusal of this node arrives as an alert here.
-  std::optional<PeerRefusal> refused_by_peer;
-  if (wec) refused_by_peer = refusal_by_alert(wec, who, opt.self);
-  while (!wec && !theirs && problem.empty()) {
+  for (;;) {
     auto next = decoder.next();
     if (!next) {
-      problem = next.error().message;
-      break;
+      out.problem = next.error().message;
+      co_return out;
     }
     if (next->has_value()) {
       const FrameView& f = **next;
       if (f.type != FrameType::hello || f.channel != 0) {
-        problem = "expected HELLO on channel 0, got " + std::string(frame_type_name(f.type));
-        break;
+        out.problem = "expected HELLO on channel 0, got " + std::string(frame_type_name(f.type));
+        co_return out;
       }
       auto h = decode_hello(f.payload);
       if (!h) {
-        problem = h.error().message;
-        break;
+        out.problem = h.error().message;
+        co_return out;
       }
-      theirs = std::move(*h);
-      break;
+      out.theirs = std::move(*h);
+      co_return out;
     }
     auto [rec, n] = co_await stream.async_read_some(net::buffer(chunk), use_tuple);
     if (rec) {
-      refused_by_peer = refusal_by_alert(rec, who, opt.self);
-      problem = deadline.fired() ? "timed out waiting for HELLO" : "closed before HELLO: " + rec.message();
-      break;
+      out.refused_by_peer = refusal_by_alert(rec, who, opt.self);
+      out.problem = deadline.fired() ? "timed out waiting for HELLO" : "closed before HELLO: " + rec.message();
+      co_return out;
     }
     decoder.feed(std::string_view(chunk.data(), n));
   }
-  deadline.disarm();
-  if (refused_by_peer) {
-    refused_connection(refused_by_peer->label, refused_by_peer->reason, dialed, address, peer.uri(), true);
-    co_return;
-  }
-  if (wec) {
-    refused_connection("hello", "could not send HELLO: " + wec.message(), dialed, address, peer.uri(), false);
-    co_return;
-  }
-  uint16_t version = 0;
-  if (theirs && problem.empty()) {
-    if (theirs->domain != peer.domain || theirs->node != peer.node) {
-      problem = "HELLO names entente://" + theirs->domain + "/" + theirs->node +
-                " but the certificate is " + peer.uri();
-      problem_code = WireError::identity;
-    } else {
-      auto v = negotiate_version(my_hello(opt), *theirs);
-      if (!v) {
-        problem = v.error().message;
-        problem_code = WireError::version;
-      } else {
-        version = *v;
-      }
-    }
-  }
-  if (!problem.empty() || !theirs) {
-    if (problem.empty()) problem = "no HELLO";
-    refused_connection("hello", problem, dialed, address, peer.uri(), false);
-    std::string goaway;
-    append_frame(goaway, FrameType::goaway, 0, encode(GoAway{problem_code, problem}));
-    Watchdog linger(io, milliseconds(200), stream.next_layer());
-    co_await net::async_write(stream, net::buffer(goaway), use_tuple);
-    linger.disarm();
-    co_return;
-  }
-  (void)version;  // one version exists; later versions branch on it here
-  decoder.set_max_frame(opt.max_frame);
+}
 
-  if (stopped.load()) co_return;
-  handshaking.erase(handshake_id);
-  auto link = std::make_shared<Link>(*this, std::move(stream), peer, dialed.has_value(), address,
-                                     std::min(theirs->max_frame, kMaxMaxFrame));
-  if (!install(link)) {
-    link->close_with(WireError::none, "duplicate link");
-    co_await link->run(std::move(decoder));
-    co_return;
+void LinkManager::Impl::check_hello(HelloExchange& hello, const certs::Identity& peer) const {
+  if (!hello.problem.empty()) return;
+  if (!hello.theirs) {
+    hello.problem = "no HELLO";
+    return;
   }
-  co_await link->run(std::move(decoder));
-  uninstall(link, link->close_reason());
+  if (hello.theirs->domain != peer.domain || hello.theirs->node != peer.node) {
+    hello.problem = "HELLO names entente://" + hello.theirs->domain + "/" + hello.theirs->node +
+                    " but the certificate is " + peer.uri();
+    hello.problem_code = WireError::identity;
+    return;
+  }
+  // One version exists; later versions branch on the negotiated one here.
+  auto v = negotiate_version(my_hello(opt), *hello.theirs);
+  if (!v) {
+    hello.problem = v.error().message;
+    hello.problem_code = WireError::version;
+  }
 }
 
 net::awaitable<void> LinkManager::Impl::accept_loop() {
