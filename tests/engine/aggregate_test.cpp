@@ -744,7 +744,8 @@ TEST(Aggregate, AllOptionErrorsAreReportedInOptionOrder) {
   Diagnostics diag;
   auto b = build(R"({"group_by":["auction","prise","auction"],"window":{"type":"tumbling","size":10,"slide":5},
       "aggregates":[{"fn":"count","field":"price"},{"fn":"max_by","field":"bidder"},
-                    {"fn":"sum","field":"bidder"},{"fn":"max","expr":"price + 1"},{"fn":"min","field":"price","by":"ratio"},
+                    {"fn":"sum","field":"bidder"},{"fn":"max","expr":"price + 1"},
+                    {"fn":"min","field":"price","by":"ratio"},
                     {"fn":"avg","field":"ratio"}],
       "slack":"soon","timeout":0,"top":{"by":"avg_ratio","k":0},"emit_empty":true,"colour":"red"})",
                  diag);
@@ -767,7 +768,8 @@ TEST(Aggregate, AllOptionErrorsAreReportedInOptionOrder) {
             "$.boxes[1].options.colour: unknown option 'colour'; known options: aggregates emit_empty group_by "
             "slack timeout top window");
   Diagnostics count_diag;
-  b = build(R"({"window":{"type":"sliding","by":"count","size":10,"slide":4},"aggregates":[{"fn":"first","field":"price"}],
+  b = build(R"({"window":{"type":"sliding","by":"count","size":10,"slide":4},
+      "aggregates":[{"fn":"first","field":"price"}],
       "slack":1,"timeout":"1s","top":{"by":"first_price"},"emit_empty":true})",
             count_diag);
   EXPECT_EQ(b, nullptr);
