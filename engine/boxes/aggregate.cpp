@@ -22,10 +22,10 @@
 // Inlining. GCC inlines within a translation unit up to a growth budget in
 // proportion to its size, and this one reaches it: moving cold code (the
 // options, the snapshot) out shrank the budget and left init_cells and
-// top_better out of line in the window-closing path, about 3 % more
-// instructions for NEXMark q5. The few helpers that path needs inlined
-// say so ([[gnu::always_inline]]) rather than depend on what else the file
-// holds.
+// top_better out of line in the window-closing path, 2-3 % more engine
+// instructions for NEXMark q5 (callgrind). The few helpers that path needs
+// inlined say so ([[gnu::always_inline]]) rather than depend on what else
+// the file holds.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -68,6 +68,8 @@ inline int64_t wrap_add(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 
+// One Aggregate box: a Config, the WindowState it runs, and per-batch
+// scratch. Like every box, called by one thread at a time (its executor's).
 class AggregateBox final : public BoxBase {
  public:
   AggregateBox(SchemaPtr input, SchemaPtr output, Config cfg)
