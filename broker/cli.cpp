@@ -374,10 +374,16 @@ std::string problem_detail(const std::string& body) {
   return body.substr(0, 500);
 }
 
-int run_backup(const std::vector<std::string_view>& args) {
+// What `entente backup` was asked for on its command line.
+struct BackupArgs {
   std::string config_path, out, token_file, host, ca, server_name;
   long port = -1;
   int64_t timeout_ms = 600'000;
+};
+
+// Reads the command line into `b`; an exit code when the command ends here
+// (0 after --help, 2 with a message on stderr for a bad argument).
+std::optional<int> read_backup_args(const std::vector<std::string_view>& args, BackupArgs& b) {
   for (size_t i = 0; i < args.size(); ++i) {
     const auto a = args[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -396,12 +402,12 @@ int run_backup(const std::vector<std::string_view>& args) {
                    static_cast<int>(a.size()), a.data(), kBackupUsage);
       return 2;
     }
-    if (a == "--config") config_path = *v;
-    else if (a == "--out") out = *v;
-    else if (a == "--host") host = *v;
-    else if (a == "--ca") ca = *v;
-    else if (a == "--server-name") server_name = *v;
-    else if (a == "--token-file") token_file = *v;
+    if (a == "--config") b.config_path = *v;
+    else if (a == "--out") b.out = *v;
+    else if (a == "--host") b.host = *v;
+    else if (a == "--ca") b.ca = *v;
+    else if (a == "--server-name") b.server_name = *v;
+    else if (a == "--token-file") b.token_file = *v;
     else if (a == "--port" || a == "--timeout-ms") {
       char* end = nullptr;
       const long long n = std::strtoll(v->c_str(), &end, 10);
@@ -411,19 +417,20 @@ int run_backup(const std::vector<std::string_view>& args) {
                      static_cast<int>(a.size()), a.data(), is_port ? " up to 65535" : "", v->c_str());
         return 2;
       }
-      if (is_port) port = static_cast<long>(n);
-      else timeout_ms = n;
+      if (is_port) b.port = static_cast<long>(n);
+      else b.timeout_ms = n;
     }
   }
-  if (config_path.empty() || out.empty()) {
+  if (b.config_path.empty() || b.out.empty()) {
     std::fprintf(stderr, "entente backup: --config FILE and --out DIR are required\n%s", kBackupUsage);
     return 2;
   }
-  auto config = load_config(config_path);
-  if (!config.ok()) {
-    std::fprintf(stderr, "entente backup: %s: %s\n", config_path.c_str(), config.error().message.c_str());
-    return 2;
-  }
+  return std::nullopt;
+}
+
+// The admin token from --token-file (trailing line ends and spaces dropped)
+// or ENTENTE_TOKEN; nullopt, with a message on stderr, when there is none.
+std::optional<std::string> read_backup_token(const std::string& token_file) {
   std::string token;
   if (!token_file.empty()) {
     std::ifstream f(token_file);
@@ -431,7 +438,7 @@ int run_backup(const std::vector<std::string_view>& args) {
     ss << f.rdbuf();
     if (!f) {
       std::fprintf(stderr, "entente backup: cannot read the token file '%s'\n", token_file.c_str());
-      return 2;
+      return std::nullopt;
     }
     token = ss.str();
     while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
@@ -440,55 +447,85 @@ int run_backup(const std::vector<std::string_view>& args) {
   }
   if (token.empty()) {
     std::fputs("entente backup: no admin token: set ENTENTE_TOKEN or give --token-file FILE\n", stderr);
-    return 2;
+    return std::nullopt;
   }
+  return token;
+}
+
+// Where and how to reach the node: its api.listen unless --host/--port say
+// otherwise, with TLS as it serves it; nullopt, with a message on stderr,
+// when the configuration and the arguments do not say enough.
+std::optional<http::ClientOptions> backup_client_options(const BackupArgs& b, const NodeConfig& config) {
   http::ClientOptions o;
-  o.host = host.empty() ? config->listen_address : host;
+  o.host = b.host.empty() ? config.listen_address : b.host;
   // A node listening on every address answers on loopback.
-  if (host.empty() && o.host == "0.0.0.0") o.host = "127.0.0.1";
-  if (host.empty() && o.host == "::") o.host = "::1";
-  o.port = static_cast<uint16_t>(port > 0 ? port : config->listen_port);
+  if (b.host.empty() && o.host == "0.0.0.0") o.host = "127.0.0.1";
+  if (b.host.empty() && o.host == "::") o.host = "::1";
+  o.port = static_cast<uint16_t>(b.port > 0 ? b.port : config.listen_port);
   if (o.port == 0) {
     std::fputs("entente backup: the configuration's api.listen has port 0 (chosen at start-up, printed in the "
                "node's \"listening on\" line): give --port P\n",
                stderr);
-    return 2;
+    return std::nullopt;
   }
-  o.tls = config->tls;
-  o.ca_file = ca;
-  o.server_name = server_name;
-  o.timeout_ms = timeout_ms;
+  o.tls = config.tls;
+  o.ca_file = b.ca;
+  o.server_name = b.server_name;
+  o.timeout_ms = b.timeout_ms;
   if (o.tls && o.ca_file.empty()) {
     std::fputs("entente backup: the node serves its API over TLS: give --ca FILE, the CA that issued its "
                "certificate\n",
                stderr);
-    return 2;
+    return std::nullopt;
   }
-  // The node resolves the path, not this process: make it absolute here.
-  std::error_code ec;
-  const std::string dir = std::filesystem::absolute(out, ec).lexically_normal().string();
-  if (ec) {
-    std::fprintf(stderr, "entente backup: --out %s: %s\n", out.c_str(), ec.message().c_str());
-    return 2;
-  }
-  auto client = http::Client::connect(o);
-  if (!client.ok()) {
-    std::fprintf(stderr, "entente backup: cannot reach the node at %s:%u: %s\n", o.host.c_str(),
-                 static_cast<unsigned>(o.port), client.error().message.c_str());
-    return 1;
-  }
+  return o;
+}
+
+// {"dir": DIR} for POST /v1/admin/backup; nullopt, with a message on
+// stderr, when DIR holds a control character.
+std::optional<std::string> backup_request_body(const std::string& dir) {
   std::string body = "{\"dir\":\"";
   for (char c : dir) {
     if (c == '"' || c == '\\') body += '\\';
     if (static_cast<unsigned char>(c) < 0x20) {
       std::fprintf(stderr, "entente backup: --out contains a control character\n");
-      return 2;
+      return std::nullopt;
     }
     body += c;
   }
   body += "\"}";
-  auto r = (*client)->request("POST", "/v1/admin/backup", body, "application/json",
-                              {{"authorization", "Bearer " + token}});
+  return body;
+}
+
+int run_backup(const std::vector<std::string_view>& args) {
+  BackupArgs b;
+  if (auto exit_code = read_backup_args(args, b)) return *exit_code;
+  auto config = load_config(b.config_path);
+  if (!config.ok()) {
+    std::fprintf(stderr, "entente backup: %s: %s\n", b.config_path.c_str(), config.error().message.c_str());
+    return 2;
+  }
+  const auto token = read_backup_token(b.token_file);
+  if (!token) return 2;
+  const auto o = backup_client_options(b, *config);
+  if (!o) return 2;
+  // The node resolves the path, not this process: make it absolute here.
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(b.out, ec).lexically_normal().string();
+  if (ec) {
+    std::fprintf(stderr, "entente backup: --out %s: %s\n", b.out.c_str(), ec.message().c_str());
+    return 2;
+  }
+  auto client = http::Client::connect(*o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "entente backup: cannot reach the node at %s:%u: %s\n", o->host.c_str(),
+                 static_cast<unsigned>(o->port), client.error().message.c_str());
+    return 1;
+  }
+  const auto body = backup_request_body(dir);
+  if (!body) return 2;
+  auto r = (*client)->request("POST", "/v1/admin/backup", *body, "application/json",
+                              {{"authorization", "Bearer " + *token}});
   if (!r.ok()) {
     std::fprintf(stderr, "entente backup: %s\n", r.error().message.c_str());
     return 1;

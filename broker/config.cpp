@@ -34,8 +34,13 @@ constexpr size_t kMaxConfigBytes = 4u << 20;
 constexpr size_t kMaxTokens = 1000;
 constexpr size_t kMaxNameChars = 63;
 constexpr size_t kMaxPathChars = 4096;
-constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10, kTiB = kGiB << 10;
+using base::duration_text;
 using base::kDayMs;
+using base::kGiB;
+using base::kKiB;
+using base::kMiB;
+using base::kTiB;
+using base::size_text;
 using base::kHourMs;
 using base::kMinuteMs;
 using base::kSecondMs;
@@ -209,15 +214,9 @@ Result<uint64_t> read_uint(const Value& v, const std::string& path, uint64_t min
   return n;
 }
 
-std::string size_text(uint64_t n) {
-  for (auto [unit, name] : {std::pair{kTiB, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}}) {
-    if (n >= unit && n % unit == 0) return std::to_string(n / unit) + name;
-  }
-  return std::to_string(n) + (n == 1 ? " byte" : " bytes");
-}
-
-// A size: an integer number of bytes, or a string "<integer><unit>" with unit
-// B, KiB, MiB, GiB or TiB. "1GB" is refused rather than guessed at.
+// A size in the one grammar of base/units.h, the same as a REST body's: an
+// integer number of bytes, or a string "<integer><unit>" with unit B, KiB,
+// MiB, GiB or TiB. "1GB" is refused rather than guessed at.
 Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min, uint64_t max) {
   const std::string expected =
       "expected a size: a number of bytes or a string such as \"512KiB\", \"64MiB\", \"1GiB\", got ";
@@ -226,31 +225,20 @@ Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min
     n = v.GetUint64();
   } else if (v.IsString()) {
     const std::string_view s = view(v);
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    const std::string_view unit(end, static_cast<size_t>(s.data() + s.size() - end));
-    if (end == s.data() || ec == std::errc::invalid_argument) return config_error(path, expected + show(s));
-    uint64_t mult = 0;
-    if (unit == "" || unit == "B")
-      mult = 1;
-    else if (unit == "KiB")
-      mult = kKiB;
-    else if (unit == "MiB")
-      mult = kMiB;
-    else if (unit == "GiB")
-      mult = kGiB;
-    else if (unit == "TiB")
-      mult = kTiB;
-    else if (unit == "KB" || unit == "kB" || unit == "MB" || unit == "GB" || unit == "TB") {
-      return config_error(path, show(s) +
-                                    " is ambiguous; write binary units (KiB, MiB, GiB, TiB) "
-                                    "or a number of bytes");
-    } else {
-      return config_error(path, expected + show(s));
+    const base::SizeParse p = base::parse_size(s);
+    switch (p.outcome) {
+      case base::SizeParse::Outcome::ok:
+        n = p.bytes;
+        break;
+      case base::SizeParse::Outcome::malformed:
+        return config_error(path, expected + show(s));
+      case base::SizeParse::Outcome::ambiguous:
+        return config_error(path, show(s) +
+                                      " is ambiguous; write binary units (KiB, MiB, GiB, TiB) "
+                                      "or a number of bytes");
+      case base::SizeParse::Outcome::too_large:
+        return config_error(path, "must be at most " + size_text(max) + ", got " + show(s));
     }
-    if (ec == std::errc::result_out_of_range || n > std::numeric_limits<uint64_t>::max() / mult) {
-      return config_error(path, "must be at most " + size_text(max) + ", got " + show(s));
-    }
-    n *= mult;
   } else {
     return config_error(path, expected + describe(v));
   }
@@ -259,13 +247,6 @@ Result<uint64_t> read_size(const Value& v, const std::string& path, uint64_t min
                                   (v.IsString() ? show(view(v)) : std::to_string(n)));
   }
   return n;
-}
-
-std::string duration_text(int64_t ms) {
-  for (auto [unit, name] : {std::pair{kDayMs, "d"}, {kHourMs, "h"}, {kMinuteMs, "m"}, {kSecondMs, "s"}}) {
-    if (ms >= unit && ms % unit == 0) return std::to_string(ms / unit) + name;
-  }
-  return std::to_string(ms) + "ms";
 }
 
 // A duration in the one grammar of base/units.h, the same as a box option's:
@@ -596,15 +577,8 @@ Result<std::vector<std::string>> read_names(const Value& v, const std::string& p
   return out;
 }
 
-Status read_federation(const Value& v, const std::string& path, const fs::path& base, NodeConfig& cfg) {
-  ENTENTE_ASSIGN_OR_RETURN(
-      ObjectReader r, ObjectReader::open(v, path,
-                                         {"listen", "cert_file", "key_file", "ca_file", "heartbeat_interval",
-                                          "failure_timeout", "max_frame", "import_window", "max_connections",
-                                          "max_connections_per_address", "max_handshaking_connections",
-                                          "handshake_timeout", "peers", "exports"}));
-  FederationConfig& f = cfg.federation;
-  f.enabled = true;
+// federation.listen and the link's own certificate, key and domain CA.
+Status read_link_identity(const ObjectReader& r, const fs::path& base, FederationConfig& f) {
   ENTENTE_ASSIGN_OR_RETURN(const Value* listen, r.required("listen"));
   ENTENTE_RETURN_IF_ERROR(read_endpoint(*listen, r.path_of("listen"), false, f.listen_host, f.listen_port));
   ENTENTE_ASSIGN_OR_RETURN(const Value* cert, r.required("cert_file"));
@@ -613,6 +587,12 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
   ENTENTE_ASSIGN_OR_RETURN(f.key_file, read_path(*key, r.path_of("key_file"), base));
   ENTENTE_ASSIGN_OR_RETURN(const Value* ca, r.required("ca_file"));
   ENTENTE_ASSIGN_OR_RETURN(f.ca_file, read_path(*ca, r.path_of("ca_file"), base));
+  return {};
+}
+
+// Heartbeats and failure detection, then frame and window sizes, each pair
+// checked against each other.
+Status read_link_timing_and_sizes(const ObjectReader& r, FederationConfig& f) {
   if (const Value* x = r.get("heartbeat_interval")) {
     ENTENTE_ASSIGN_OR_RETURN(f.heartbeat_interval_ms, read_duration(*x, r.path_of("heartbeat_interval"), 10, 10'000));
   }
@@ -637,6 +617,12 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
     return config_error(r.path_of("import_window"), "must be at least max_frame (" + size_text(f.max_frame) +
                                                         "), got " + size_text(f.import_window));
   }
+  return {};
+}
+
+// The listener's connection budgets: in all, per address, and still in their
+// handshake; the defaults of the last two follow the first.
+Status read_link_budgets(const ObjectReader& r, FederationConfig& f) {
   if (const Value* x = r.get("max_connections")) {
     ENTENTE_ASSIGN_OR_RETURN(f.max_connections, read_uint(*x, r.path_of("max_connections"), 1, 100'000));
   }
@@ -663,95 +649,136 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
     f.max_connections_per_address = std::min(f.max_connections_per_address,
                                              std::max<size_t>(1, f.max_handshaking_connections / 2));
   }
+  return {};
+}
+
+// federation.peers[i].nodes: each node of a peer domain once, with an
+// optional address to dial.
+Status read_peer_nodes(const Value& nodes, const std::string& np, PeerDomainConfig& d) {
+  if (!nodes.IsArray()) return config_error(np, "expected an array, got " + describe(nodes));
+  if (nodes.Size() > 64) return config_error(np, "at most 64 nodes, got " + std::to_string(nodes.Size()));
+  for (rapidjson::SizeType k = 0; k < nodes.Size(); ++k) {
+    const std::string kp = np + "[" + std::to_string(k) + "]";
+    ENTENTE_ASSIGN_OR_RETURN(ObjectReader nr, ObjectReader::open(nodes[k], kp, {"node", "address"}));
+    PeerNodeConfig n;
+    ENTENTE_ASSIGN_OR_RETURN(const Value* nn, nr.required("node"));
+    ENTENTE_ASSIGN_OR_RETURN(n.node, read_name(*nn, nr.path_of("node")));
+    for (const auto& other : d.nodes) {
+      if (other.node == n.node) return config_error(nr.path_of("node"), show(n.node) + " is listed twice");
+    }
+    if (const Value* a = nr.get("address")) {
+      ENTENTE_RETURN_IF_ERROR(read_endpoint(*a, nr.path_of("address"), true, n.host, n.port));
+    }
+    d.nodes.push_back(std::move(n));
+  }
+  return {};
+}
+
+// federation.peers: each peer domain once, with its pinned CA (our own
+// domain's defaults to ca_file) and its nodes.
+Status read_peers(const Value& peers, const std::string& pp, const fs::path& base, const NodeConfig& cfg,
+                  FederationConfig& f) {
+  if (!peers.IsArray()) return config_error(pp, "expected an array, got " + describe(peers));
+  if (peers.Size() > 64) return config_error(pp, "at most 64 peer domains, got " + std::to_string(peers.Size()));
+  for (rapidjson::SizeType i = 0; i < peers.Size(); ++i) {
+    const std::string p = pp + "[" + std::to_string(i) + "]";
+    ENTENTE_ASSIGN_OR_RETURN(ObjectReader pr, ObjectReader::open(peers[i], p, {"domain", "ca_file", "nodes"}));
+    PeerDomainConfig d;
+    ENTENTE_ASSIGN_OR_RETURN(const Value* dom, pr.required("domain"));
+    ENTENTE_ASSIGN_OR_RETURN(d.domain, read_name(*dom, pr.path_of("domain")));
+    for (const auto& other : f.peers) {
+      if (other.domain == d.domain) return config_error(pr.path_of("domain"), show(d.domain) + " is listed twice");
+    }
+    if (const Value* c = pr.get("ca_file")) {
+      ENTENTE_ASSIGN_OR_RETURN(d.ca_file, read_path(*c, pr.path_of("ca_file"), base));
+    } else if (d.domain == cfg.domain) {
+      d.ca_file = f.ca_file;
+    } else {
+      return config_error(pr.path_of("ca_file"), "required: the pinned CA certificate of domain " + d.domain);
+    }
+    if (const Value* nodes = pr.get("nodes")) {
+      ENTENTE_RETURN_IF_ERROR(read_peer_nodes(*nodes, pr.path_of("nodes"), d));
+    }
+    f.peers.push_back(std::move(d));
+  }
+  return {};
+}
+
+// federation.exports[i]: a stream name, the peer domains it goes to (each
+// listed in federation.peers), and optionally the fields they see.
+Result<ExportConfig> read_export(const Value& v, const std::string& p, const FederationConfig& f) {
+  ENTENTE_ASSIGN_OR_RETURN(ObjectReader er, ObjectReader::open(v, p, {"stream", "to", "fields"}));
+  ExportConfig e;
+  ENTENTE_ASSIGN_OR_RETURN(const Value* st, er.required("stream"));
+  ENTENTE_ASSIGN_OR_RETURN(e.stream, read_string(*st, er.path_of("stream")));
+  const bool stream_ok = !e.stream.empty() && e.stream.size() <= 63 && e.stream[0] >= 'a' && e.stream[0] <= 'z' &&
+                         std::all_of(e.stream.begin(), e.stream.end(), [](char c) {
+                           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+                         });
+  if (!stream_ok) {
+    return config_error(er.path_of("stream"), "expected a stream name [a-z][a-z0-9_-]*, at most 63 characters, got " +
+                                                  show(e.stream));
+  }
+  ENTENTE_ASSIGN_OR_RETURN(const Value* to, er.required("to"));
+  ENTENTE_ASSIGN_OR_RETURN(e.to, read_names(*to, er.path_of("to"), 64));
+  for (size_t k = 0; k < e.to.size(); ++k) {
+    const bool peer = std::any_of(f.peers.begin(), f.peers.end(),
+                                  [&](const PeerDomainConfig& d) { return d.domain == e.to[k]; });
+    if (!peer) {
+      return config_error(er.path_of("to") + "[" + std::to_string(k) + "]",
+                          show(e.to[k]) + " is not a domain in federation.peers");
+    }
+  }
+  if (const Value* fields = er.get("fields")) {
+    const std::string fp = er.path_of("fields");
+    if (!fields->IsArray()) return config_error(fp, "expected an array of field names, got " + describe(*fields));
+    if (fields->Size() > 1024) return config_error(fp, "at most 1024 fields");
+    for (rapidjson::SizeType k = 0; k < fields->Size(); ++k) {
+      const std::string kp = fp + "[" + std::to_string(k) + "]";
+      ENTENTE_ASSIGN_OR_RETURN(std::string name, read_string((*fields)[k], kp));
+      if (name.empty() || name.size() > 64) return config_error(kp, "expected a field name, got " + show(name));
+      if (std::find(e.fields.begin(), e.fields.end(), name) != e.fields.end()) {
+        return config_error(kp, show(name) + " is listed twice");
+      }
+      e.fields.push_back(std::move(name));
+    }
+  }
+  return e;
+}
+
+// federation.exports, read after the peers they name.
+Status read_exports(const Value& exports, const std::string& ep, FederationConfig& f) {
+  if (!exports.IsArray()) return config_error(ep, "expected an array, got " + describe(exports));
+  if (exports.Size() > 1024) return config_error(ep, "at most 1024 exports, got " + std::to_string(exports.Size()));
+  for (rapidjson::SizeType i = 0; i < exports.Size(); ++i) {
+    ENTENTE_ASSIGN_OR_RETURN(ExportConfig e, read_export(exports[i], ep + "[" + std::to_string(i) + "]", f));
+    f.exports.push_back(std::move(e));
+  }
+  return {};
+}
+
+// The federation section, in the order its errors are reported: identity,
+// timing and sizes, budgets, handshake timeout, peers, exports.
+Status read_federation(const Value& v, const std::string& path, const fs::path& base, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(
+      ObjectReader r, ObjectReader::open(v, path,
+                                         {"listen", "cert_file", "key_file", "ca_file", "heartbeat_interval",
+                                          "failure_timeout", "max_frame", "import_window", "max_connections",
+                                          "max_connections_per_address", "max_handshaking_connections",
+                                          "handshake_timeout", "peers", "exports"}));
+  FederationConfig& f = cfg.federation;
+  f.enabled = true;
+  ENTENTE_RETURN_IF_ERROR(read_link_identity(r, base, f));
+  ENTENTE_RETURN_IF_ERROR(read_link_timing_and_sizes(r, f));
+  ENTENTE_RETURN_IF_ERROR(read_link_budgets(r, f));
   if (const Value* x = r.get("handshake_timeout")) {
     ENTENTE_ASSIGN_OR_RETURN(f.handshake_timeout_ms, read_duration(*x, r.path_of("handshake_timeout"), 10, 300'000));
   }
   if (const Value* peers = r.get("peers")) {
-    const std::string pp = r.path_of("peers");
-    if (!peers->IsArray()) return config_error(pp, "expected an array, got " + describe(*peers));
-    if (peers->Size() > 64) return config_error(pp, "at most 64 peer domains, got " + std::to_string(peers->Size()));
-    for (rapidjson::SizeType i = 0; i < peers->Size(); ++i) {
-      const std::string p = pp + "[" + std::to_string(i) + "]";
-      ENTENTE_ASSIGN_OR_RETURN(ObjectReader pr, ObjectReader::open((*peers)[i], p, {"domain", "ca_file", "nodes"}));
-      PeerDomainConfig d;
-      ENTENTE_ASSIGN_OR_RETURN(const Value* dom, pr.required("domain"));
-      ENTENTE_ASSIGN_OR_RETURN(d.domain, read_name(*dom, pr.path_of("domain")));
-      for (const auto& other : f.peers) {
-        if (other.domain == d.domain) return config_error(pr.path_of("domain"), show(d.domain) + " is listed twice");
-      }
-      if (const Value* c = pr.get("ca_file")) {
-        ENTENTE_ASSIGN_OR_RETURN(d.ca_file, read_path(*c, pr.path_of("ca_file"), base));
-      } else if (d.domain == cfg.domain) {
-        d.ca_file = f.ca_file;
-      } else {
-        return config_error(pr.path_of("ca_file"), "required: the pinned CA certificate of domain " + d.domain);
-      }
-      if (const Value* nodes = pr.get("nodes")) {
-        const std::string np = pr.path_of("nodes");
-        if (!nodes->IsArray()) return config_error(np, "expected an array, got " + describe(*nodes));
-        if (nodes->Size() > 64) return config_error(np, "at most 64 nodes, got " + std::to_string(nodes->Size()));
-        for (rapidjson::SizeType k = 0; k < nodes->Size(); ++k) {
-          const std::string kp = np + "[" + std::to_string(k) + "]";
-          ENTENTE_ASSIGN_OR_RETURN(ObjectReader nr, ObjectReader::open((*nodes)[k], kp, {"node", "address"}));
-          PeerNodeConfig n;
-          ENTENTE_ASSIGN_OR_RETURN(const Value* nn, nr.required("node"));
-          ENTENTE_ASSIGN_OR_RETURN(n.node, read_name(*nn, nr.path_of("node")));
-          for (const auto& other : d.nodes) {
-            if (other.node == n.node) return config_error(nr.path_of("node"), show(n.node) + " is listed twice");
-          }
-          if (const Value* a = nr.get("address")) {
-            ENTENTE_RETURN_IF_ERROR(read_endpoint(*a, nr.path_of("address"), true, n.host, n.port));
-          }
-          d.nodes.push_back(std::move(n));
-        }
-      }
-      f.peers.push_back(std::move(d));
-    }
+    ENTENTE_RETURN_IF_ERROR(read_peers(*peers, r.path_of("peers"), base, cfg, f));
   }
   if (const Value* exports = r.get("exports")) {
-    const std::string ep = r.path_of("exports");
-    if (!exports->IsArray()) return config_error(ep, "expected an array, got " + describe(*exports));
-    if (exports->Size() > 1024) return config_error(ep, "at most 1024 exports, got " + std::to_string(exports->Size()));
-    for (rapidjson::SizeType i = 0; i < exports->Size(); ++i) {
-      const std::string p = ep + "[" + std::to_string(i) + "]";
-      ENTENTE_ASSIGN_OR_RETURN(ObjectReader er, ObjectReader::open((*exports)[i], p, {"stream", "to", "fields"}));
-      ExportConfig e;
-      ENTENTE_ASSIGN_OR_RETURN(const Value* st, er.required("stream"));
-      ENTENTE_ASSIGN_OR_RETURN(e.stream, read_string(*st, er.path_of("stream")));
-      const bool stream_ok = !e.stream.empty() && e.stream.size() <= 63 && e.stream[0] >= 'a' && e.stream[0] <= 'z' &&
-                             std::all_of(e.stream.begin(), e.stream.end(), [](char c) {
-                               return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-                             });
-      if (!stream_ok) {
-        return config_error(er.path_of("stream"), "expected a stream name [a-z][a-z0-9_-]*, at most 63 characters, got " +
-                                                      show(e.stream));
-      }
-      ENTENTE_ASSIGN_OR_RETURN(const Value* to, er.required("to"));
-      ENTENTE_ASSIGN_OR_RETURN(e.to, read_names(*to, er.path_of("to"), 64));
-      for (size_t k = 0; k < e.to.size(); ++k) {
-        const bool peer = std::any_of(f.peers.begin(), f.peers.end(),
-                                      [&](const PeerDomainConfig& d) { return d.domain == e.to[k]; });
-        if (!peer) {
-          return config_error(er.path_of("to") + "[" + std::to_string(k) + "]",
-                              show(e.to[k]) + " is not a domain in federation.peers");
-        }
-      }
-      if (const Value* fields = er.get("fields")) {
-        const std::string fp = er.path_of("fields");
-        if (!fields->IsArray()) return config_error(fp, "expected an array of field names, got " + describe(*fields));
-        if (fields->Size() > 1024) return config_error(fp, "at most 1024 fields");
-        for (rapidjson::SizeType k = 0; k < fields->Size(); ++k) {
-          const std::string kp = fp + "[" + std::to_string(k) + "]";
-          ENTENTE_ASSIGN_OR_RETURN(std::string name, read_string((*fields)[k], kp));
-          if (name.empty() || name.size() > 64) return config_error(kp, "expected a field name, got " + show(name));
-          if (std::find(e.fields.begin(), e.fields.end(), name) != e.fields.end()) {
-            return config_error(kp, show(name) + " is listed twice");
-          }
-          e.fields.push_back(std::move(name));
-        }
-      }
-      f.exports.push_back(std::move(e));
-    }
+    ENTENTE_RETURN_IF_ERROR(read_exports(*exports, r.path_of("exports"), f));
   }
   return {};
 }

@@ -10,7 +10,8 @@
 #include <utility>
 
 #include "broker/detail/node_impl.h"
-#include "broker/detail/peering.h"
+#include "broker/detail/federation_host.h"
+#include "federation/peering.h"
 #include "engine/network.h"
 #include "store/stream_log.h"
 
@@ -186,7 +187,9 @@ Status NodeImpl::start() {
   // Peer links before the API: an import created right after start-up
   // finds its links dialing.
   if (config_.federation.enabled) {
-    peering_ = std::make_unique<Peering>(*this, config_.federation);
+    federation_host_ = std::make_unique<FederationHost>(*this);
+    peering_ = std::make_unique<Peering>(*federation_host_, certs::Identity{config_.domain, config_.node},
+                                         config_.federation);
     ENTENTE_RETURN_IF_ERROR(peering_->start());
   }
   return server_->start();

@@ -37,8 +37,10 @@
 #include <thread>
 #include <utility>
 
+#include "base/openssl_error.h"
 #include "federation/messages.h"
 #include "net/address.h"
+#include "net/tls.h"
 
 namespace entente::federation {
 namespace {
@@ -66,13 +68,7 @@ int64_t unix_ms() {
       .count();
 }
 
-std::string openssl_reason(std::string_view fallback) {
-  unsigned long last = 0;
-  while (unsigned long e = ERR_get_error()) last = e;
-  if (last == 0) return std::string(fallback);
-  const char* reason = ERR_reason_error_string(last);
-  return reason != nullptr ? std::string(reason) : std::string(fallback);
-}
+using base::openssl_reason;
 
 // What the certificate callback of one connection decided. Lives in the
 // connection's coroutine frame; the SSL object points at it through ex_data.
@@ -161,71 +157,20 @@ std::optional<PeerRefusal> refusal_by_alert(const error_code& ec, const std::str
   }
 }
 
-// A certificate chain and its key, loaded and checked before a reload
-// replaces the ones in use.
-struct Credentials {
-  struct X509Free {
-    void operator()(X509* x) const { X509_free(x); }
-  };
-  struct ChainFree {
-    void operator()(STACK_OF(X509) * c) const { sk_X509_pop_free(c, X509_free); }
-  };
-  struct KeyFree {
-    void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-  };
-  std::unique_ptr<X509, X509Free> cert;
-  std::unique_ptr<STACK_OF(X509), ChainFree> chain;
-  std::unique_ptr<EVP_PKEY, KeyFree> key;
-};
-
-// The 1 MiB bound keeps a wrong path (a log, a device) from being read whole.
-Result<Credentials> load_credentials(const std::string& cert_file, const std::string& key_file) {
-  constexpr long kMaxPemBytes = 1 << 20;
-  auto open = [&](const std::string& path, const char* key) -> Result<BIO*> {
-    BIO* bio = BIO_new_file(path.c_str(), "r");
-    if (bio == nullptr) {
-      return make_error(Errc::invalid_argument, std::string("federation ") + key + " " + path + ": " +
-                                                    openssl_reason("cannot be read"));
-    }
-    return bio;
-  };
+// A certificate chain and its key, loaded and checked (net/tls.h, the same
+// checks and messages as at start-up) before a reload replaces the ones in
+// use. The 1 MiB bound keeps a wrong path (a log, a device) from being read
+// whole.
+Result<inet::TlsCredentials> load_credentials(const std::string& cert_file, const std::string& key_file) {
+  constexpr std::uintmax_t kMaxPemBytes = 1 << 20;
   std::error_code size_ec;
   for (const auto* path : {&cert_file, &key_file}) {
     const auto size = std::filesystem::file_size(*path, size_ec);
-    if (!size_ec && size > static_cast<std::uintmax_t>(kMaxPemBytes)) {
+    if (!size_ec && size > kMaxPemBytes) {
       return make_error(Errc::invalid_argument, "federation: " + *path + " is over 1 MiB");
     }
   }
-  Credentials c;
-  ERR_clear_error();
-  {
-    ENTENTE_ASSIGN_OR_RETURN(BIO * bio, open(cert_file, "cert_file"));
-    c.cert.reset(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
-    c.chain.reset(sk_X509_new_null());
-    while (c.cert && c.chain) {
-      X509* next = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-      if (next == nullptr) break;
-      sk_X509_push(c.chain.get(), next);
-    }
-    BIO_free(bio);
-    ERR_clear_error();  // the end of the file reads as an error
-    if (!c.cert || !c.chain) {
-      return make_error(Errc::invalid_argument,
-                        "federation cert_file " + cert_file + ": not a PEM certificate chain");
-    }
-  }
-  {
-    ENTENTE_ASSIGN_OR_RETURN(BIO * bio, open(key_file, "key_file"));
-    c.key.reset(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
-    BIO_free(bio);
-  }
-  if (!c.key || X509_check_private_key(c.cert.get(), c.key.get()) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "federation key_file " + key_file + ": " +
-                          openssl_reason("not the private key of cert_file " + cert_file));
-  }
-  ERR_clear_error();
-  return c;
+  return inet::load_tls_credentials(cert_file, key_file, "federation ");
 }
 
 int verify_state_index() {
@@ -1224,26 +1169,18 @@ Result<std::unique_ptr<LinkManager>> LinkManager::start(LinkOptions options,
   }
   auto impl = std::make_unique<Impl>(std::move(options), handler);
   Impl& m = *impl;
-  SSL_CTX* native = m.ctx.native_handle();
-  SSL_CTX_set_min_proto_version(native, TLS1_3_VERSION);
-  SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION);
-  ERR_clear_error();
-  if (SSL_CTX_use_certificate_chain_file(native, m.opt.cert_file.c_str()) != 1) {
-    return make_error(Errc::invalid_argument, "federation cert_file " + m.opt.cert_file + ": " +
-                                                  openssl_reason("not a PEM certificate chain"));
-  }
-  if (SSL_CTX_use_PrivateKey_file(native, m.opt.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
-      SSL_CTX_check_private_key(native) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "federation key_file " + m.opt.key_file + ": " +
-                          openssl_reason("not the private key of cert_file"));
-  }
-  SSL_CTX_set_verify(native, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-  SSL_CTX_set_cert_verify_callback(native, verify_peer_certificate, nullptr);
-  // Links live for hours; session resumption buys nothing and would skip
-  // the per-connection identity check on the resuming side.
-  SSL_CTX_set_session_cache_mode(native, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_options(native, SSL_OP_NO_TICKET);
+  // Mutual TLS 1.3; the peer is checked only against the pinned CA of the
+  // domain it claims. Links live for hours: session resumption buys nothing
+  // and would skip the per-connection identity check on the resuming side.
+  inet::TlsContextOptions tls;
+  tls.versions = inet::TlsVersions::tls13_only;
+  tls.cert_file = m.opt.cert_file;
+  tls.key_file = m.opt.key_file;
+  tls.peer = inet::PeerCheck::require;
+  tls.verify_callback = verify_peer_certificate;
+  tls.session_resumption = false;
+  tls.label = "federation ";
+  ENTENTE_RETURN_IF_ERROR(inet::configure_tls_context(m.ctx, tls));
 
   error_code ec;
   const auto addr = net::ip::make_address(m.opt.listen_host, ec);
@@ -1350,7 +1287,7 @@ std::vector<RefusedStatus> LinkManager::refused() const {
 Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
   if (!next.trust) return make_error(Errc::invalid_argument, "federation: no trust store (pinned CAs)");
   // Everything that can fail is checked before anything changes.
-  ENTENTE_ASSIGN_OR_RETURN(Credentials creds, load_credentials(next.cert_file, next.key_file));
+  ENTENTE_ASSIGN_OR_RETURN(inet::TlsCredentials creds, load_credentials(next.cert_file, next.key_file));
   if (!impl_ || !impl_->thread.joinable()) return make_error(Errc::unavailable, "federation: not running");
   Impl& m = *impl_;
   if (m.stopped.load()) return make_error(Errc::unavailable, "federation: stopping");
@@ -1365,8 +1302,8 @@ Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
     std::vector<std::shared_ptr<net::steady_timer>> to_wake;
     SSL_CTX* native = m.ctx.native_handle();
     X509* old_cert = SSL_CTX_get0_certificate(native);
-    const bool new_cert = old_cert == nullptr || X509_cmp(old_cert, creds.cert.get()) != 0;
-    if (SSL_CTX_use_cert_and_key(native, creds.cert.get(), creds.key.get(), creds.chain.get(), 1) != 1) {
+    const bool new_cert = old_cert == nullptr || X509_cmp(old_cert, creds.cert) != 0;
+    if (SSL_CTX_use_cert_and_key(native, creds.cert, creds.key, creds.chain, 1) != 1) {
       applied.set_value(
           {"error: federation cert_file " + next.cert_file + ": " + openssl_reason("rejected")});
       return;

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test:
+#   0. the include check: no #include (nor CMake link) points against the
+#      module direction of docs/architecture.md, no #include reaches another
+#      module's detail/ (scripts/check-includes.py, a second);
 #   1. the unit tests and the integration tests (real broker processes,
 #      real HTTP/WebSocket clients, curl) in an optimised build, warnings as
 #      errors;
@@ -14,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
+
+echo "== include direction between modules"
+scripts/check-includes.py
 
 echo "== build (Release, -Werror)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DENTENTE_WERROR=ON >/dev/null

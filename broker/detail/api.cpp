@@ -8,7 +8,7 @@
 #include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
-#include "broker/detail/peering.h"
+#include "federation/peering.h"
 #include "engine/codec.h"
 #include "engine/network.h"
 #include "entente_version.h"
@@ -580,12 +580,69 @@ void NodeImpl::delete_query_route(const Request&, const PathParams& params, cons
 
 // --- /v1/peers, /v1/imports
 
+namespace {
+
+// GET /v1/peers: this node, its refusal counters, every peer node's link
+// and tuples, and the latest refused connections.
+std::string peers_json(const federation::PeersReport& r) {
+  JsonOut j;
+  j.begin_object();
+  j.key("self").str(r.self);
+  j.key("listen").str(r.listen);
+  j.key("refusals").begin_object();
+  for (const auto& [label, n] : r.refusals) j.key(label).u64(n);
+  j.end_object();
+  j.key("peers").begin_array();
+  for (const auto& peer : r.peers) {
+    const federation::PeerStatus& p = peer.link;
+    j.begin_object();
+    j.key("identity").str(p.identity.uri());
+    j.key("domain").str(p.identity.domain);
+    j.key("node").str(p.identity.node);
+    j.key("state").str(p.state);
+    j.key("dialed").boolean(p.dialed);
+    j.key("address").str(p.address);
+    j.key("rtt_us").i64(p.rtt_us);
+    j.key("last_heartbeat_ms").i64(p.last_heartbeat_ms);
+    j.key("bytes_in").u64(p.bytes_in);
+    j.key("bytes_out").u64(p.bytes_out);
+    j.key("frames_in").u64(p.frames_in);
+    j.key("frames_out").u64(p.frames_out);
+    j.key("tuples_in").u64(peer.tuples_in);
+    j.key("tuples_out").u64(peer.tuples_out);
+    j.key("connects").u64(p.connects);
+    j.key("last_error").str(p.last_error);
+    j.key("refusal").str(p.refusal);
+    j.end_object();
+  }
+  j.end_array();
+  // Connections this listener refused (or whose client refused this node),
+  // by the identity their certificate claimed, or by address.
+  j.key("refused").begin_array();
+  for (const auto& x : r.refused) {
+    j.begin_object();
+    j.key("identity").str(x.identity);
+    j.key("address").str(x.address);
+    j.key("refusal").str(x.refusal);
+    j.key("reason").str(x.reason);
+    j.key("by").str(x.by_peer ? "peer" : "this_node");
+    j.key("count").u64(x.count);
+    j.key("last_ms").i64(x.last_ms);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.take();
+}
+
+}  // namespace
+
 void NodeImpl::get_peers(const Request&, const PathParams&, const Respond& answer) {
   if (!peering_) {
     answer(Response::problem(404, "Not Found", "this node has no federation section in its configuration"));
     return;
   }
-  answer(Response::json(200, peering_->peers_json()));
+  answer(Response::json(200, peers_json(peering_->peers_report())));
 }
 
 void NodeImpl::list_imports(const Request&, const PathParams&, const Respond& answer) {

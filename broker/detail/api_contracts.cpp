@@ -6,11 +6,11 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
-#include "broker/detail/contracting.h"
+#include "federation/contracting.h"
 #include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
-#include "broker/detail/peering.h"
+#include "federation/peering.h"
 #include "contracts/contract.h"
 #include "contracts/terms.h"
 

@@ -8,11 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/json_read.h"
 #include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
-#include "engine/detail/options.h"
 #include "rapidjson/document.h"
 
 namespace entente::broker::detail {
@@ -84,14 +84,21 @@ uint64_t kill_after_commit_of() {
   return seq;
 }
 
-Result<int64_t> duration_or_ms(const rapidjson::Value& v, const std::string& key) {
+// A duration or a size of a REST body, in the grammars of base/units.h
+// (the same as node.json's and box options'); the first problem as an
+// Error "PATH: MESSAGE".
+Result<int64_t> duration_ms(const rapidjson::Value& v, const std::string& path) {
   Diagnostics diag;
-  auto d = engine::detail::parse_duration_ms(v, key, diag);
-  if (!d || *d < 0)
-    return make_error(Errc::invalid_argument,
-                      diag.ok() ? key + ": expected a non-negative duration" : diag.items().front().path + ": " +
-                                                                                  diag.items().front().message);
+  auto d = base::read_duration_ms(v, path, diag);
+  if (!d) return make_error(Errc::invalid_argument, diag.to_string());
   return *d;
+}
+
+Result<uint64_t> size_bytes(const rapidjson::Value& v, const std::string& path) {
+  Diagnostics diag;
+  auto n = base::read_size_bytes(v, path, diag);
+  if (!n) return make_error(Errc::invalid_argument, diag.to_string());
+  return *n;
 }
 
 }  // namespace
@@ -126,12 +133,14 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
       if (!v.IsObject()) return make_error(Errc::invalid_argument, "$.retention: expected an object");
       for (auto r = v.MemberBegin(); r != v.MemberEnd(); ++r) {
         std::string rk(r->name.GetString(), r->name.GetStringLength());
-        if (rk == "max_tuples" || rk == "max_bytes") {
+        if (rk == "max_tuples") {
           if (!r->value.IsUint64())
             return make_error(Errc::invalid_argument, "$.retention." + rk + ": expected a non-negative integer");
-          (rk == "max_tuples" ? m.retention.max_tuples : m.retention.max_bytes) = r->value.GetUint64();
+          m.retention.max_tuples = r->value.GetUint64();
+        } else if (rk == "max_bytes") {
+          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_bytes, size_bytes(r->value, "$.retention.max_bytes"));
         } else if (rk == "max_age") {
-          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_age_ms, duration_or_ms(r->value, "$.retention.max_age"));
+          ENTENTE_ASSIGN_OR_RETURN(m.retention.max_age_ms, duration_ms(r->value, "$.retention.max_age"));
         } else {
           return make_error(Errc::invalid_argument,
                             "$.retention." + rk.substr(0, 64) + ": unknown key (max_tuples, max_bytes, max_age)");
@@ -189,24 +198,16 @@ std::string ingest_answer_json(const IngestResult& r, const std::optional<Produc
   return j.take();
 }
 
-void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::string body,
-            const std::optional<ProducerTag>& producer, std::function<void(IngestResult)> done) {
-  const auto& meta = stream->meta();
-  auto refuse = [&](http::Response r) {
-    IngestResult res;
-    res.problem = std::move(r);
-    done(std::move(res));
-  };
-  if (meta.producer != "api") {
-    refuse(http::Response::problem(409, "Conflict", "stream '" + meta.name + "' is written by " + meta.producer +
-                                                        "; it takes no tuples from publishers"));
-    return;
-  }
-  // Runs once the batch is durable (or failed), or at once for a named
-  // batch stored before: on the group-commit thread or this one.
+namespace {
+
+// The callback that turns the outcome of an append into the answer: run once
+// the batch is durable (or failed), or at once for a named batch stored
+// before, on the group-commit thread or the caller's.
+Stream::AppendedDone answer_when_appended(std::function<void(IngestResult)> done,
+                                          const std::optional<ProducerTag>& producer) {
   const uint64_t seq_to_kill = kill_after_commit_of();
-  Stream::AppendedDone on_appended = [done, seq_to_kill, producer_seq = producer ? producer->seq : 0](
-                                         const Status& st, const Appended& a) {
+  const uint64_t producer_seq = producer ? producer->seq : 0;
+  return [done = std::move(done), seq_to_kill, producer_seq](const Status& st, const Appended& a) {
     IngestResult res;
     if (!st.ok()) {
       if (st.error().code == Errc::conflict) {
@@ -229,97 +230,92 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
     }
     done(std::move(res));
   };
-  // A named batch sent again is answered before its body is even read.
-  if (producer && stream->recall(*producer, on_appended)) return;
+}
 
-  const int64_t now = wall_clock_ms();
-  engine::Batch batch;
-  if (format == IngestFormat::binary) {
-    std::string_view in = body;
-    auto b = engine::decode_batch(in, 1u << 22);
-    if (!b.ok()) {
-      refuse(http::Response::problem(400, "Bad Request", "binary batch: " + b.error().message));
-      return;
-    }
-    if (!in.empty()) {
-      refuse(http::Response::problem(400, "Bad Request", "binary batch: " + std::to_string(in.size()) +
-                                                             " bytes after the batch"));
-      return;
-    }
-    if (!(*b->schema == *meta.schema)) {
-      refuse(http::Response::problem(400, "Bad Request", "binary batch: schema " + b->schema->to_string() +
-                                                             " is not the stream's " + meta.schema->to_string()));
-      return;
-    }
-    batch = std::move(b).value();
-    batch.schema = meta.schema;
-    const size_t n = batch.rows();
-    if (!meta.event_time.empty()) {
-      // The event-time column's values are the event times (shared, not copied).
-      const auto& col = batch.columns[*meta.schema->index_of(meta.event_time)];
-      batch.event_time = engine::RowVector<engine::EventTime>::alias(col, col->ints);
-    } else {
-      batch.event_time.reset().assign(n, now);
-    }
+// A binary body (engine/codec.h): exactly one batch of the stream's schema.
+// Its event times are the event-time column's, or `now`.
+std::optional<http::Response> read_binary_batch(const std::string& body, const StreamMeta& meta, int64_t now,
+                                                engine::Batch& batch) {
+  std::string_view in = body;
+  auto b = engine::decode_batch(in, 1u << 22);
+  if (!b.ok()) return http::Response::problem(400, "Bad Request", "binary batch: " + b.error().message);
+  if (!in.empty()) {
+    return http::Response::problem(400, "Bad Request",
+                                   "binary batch: " + std::to_string(in.size()) + " bytes after the batch");
+  }
+  if (!(*b->schema == *meta.schema)) {
+    return http::Response::problem(400, "Bad Request", "binary batch: schema " + b->schema->to_string() +
+                                                           " is not the stream's " + meta.schema->to_string());
+  }
+  batch = std::move(b).value();
+  batch.schema = meta.schema;
+  const size_t n = batch.rows();
+  if (!meta.event_time.empty()) {
+    // The event-time column's values are the event times (shared, not copied).
+    const auto& col = batch.columns[*meta.schema->index_of(meta.event_time)];
+    batch.event_time = engine::RowVector<engine::EventTime>::alias(col, col->ints);
   } else {
-    rapidjson::Document doc;
-    if (format == IngestFormat::json_array) {
-      body.push_back('\0');
-      if (auto p = read_json_insitu(body.data(), doc)) {
-        refuse(p->element ? row_problem(duplicate_message(*p, *p->element, "$[" + std::to_string(*p->element) + "]"))
-                          : http::Response::problem(400, "Bad Request", p->message()));
-        return;
-      }
-      if (!doc.IsArray()) {
-        refuse(http::Response::problem(400, "Bad Request", "an application/json body must be an array of objects"));
-        return;
-      }
-    } else {
-      doc.SetArray();
-      auto& alloc = doc.GetAllocator();
-      size_t row = 0;
-      size_t start = 0;
-      body.push_back('\n');
-      while (start < body.size()) {
-        size_t end = body.find('\n', start);
-        body[end] = '\0';
-        char* line = body.data() + start;
-        size_t len = end - start;
-        start = end + 1;
-        bool blank = true;
-        for (size_t i = 0; i < len && blank; ++i) blank = std::isspace(static_cast<unsigned char>(line[i])) != 0;
-        if (blank) continue;
-        rapidjson::Document one(&alloc);
-        if (auto p = read_json_insitu(line, one)) {
-          refuse(row_problem(p->code == Errc::parse_error ? "row " + std::to_string(row) + ": " + p->why
-                                                          : duplicate_message(*p, row, "$")));
-          return;
-        }
-        doc.PushBack(static_cast<rapidjson::Value&>(one).Move(), alloc);
-        ++row;
-      }
-    }
-    if (doc.Empty()) {
-      refuse(http::Response::problem(400, "Bad Request", "the body holds no tuples"));
-      return;
-    }
-    if (auto why = reserved_member_problem(doc, meta)) {
-      refuse(row_problem(*why));
-      return;
-    }
-    auto b = engine::rows_from_json(meta.schema, doc, meta.event_time, now);
-    if (!b.ok()) {
-      refuse(row_problem(b.error().message));
-      return;
-    }
-    batch = std::move(b).value();
+    batch.event_time.reset().assign(n, now);
   }
-  if (batch.rows() == 0) {
-    refuse(http::Response::problem(400, "Bad Request", "the body holds no tuples"));
-    return;
+  return std::nullopt;
+}
+
+// An NDJSON body parsed in place into `doc`, an array of its rows (blank
+// lines skipped); `body` must outlive `doc`.
+std::optional<http::Response> read_ndjson_rows(std::string& body, rapidjson::Document& doc) {
+  doc.SetArray();
+  auto& alloc = doc.GetAllocator();
+  size_t row = 0;
+  size_t start = 0;
+  body.push_back('\n');
+  while (start < body.size()) {
+    size_t end = body.find('\n', start);
+    body[end] = '\0';
+    char* line = body.data() + start;
+    size_t len = end - start;
+    start = end + 1;
+    bool blank = true;
+    for (size_t i = 0; i < len && blank; ++i) blank = std::isspace(static_cast<unsigned char>(line[i])) != 0;
+    if (blank) continue;
+    rapidjson::Document one(&alloc);
+    if (auto p = read_json_insitu(line, one)) {
+      return row_problem(p->code == Errc::parse_error ? "row " + std::to_string(row) + ": " + p->why
+                                                      : duplicate_message(*p, row, "$"));
+    }
+    doc.PushBack(static_cast<rapidjson::Value&>(one).Move(), alloc);
+    ++row;
   }
-  // Backpressure: a query that has fallen this far behind would otherwise
-  // let the log (and its replay on restart) grow without bound.
+  return std::nullopt;
+}
+
+// A JSON array or NDJSON body: rows of the stream's fields, checked as a
+// whole (one bad row refuses the batch).
+std::optional<http::Response> read_json_batch(std::string& body, IngestFormat format, const StreamMeta& meta,
+                                              int64_t now, engine::Batch& batch) {
+  rapidjson::Document doc;
+  if (format == IngestFormat::json_array) {
+    body.push_back('\0');
+    if (auto p = read_json_insitu(body.data(), doc)) {
+      return p->element ? row_problem(duplicate_message(*p, *p->element, "$[" + std::to_string(*p->element) + "]"))
+                        : http::Response::problem(400, "Bad Request", p->message());
+    }
+    if (!doc.IsArray()) {
+      return http::Response::problem(400, "Bad Request", "an application/json body must be an array of objects");
+    }
+  } else if (auto problem = read_ndjson_rows(body, doc)) {
+    return problem;
+  }
+  if (doc.Empty()) return http::Response::problem(400, "Bad Request", "the body holds no tuples");
+  if (auto why = reserved_member_problem(doc, meta)) return row_problem(*why);
+  auto b = engine::rows_from_json(meta.schema, doc, meta.event_time, now);
+  if (!b.ok()) return row_problem(b.error().message);
+  batch = std::move(b).value();
+  return std::nullopt;
+}
+
+// Backpressure: a query that has fallen this far behind would otherwise
+// let the log (and its replay on restart) grow without bound.
+std::optional<http::Response> lagging_reader_problem(NodeImpl& node, const StreamMeta& meta) {
   const size_t max_lag = node.config().query_max_lag_tuples;
   for (auto& q : node.readers_of(meta.name)) {
     const uint64_t lag = q->lag_tuples();
@@ -335,9 +331,53 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
               (failed ? "; it has " + state + ", so delete or redeploy it to accept more"
                       : "; retry later"));
       r.headers.emplace_back("Retry-After", "1");
-      refuse(std::move(r));
-      return;
+      return r;
     }
+  }
+  return std::nullopt;
+}
+
+// The answer to an append the stream refused before submitting it.
+http::Response append_refused(const Status& s) {
+  if (s.error().code == Errc::unavailable) {
+    auto r = http::Response::problem(503, "Service Unavailable", s.error().message + "; retry later");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  if (s.error().code == Errc::not_found) return http::Response::problem(404, "Not Found", s.error().message);
+  return http::Response::problem(400, "Bad Request", s.error().message);
+}
+
+}  // namespace
+
+void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::string body,
+            const std::optional<ProducerTag>& producer, std::function<void(IngestResult)> done) {
+  const auto& meta = stream->meta();
+  auto refuse = [&](http::Response r) {
+    IngestResult res;
+    res.problem = std::move(r);
+    done(std::move(res));
+  };
+  if (meta.producer != "api") {
+    refuse(http::Response::problem(409, "Conflict", "stream '" + meta.name + "' is written by " + meta.producer +
+                                                        "; it takes no tuples from publishers"));
+    return;
+  }
+  Stream::AppendedDone on_appended = answer_when_appended(done, producer);
+  // A named batch sent again is answered before its body is even read.
+  if (producer && stream->recall(*producer, on_appended)) return;
+
+  const int64_t now = wall_clock_ms();
+  engine::Batch batch;
+  auto problem = format == IngestFormat::binary ? read_binary_batch(body, meta, now, batch)
+                                                : read_json_batch(body, format, meta, now, batch);
+  if (!problem && batch.rows() == 0) {
+    problem = http::Response::problem(400, "Bad Request", "the body holds no tuples");
+  }
+  if (!problem) problem = lagging_reader_problem(node, meta);
+  if (problem) {
+    refuse(std::move(*problem));
+    return;
   }
   Status s = producer ? stream->append_once(std::move(batch), *producer, node.gc(), store::Admission::reject,
                                             std::move(on_appended))
@@ -345,17 +385,7 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
                                        [on_appended](const Status& st, const RecordPtr& rec) {
                                          on_appended(st, rec ? Appended{rec->first, rec->last, false} : Appended{});
                                        });
-  if (!s.ok()) {
-    if (s.error().code == Errc::unavailable) {
-      auto r = http::Response::problem(503, "Service Unavailable", s.error().message + "; retry later");
-      r.headers.emplace_back("Retry-After", "1");
-      refuse(std::move(r));
-    } else if (s.error().code == Errc::not_found) {
-      refuse(http::Response::problem(404, "Not Found", s.error().message));
-    } else {
-      refuse(http::Response::problem(400, "Bad Request", s.error().message));
-    }
-  }
+  if (!s.ok()) refuse(append_refused(s));
 }
 
 }  // namespace entente::broker::detail

@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // Stream definitions and tuple ingest, shared by the REST routes and the
 // WebSocket publisher.
 

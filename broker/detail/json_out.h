@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // A small JSON writer over RapidJSON for API responses: keys and strings are
 // escaped by RapidJSON, numbers written exactly.
 

@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // The node's internals, shared by node.cpp (lifecycle, catalog, recovery,
 // maintenance), api.cpp (REST routes) and websocket.cpp (subscribe and
 // publish sessions).
@@ -24,10 +27,18 @@
 #include "store/group_commit.h"
 #include "store/store.h"
 
-namespace entente::broker::detail {
-
+namespace entente::federation {
 class Contracting;
 class Peering;
+struct ImportInfo;
+}  // namespace entente::federation
+
+namespace entente::broker::detail {
+
+using federation::Contracting;
+using federation::ImportInfo;
+using federation::Peering;
+class FederationHost;
 
 class NodeImpl;
 
@@ -191,7 +202,10 @@ class NodeImpl final : public http::Handler {
   std::unique_ptr<store::GroupCommit> gc_;
   std::unique_ptr<EnginePool> pool_;
   std::unique_ptr<http::Server> server_;
-  std::unique_ptr<Peering> peering_;  // when the configuration has a federation section
+  // When the configuration has a federation section: what the federation
+  // layer reaches of this node, and the layer itself.
+  std::unique_ptr<FederationHost> federation_host_;
+  std::unique_ptr<Peering> peering_;
 
   mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
   std::map<std::string, StreamPtr> streams_;

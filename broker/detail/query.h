@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // A deployed query: its engine Executor, driven by the engine worker pool,
 // reading its input streams (live through taps, or from the log when it has
 // fallen behind) and appending to its output streams.

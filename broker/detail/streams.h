@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
 // Streams of one node: their catalog entries, their sequence numbers, their
 // committed records and the taps (subscribers, query inputs) that follow
 // them live. Ingest assigns sequence numbers and submits the record to the

@@ -8,7 +8,7 @@
 #include "broker/detail/ingest.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
-#include "broker/detail/peering.h"
+#include "federation/peering.h"
 #include "engine/codec.h"
 #include "store/stream_log.h"
 

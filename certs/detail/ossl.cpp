@@ -65,17 +65,6 @@ void sync_directory(const std::filesystem::path& dir) {
 
 }  // namespace
 
-std::string openssl_error(std::string_view what) {
-  const unsigned long code = ERR_peek_last_error();
-  std::string out(what);
-  if (code != 0) {
-    const char* reason = ERR_reason_error_string(code);
-    out += ": ";
-    out += reason != nullptr ? reason : "OpenSSL error " + std::to_string(code);
-  }
-  return out;
-}
-
 Result<std::string> read_file(const std::filesystem::path& path, size_t max_bytes) {
   const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (raw < 0) {

@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_CERTS)
+#error "certs/detail/ is private to certs/ (docs/architecture.md)"
+#endif
 // Private helpers of certs/: RAII owners for every OpenSSL object the module
 // touches, the thread's OpenSSL error queue, ASN1_TIME conversion, SAN
 // scanning, bounded file reads and atomic file writes. Not part of the public
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "certs/certs.h"
+#include "base/openssl_error.h"
 #include "base/result.h"
 
 namespace entente::certs::detail {
@@ -57,8 +61,8 @@ class ErrorScope final {
 };
 
 // "<what>: <reason of the latest OpenSSL error>" (or "<what>" alone when the
-// queue holds nothing).
-std::string openssl_error(std::string_view what);
+// queue holds nothing): the tree's one helper, base/openssl_error.h.
+using base::openssl_error;
 
 // Reads a whole file of at most `max_bytes`; io_error or limit_exceeded
 // naming the path.

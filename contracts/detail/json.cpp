@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "base/json_read.h"
 #include "base/json_text.h"
 #include "contracts/canonical.h"
 
@@ -167,18 +168,7 @@ std::optional<int64_t> read_time(const rapidjson::Value& v, const std::string& p
 
 void check_members(const rapidjson::Value& obj, const std::string& path,
                    const std::vector<std::string_view>& known, Diagnostics& diag) {
-  std::vector<std::string_view> seen;
-  for (const auto& m : obj.GetObject()) {
-    const std::string_view name(m.name.GetString(), m.name.GetStringLength());
-    const std::string shown(name.substr(0, 64));
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      diag.error(path + "." + shown, "unknown field");
-    } else if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
-      diag.error(path + "." + shown, "duplicate field");
-    } else {
-      seen.push_back(name);
-    }
-  }
+  base::check_members(obj, path, known, diag, base::kFieldWords);
 }
 
 Error diagnostics_error(const Diagnostics& diag) {

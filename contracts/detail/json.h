@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_CONTRACTS)
+#error "contracts/detail/ is private to contracts/ (docs/architecture.md)"
+#endif
 // Private helpers of contracts/: building rapidjson values of the model and
 // reading typed fields with path-named errors. Only contracts/*.cpp include it.
 
@@ -35,7 +38,8 @@ std::optional<std::vector<std::string>> read_strings(const rapidjson::Value& v, 
 // An RFC 3339 UTC string or integer Unix milliseconds (whole seconds).
 std::optional<int64_t> read_time(const rapidjson::Value& v, const std::string& path, Diagnostics& diag);
 
-// Refuses members not in `known` and duplicate members.
+// Refuses members not in `known` and duplicate members: base::check_members
+// ("unknown field 'x'; known fields: ...", "duplicate field 'x'").
 void check_members(const rapidjson::Value& obj, const std::string& path,
                    const std::vector<std::string_view>& known, Diagnostics& diag);
 

@@ -1,6 +1,9 @@
 // Factories of the built-in box types (registered in engine/box_registry.cpp)
 // and machinery shared by several boxes. Private to engine/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/boxes/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <functional>
 #include <memory>

@@ -2,6 +2,9 @@
 // against its input schema in aggregate_options.cpp, run by the box in
 // aggregate.cpp (docs/boxes-windowed.md#aggregate). Private to engine/boxes.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/boxes/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <cstdint>
 #include <memory>

@@ -4,6 +4,9 @@
 // aggregate.cpp (docs/boxes-windowed.md#aggregate, docs/engine.md "State,
 // snapshots and key groups"). Private to engine/boxes.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/boxes/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <cstdint>
 #include <map>

@@ -3,6 +3,9 @@
 // comparison between a batch row and stored key columns, and the snapshot
 // encoding of single values. Private to engine/boxes.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/boxes/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <cstdint>
 #include <span>

@@ -3,6 +3,9 @@
 // routing, late-row filtering and the snapshot envelope. Private to
 // engine/boxes/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/boxes/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <cstdint>
 #include <limits>

@@ -2,6 +2,9 @@
 // the deterministic order of OrderedInputs and emits what each watermark
 // step releases. Private to engine/boxes/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/boxes/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <memory>
 #include <string_view>

@@ -6,6 +6,9 @@
 // and folds literal-only subtrees into constants. The evaluator
 // (expr_eval.cpp) walks the tree once per batch, a column at a time.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/detail/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <cstdint>
 #include <memory>

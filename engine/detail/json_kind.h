@@ -1,20 +1,14 @@
-// What kind of JSON value a RapidJSON value is, as error messages name it.
-// Private to engine/.
+// What kind of JSON value a RapidJSON value is, as error messages name it:
+// base/json_read.h's json_kind. Private to engine/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/detail/ is private to engine/ (docs/architecture.md)"
+#endif
 
-#include <string_view>
-
-#include "rapidjson/document.h"
+#include "base/json_read.h"
 
 namespace entente::engine::detail {
 
-inline std::string_view json_kind(const rapidjson::Value& v) noexcept {
-  if (v.IsNull()) return "null";
-  if (v.IsBool()) return "boolean";
-  if (v.IsNumber()) return "number";
-  if (v.IsString()) return "string";
-  if (v.IsArray()) return "array";
-  return "object";
-}
+using base::json_kind;
 
 }  // namespace entente::engine::detail

@@ -4,6 +4,9 @@
 // Immutable once built and shared by shared_ptr between QueryNetwork copies
 // and the runtimes built from it, so it may be read from any thread.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/detail/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <cstdint>
 #include <memory>

@@ -3,6 +3,9 @@
 // cheap clock used for per-box CPU accounting, and the snapshot format.
 // Private to engine/.
 #pragma once
+#if !defined(ENTENTE_IN_ENGINE)
+#error "engine/detail/ is private to engine/ (docs/architecture.md)"
+#endif
 
 #include <chrono>
 #include <cstdint>

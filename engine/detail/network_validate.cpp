@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/json_read.h"
 #include "engine/detail/json_kind.h"
 #include "engine/detail/network_def.h"
 #include "engine/detail/options.h"
@@ -120,24 +121,10 @@ std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
   return {line, col};
 }
 
-// Reports unknown and duplicate keys of object `obj`.
+// Reports unknown and duplicate keys of object `obj` (base/json_read.h).
 void check_keys(const Value& obj, const std::string& path, std::initializer_list<std::string_view> known,
                 Diagnostics& diag) {
-  std::set<std::string_view> seen;
-  for (auto it = obj.MemberBegin(); it != obj.MemberEnd(); ++it) {
-    std::string_view k = str_of(it->name);
-    std::string kpath = path + "." + std::string(k);
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      std::string msg = "unknown field " + quote(k) + "; known fields:";
-      for (auto kk : known) {
-        msg += ' ';
-        msg += kk;
-      }
-      diag.error(kpath, msg);
-    } else if (!seen.insert(k).second) {
-      diag.error(kpath, "duplicate field " + quote(k));
-    }
-  }
+  base::check_members(obj, path, known, diag, base::kFieldWords);
 }
 
 const Value* member(const Value& obj, std::string_view key) {

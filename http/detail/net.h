@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_HTTP)
+#error "http/detail/ is private to http/ (docs/architecture.md)"
+#endif
 // Shared Asio/Beast includes and namespace aliases for the transport's
 // implementation files. Never included from server.h / client.h, which stay
 // free of Boost types.

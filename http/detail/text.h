@@ -1,4 +1,7 @@
 #pragma once
+#if !defined(ENTENTE_IN_HTTP)
+#error "http/detail/ is private to http/ (docs/architecture.md)"
+#endif
 // Text helpers for the HTTP transport: percent-decoding, request-target
 // splitting, media types and JSON string escaping. Pure functions, no I/O.
 

@@ -4,51 +4,13 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include "base/openssl_error.h"
+#include "net/tls.h"
 
 namespace entente::http::detail {
 namespace {
 
-// Opens the file to report the OS error (missing, no permission) before
-// OpenSSL reports a less specific one.
-Status check_readable(std::string_view key, const std::string& path) {
-  if (path.empty()) {
-    return make_error(Errc::invalid_argument, std::string(key) + " is empty");
-  }
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return make_error(Errc::invalid_argument,
-                      std::string(key) + " " + path + ": " + std::strerror(errno));
-  }
-  std::fclose(f);
-  return {};
-}
-
-// TLS 1.2 is kept for clients that lack 1.3, but only with forward-secret
-// ECDHE key exchange and AEAD ciphers: OpenSSL's default list would also
-// offer CBC suites (ECDHE-ECDSA-AES128-SHA, ...-SHA256, ...-SHA384), whose
-// MAC-then-encrypt construction is the source of the padding-oracle attacks
-// (Lucky Thirteen and its successors). TLS 1.3 suites are all AEAD; its
-// defaults are kept. docs/api.md lists what is offered.
-constexpr const char* kTls12Ciphers =
-    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
-    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
-    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
-
-Status restrict_protocols(ssl::context& ctx) {
-  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);
-  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                  ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
-                  ssl::context::single_dh_use);
-  ERR_clear_error();
-  if (SSL_CTX_set_cipher_list(ctx.native_handle(), kTls12Ciphers) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "TLS 1.2 cipher list: " + openssl_reason("no cipher could be selected"));
-  }
-  return {};
-}
+using base::openssl_reason;
 
 bool is_ip_literal(const std::string& name) {
   error_code ec;
@@ -58,67 +20,20 @@ bool is_ip_literal(const std::string& name) {
 
 }  // namespace
 
-std::string openssl_reason(std::string_view fallback) {
-  unsigned long last = 0;
-  while (unsigned long e = ERR_get_error()) last = e;
-  if (last == 0) return std::string(fallback);
-  const char* reason = ERR_reason_error_string(last);
-  if (reason != nullptr) return reason;
-  char buf[256];
-  ERR_error_string_n(last, buf, sizeof buf);
-  return buf;
-}
-
 Status configure_server_context(ssl::context& ctx, const std::string& cert_file,
                                 const std::string& key_file) {
-  ENTENTE_RETURN_IF_ERROR(restrict_protocols(ctx));
-  ENTENTE_RETURN_IF_ERROR(check_readable("cert_file", cert_file));
-  ENTENTE_RETURN_IF_ERROR(check_readable("key_file", key_file));
-  SSL_CTX* native = ctx.native_handle();
-  ERR_clear_error();
-  if (SSL_CTX_use_certificate_chain_file(native, cert_file.c_str()) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "cert_file " + cert_file + ": " + openssl_reason("not a PEM certificate"));
-  }
-  if (SSL_CTX_use_PrivateKey_file(native, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    std::string reason = openssl_reason("not a PEM private key");
-    if (reason.find("mismatch") != std::string::npos) {
-      reason += " (the key does not match the certificate in cert_file " + cert_file + ")";
-    }
-    return make_error(Errc::invalid_argument, "key_file " + key_file + ": " + reason);
-  }
-  if (SSL_CTX_check_private_key(native) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "key_file " + key_file + ": " +
-                          openssl_reason("does not match the certificate") + " (cert_file " +
-                          cert_file + ")");
-  }
-  return {};
+  inet::TlsContextOptions o;  // TLS 1.2 (AEAD suites) and 1.3; the client's certificate is not asked for
+  o.cert_file = cert_file;
+  o.key_file = key_file;
+  return inet::configure_tls_context(ctx, o);
 }
 
 Status configure_client_context(ssl::context& ctx, const std::string& ca_file, bool verify_peer) {
-  ENTENTE_RETURN_IF_ERROR(restrict_protocols(ctx));
-  if (!verify_peer) {
-    ctx.set_verify_mode(ssl::verify_none);
-    return {};
-  }
-  ctx.set_verify_mode(ssl::verify_peer);
-  if (ca_file.empty()) {
-    // No CA named: trust the system's store.
-    error_code ec;
-    ctx.set_default_verify_paths(ec);
-    if (ec) {
-      return make_error(Errc::invalid_argument, "cannot load the system CA store: " + ec.message());
-    }
-    return {};
-  }
-  ENTENTE_RETURN_IF_ERROR(check_readable("ca_file", ca_file));
-  ERR_clear_error();
-  if (SSL_CTX_load_verify_locations(ctx.native_handle(), ca_file.c_str(), nullptr) != 1) {
-    return make_error(Errc::invalid_argument,
-                      "ca_file " + ca_file + ": " + openssl_reason("not a PEM certificate"));
-  }
-  return {};
+  inet::TlsContextOptions o;
+  o.presents_certificate = false;
+  o.peer = verify_peer ? inet::PeerCheck::verify : inet::PeerCheck::none;
+  o.ca_file = ca_file;
+  return inet::configure_tls_context(ctx, o);
 }
 
 Status configure_client_connection(SSL* ssl, const std::string& name, bool verify_peer) {
@@ -153,15 +68,6 @@ std::string handshake_failure(SSL* ssl, const error_code& ec) {
 
 namespace entente::http::detail {
 
-// A checked pair, as SSL_use_cert_and_key wants it. The scratch context
-// that loaded it owns the objects.
-struct ServerCertificate::Pair {
-  std::unique_ptr<ssl::context> holder;
-  X509* cert = nullptr;
-  EVP_PKEY* key = nullptr;
-  STACK_OF(X509) * chain = nullptr;
-};
-
 ServerCertificate::ServerCertificate() = default;
 ServerCertificate::~ServerCertificate() = default;
 
@@ -183,17 +89,9 @@ void ServerCertificate::attach(ssl::context& ctx) {
 }
 
 Result<bool> ServerCertificate::load(const std::string& cert_file, const std::string& key_file) {
-  // The same checks and messages as at start-up: a scratch context.
-  auto pair = std::make_shared<Pair>();
-  pair->holder = std::make_unique<ssl::context>(ssl::context::tls_server);
-  ENTENTE_RETURN_IF_ERROR(configure_server_context(*pair->holder, cert_file, key_file));
-  SSL_CTX* native = pair->holder->native_handle();
-  pair->cert = SSL_CTX_get0_certificate(native);
-  pair->key = SSL_CTX_get0_privatekey(native);
-  SSL_CTX_get0_chain_certs(native, &pair->chain);
-  if (pair->cert == nullptr || pair->key == nullptr) {
-    return make_error(Errc::invalid_argument, "cert_file " + cert_file + ": no certificate loaded");
-  }
+  // The same checks and messages as at start-up (net/tls.h).
+  ENTENTE_ASSIGN_OR_RETURN(inet::TlsCredentials loaded, inet::load_tls_credentials(cert_file, key_file, ""));
+  auto pair = std::make_shared<const Pair>(std::move(loaded));
   std::string der = der_of(pair->cert);
   std::lock_guard lock(mu_);
   const bool changed = der != current_der_;

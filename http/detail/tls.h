@@ -1,21 +1,22 @@
 #pragma once
-// TLS setup shared by the server and the clients: contexts restricted to
-// TLS 1.3 and TLS 1.2 with ECDHE + AEAD suites only (no CBC), credentials loaded with errors that name the file and OpenSSL's
-// reason, and client-side peer verification by host name or IP address.
+#if !defined(ENTENTE_IN_HTTP)
+#error "http/detail/ is private to http/ (docs/architecture.md)"
+#endif
+// The API's TLS profile, for the server and the clients: contexts restricted
+// to TLS 1.3 and TLS 1.2 with ECDHE + AEAD suites only (no CBC), made by the
+// tree's one TLS context set-up (net/tls.h); the server's replaceable
+// certificate; and client-side peer verification by host name or IP address.
 
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 
-#include "http/detail/net.h"
 #include "base/result.h"
+#include "http/detail/net.h"
+#include "net/tls.h"
 
 namespace entente::http::detail {
-
-// The reason of the most recent OpenSSL error on this thread ("no start
-// line"), or `fallback` when the queue is empty. Clears the queue.
-std::string openssl_reason(std::string_view fallback);
 
 // A server context with `cert_file` (PEM chain) and `key_file` (PEM key).
 // invalid_argument naming the file and the reason when either is unreadable,
@@ -42,7 +43,7 @@ class ServerCertificate final {
   Result<bool> load(const std::string& cert_file, const std::string& key_file);
 
  private:
-  struct Pair;
+  using Pair = inet::TlsCredentials;
   static int on_handshake(SSL* ssl, void* self);
   std::mutex mu_;
   std::shared_ptr<const Pair> current_;  // REQUIRES: mu_

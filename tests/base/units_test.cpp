@@ -40,5 +40,50 @@ TEST(Duration, TooLargeIsNotMalformed) {
   EXPECT_EQ(outcome_of("106751991168d"), O::too_large);
 }
 
+SizeParse::Outcome size_outcome(std::string_view s) { return parse_size(s).outcome; }
+
+uint64_t bytes_of(std::string_view s) {
+  const SizeParse p = parse_size(s);
+  EXPECT_TRUE(p.ok()) << s;
+  return p.bytes;
+}
+
+TEST(Size, EveryUnit) {
+  EXPECT_EQ(bytes_of("0"), 0u);
+  EXPECT_EQ(bytes_of("4096"), 4096u);
+  EXPECT_EQ(bytes_of("4096B"), 4096u);
+  EXPECT_EQ(bytes_of("512KiB"), 512u * 1024);
+  EXPECT_EQ(bytes_of("64MiB"), 64u << 20);
+  EXPECT_EQ(bytes_of("1GiB"), uint64_t{1} << 30);
+  EXPECT_EQ(bytes_of("2TiB"), uint64_t{2} << 40);
+}
+
+TEST(Size, RefusesWhatIsNotInTheGrammar) {
+  using O = SizeParse::Outcome;
+  for (const char* s : {"", "B", "KiB", "-1", "+1", "-1KiB", "1 KiB", " 1KiB", "1KiB ", "1.5MiB", "1kib", "1KIB",
+                        "1k", "1M", "1PiB", "1b", "0x10", "10s"}) {
+    EXPECT_EQ(size_outcome(s), O::malformed) << s;
+  }
+  for (const char* s : {"1KB", "1kB", "1MB", "1GB", "1TB"}) EXPECT_EQ(size_outcome(s), O::ambiguous) << s;
+}
+
+TEST(Size, TooLargeIsNotMalformed) {
+  using O = SizeParse::Outcome;
+  EXPECT_EQ(size_outcome("18446744073709551615"), O::ok);
+  EXPECT_EQ(size_outcome("18446744073709551616"), O::too_large);
+  EXPECT_EQ(size_outcome("16777215TiB"), O::ok);
+  EXPECT_EQ(size_outcome("16777216TiB"), O::too_large);
+}
+
+TEST(UnitsText, LargestExactUnit) {
+  EXPECT_EQ(size_text(1), "1 byte");
+  EXPECT_EQ(size_text(1000), "1000 bytes");
+  EXPECT_EQ(size_text(512 * kKiB), "512KiB");
+  EXPECT_EQ(size_text(1024 * kTiB), "1024TiB");
+  EXPECT_EQ(duration_text(250), "250ms");
+  EXPECT_EQ(duration_text(90 * kMinuteMs), "90m");
+  EXPECT_EQ(duration_text(3650 * kDayMs), "3650d");
+}
+
 }  // namespace
 }  // namespace entente::base

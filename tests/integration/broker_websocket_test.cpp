@@ -170,6 +170,56 @@ TEST_F(BrokerWebSocket, PublishRefusesRowsCarryingSeq) {
   EXPECT_NE(read.tuples[0].line.find("\"_time\":1234,\"k\":4"), std::string::npos) << read.tuples[0].line;
 }
 
+// A binary message is one batch in the engine's encoding with exactly the
+// stream's schema (docs/api.md, "Publish"); anything else is refused whole,
+// with what is wrong, and nothing of it is stored.
+TEST_F(BrokerWebSocket, PublishBinaryBatchesWholeOrNotAtAll) {
+  auto first_binary_message = [&](const std::string& stream) {
+    auto sub = connect(broker_, "/v1/streams/" + stream + "/subscribe?from=1&format=binary");
+    EXPECT_TRUE(sub);
+    if (!sub) return std::string();
+    auto m = sub->receive(5000);
+    EXPECT_TRUE(m.ok() && m->binary);
+    return m.ok() ? m->data : std::string();
+  };
+  post(broker_, rows(0, 5));
+  const std::string ticks = first_binary_message("ticks");
+  ASSERT_FALSE(ticks.empty());
+  ASSERT_EQ(broker_.request("POST", "/v1/streams",
+                            R"({"name":"other","schema":[{"name":"k","type":"int64"}]})").status,
+            201u);
+  ASSERT_EQ(broker_.request("POST", "/v1/streams/other/tuples", "{\"k\":1}\n", kPublisherToken,
+                            "application/x-ndjson").status,
+            200u);
+  const std::string other = first_binary_message("other");
+  ASSERT_FALSE(other.empty());
+
+  auto ws = connect(broker_, "/v1/streams/ticks/publish", kPublisherToken);
+  ASSERT_TRUE(ws);
+  ASSERT_TRUE(ws->send(ticks + "xyz", true).ok());
+  ASSERT_TRUE(ws->send(other, true).ok());
+  ASSERT_TRUE(ws->send(std::string("\x01\x02", 2), true).ok());
+  ASSERT_TRUE(ws->send(ticks, true).ok());
+  std::vector<std::string> answers;
+  while (answers.size() < 4) {
+    auto m = ws->receive(5000);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    ASSERT_FALSE(m->closed);
+    answers.push_back(m->data);
+  }
+  const char* refusals[] = {"binary batch: 3 bytes after the batch", "is not the stream's", "binary batch: "};
+  for (int i = 0; i < 3; ++i) {
+    rapidjson::Document d;
+    d.Parse(answers[i].c_str());
+    ASSERT_TRUE(d.IsObject() && d.HasMember("error")) << answers[i];
+    EXPECT_EQ(d["error"]["status"].GetUint(), 400u) << answers[i];
+    EXPECT_NE(std::string(d["error"]["detail"].GetString()).find(refusals[i]), std::string::npos) << answers[i];
+  }
+  // The same five rows again, numbered after the first five.
+  EXPECT_NE(answers[3].find("\"count\":5,\"first_seq\":6,\"last_seq\":10"), std::string::npos) << answers[3];
+  EXPECT_EQ(next_seq(broker_, "ticks"), 11u);
+}
+
 TEST_F(BrokerWebSocket, UpgradeRefusals) {
   auto ws = http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe", {});
   ASSERT_FALSE(ws.ok());

@@ -1,11 +1,10 @@
-// Contracting (broker/detail/contracting.h) between two domains without
+// Contracting (federation/contracting.h) between two domains without
 // processes: each side has a real store, ledger and signer; a "link" hands
 // each CONTROL message straight to the other side's on_control, and can be
 // cut. Shows the negotiation protocol's sync, gap filling, automatic
 // countersignature, restarts, restores from an older copy, forgeries in a
 // domain's own name, and refusals.
-#include "broker/detail/contracting.h"
-#include "broker/detail/node_impl.h"
+#include "federation/contracting.h"
 
 #include <gtest/gtest.h>
 
@@ -14,11 +13,12 @@
 #include <memory>
 #include <string>
 
-#include "broker/metrics.h"
+#include "base/metrics.h"
+#include "federation/detail/common.h"
 #include "contracts/contract.h"
 #include "tests/contracts/fixture.h"
 
-namespace entente::broker::detail {
+namespace entente::federation {
 namespace {
 
 using contracts::State;
@@ -27,7 +27,7 @@ using contracts::testing::Node;
 
 contracts::Terms terms(uint64_t price) {
   contracts::Terms t = contracts::testing::stream_terms();
-  t.valid_from_ms = (wall_clock_ms() / 1000 - 60) * 1000;  // in force now
+  t.valid_from_ms = (detail::wall_clock_ms() / 1000 - 60) * 1000;  // in force now
   t.stream.price_per_million = price;
   return t;
 }
@@ -37,7 +37,7 @@ struct Side {
   std::string domain;
   const certs::Signer* signer;
   Node node;
-  Registry metrics;
+  base::Registry metrics;
   std::unique_ptr<Contracting> c;
   std::deque<std::string>* outbox = nullptr;  // messages to the other side
   bool* link_up = nullptr;
@@ -175,7 +175,7 @@ TEST_F(ContractingTest, NegotiationEndsActiveOnBothSidesWithTheCountersignature)
   EXPECT_EQ(k->current().state, State::active);
   EXPECT_EQ(k->current().signatures.size(), 2u);
   EXPECT_EQ(k->current().terms.stream.price_per_million, 4u);
-  EXPECT_TRUE(k->in_force(wall_clock_ms()));
+  EXPECT_TRUE(k->in_force(detail::wall_clock_ms()));
   expect_same_history(id);
 }
 
@@ -301,7 +301,7 @@ TEST_F(ContractingTest, ARestoredDomainGetsBackTheVersionsItLostAndTheExchangeEn
   expect_same_history(id2);
   auto k = acme_.c->ledger().get(id2);
   ASSERT_TRUE(k.ok());
-  EXPECT_TRUE(k->in_force(wall_clock_ms()));
+  EXPECT_TRUE(k->in_force(detail::wall_clock_ms()));
   // Two syncs, seven versions, acme's sync once it caught up.
   EXPECT_LE(delivered, 12u);
   EXPECT_EQ(acme_.metric("entente_contract_versions_total{by=\"self_returned\"}"), 4);
@@ -362,7 +362,7 @@ TEST_F(ContractingTest, AnAcceptanceForgedInThisDomainsNameIsRefusedAndNotAskedF
   forged.number = 3;
   forged.state = State::accepted;
   forged.by = "acme";
-  forged.at_ms = wall_clock_ms();
+  forged.at_ms = detail::wall_clock_ms();
   forged.terms = held->current().terms;
   forged.offer = 2;
   auto signature = beta_.signer->sign(contracts::signing_message(id, 2, forged.terms));
@@ -371,7 +371,7 @@ TEST_F(ContractingTest, AnAcceptanceForgedInThisDomainsNameIsRefusedAndNotAskedF
   forged.signatures.push_back(*signature);
   ASSERT_TRUE(beta_.c->ledger().append(id, forged).ok());
   held = beta_.c->ledger().get(id);
-  auto v4 = contracts::countersign(*held, *beta_.signer, 3, wall_clock_ms());
+  auto v4 = contracts::countersign(*held, *beta_.signer, 3, detail::wall_clock_ms());
   ASSERT_TRUE(v4.ok()) << v4.error().message;
   ASSERT_TRUE(beta_.c->ledger().append(id, *v4).ok());
 
@@ -402,7 +402,7 @@ TEST_F(ContractingTest, AnOfferInThisDomainsNameFromThePeerIsNeverCountersigned)
   pump();
   auto held = beta_.c->ledger().get(id);
   ASSERT_TRUE(held.ok());
-  auto offer = contracts::counter(*held, "acme", 2, terms(1), wall_clock_ms());
+  auto offer = contracts::counter(*held, "acme", 2, terms(1), detail::wall_clock_ms());
   ASSERT_TRUE(offer.ok()) << offer.error().message;
   ASSERT_TRUE(beta_.c->ledger().append(id, *offer).ok());
   acme_.c->on_control(beta_.identity(), version_message(id, *offer));
@@ -419,7 +419,7 @@ TEST_F(ContractingTest, AnOfferInThisDomainsNameFromThePeerIsNeverCountersigned)
   ASSERT_TRUE(k.ok());
   EXPECT_EQ(k->current().number, 4u);
   EXPECT_EQ(k->current().state, State::accepted);
-  EXPECT_FALSE(k->in_force(wall_clock_ms()));
+  EXPECT_FALSE(k->in_force(detail::wall_clock_ms()));
   EXPECT_EQ(acme_.log_lines_with("does not countersign"), 1u) << ::testing::PrintToString(acme_.log);
   expect_same_history(id);
   // acme's own offers are still countersigned.
@@ -438,4 +438,4 @@ TEST_F(ContractingTest, AFloodOfRefusedMessagesLogsABurstAndCountsEveryOne) {
 }
 
 }  // namespace
-}  // namespace entente::broker::detail
+}  // namespace entente::federation

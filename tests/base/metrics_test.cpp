@@ -1,7 +1,7 @@
 // Prometheus exposition: the exact text for counters, gauges and histograms
 // with labels, escaping, collectors merged by name, bad registrations, and
 // exact totals under concurrent updates.
-#include "broker/metrics.h"
+#include "base/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace entente::broker {
+namespace entente::base {
 namespace {
 
 TEST(Metrics, CounterGaugeAndHistogramRenderExactly) {
@@ -236,4 +236,4 @@ TEST(Metrics, ConcurrentUpdatesGiveExactTotals) {
 }
 
 }  // namespace
-}  // namespace entente::broker
+}  // namespace entente::base

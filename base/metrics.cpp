@@ -1,7 +1,7 @@
 // Prometheus text exposition (format 0.0.4) for the registry in
-// broker/metrics.h. Updates are relaxed atomics; only creating a metric,
+// base/metrics.h. Updates are relaxed atomics; only creating a metric,
 // adding a collector and rendering take the registry's mutex.
-#include "broker/metrics.h"
+#include "base/metrics.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace entente::broker {
+namespace entente::base {
 namespace {
 
 enum class Kind : uint8_t { counter, gauge, histogram };
@@ -372,4 +372,4 @@ std::string Registry::render() const {
   return out;
 }
 
-}  // namespace entente::broker
+}  // namespace entente::base

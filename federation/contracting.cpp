@@ -1,4 +1,4 @@
-#include "broker/detail/contracting.h"
+#include "federation/contracting.h"
 
 #include <rapidjson/document.h>
 
@@ -6,10 +6,11 @@
 #include <chrono>
 #include <map>
 
-#include "broker/detail/json_out.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
 #include "contracts/contract.h"
 
-namespace entente::broker::detail {
+namespace entente::federation {
 namespace {
 
 using contracts::Contract;
@@ -29,10 +30,20 @@ int64_t unix_now_ms() {
 
 // `held`: the sender's latest version of the contract.
 std::string version_message(const std::string& id, const Version& v, uint64_t held) {
-  JsonOut j;
-  j.begin_object().key("type").str("contract.version").key("id").str(id);
-  j.key("version").raw(contracts::version_to_json(v)).key("held").u64(held).end_object();
-  return j.take();
+  const std::string version = contracts::version_to_json(v);
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  w.Key("type");
+  w.String("contract.version");
+  w.Key("id");
+  w.String(id.data(), static_cast<rapidjson::SizeType>(id.size()));
+  w.Key("version");
+  w.RawValue(version.data(), version.size(), rapidjson::kObjectType);
+  w.Key("held");
+  w.Uint64(held);
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize());
 }
 
 std::string returned_key(std::string_view id, uint64_t number) {
@@ -52,7 +63,7 @@ std::string other_party(const Contract& c, std::string_view self) {
 Result<std::unique_ptr<Contracting>> Contracting::open(store::Store& store, certs::Signer signer,
                                                        std::shared_ptr<const certs::TrustStore> trust,
                                                        std::vector<std::string> peer_domains,
-                                                       Registry& metrics, Hooks hooks) {
+                                                       base::Registry& metrics, Hooks hooks) {
   ENTENTE_ASSIGN_OR_RETURN(auto ledger, contracts::Ledger::open(store));
   return std::unique_ptr<Contracting>(new Contracting(store, std::move(ledger), std::move(signer),
                                                       std::move(trust), std::move(peer_domains),
@@ -61,7 +72,7 @@ Result<std::unique_ptr<Contracting>> Contracting::open(store::Store& store, cert
 
 Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger> ledger,
                          certs::Signer signer, std::shared_ptr<const certs::TrustStore> trust,
-                         std::vector<std::string> peer_domains, Registry& metrics, Hooks hooks)
+                         std::vector<std::string> peer_domains, base::Registry& metrics, Hooks hooks)
     : store_(store),
       ledger_(std::move(ledger)),
       signer_(std::move(signer)),
@@ -70,14 +81,14 @@ Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger>
       peer_domains_(std::move(peer_domains)),
       metrics_(metrics),
       hooks_(std::move(hooks)) {
-  collector_ = metrics_.add_collector([this](MetricsWriter& w) {
+  collector_ = metrics_.add_collector([this](base::MetricsWriter& w) {
     const int64_t now = unix_now_ms();
     std::map<State, uint64_t> by_state;
     for (const Contract& c : ledger_->list({}, now)) {
       ++by_state[c.state_at(now)];
       auto u = ledger_->usage(c.id);
       if (!u.ok()) continue;
-      const Labels labels{{"contract", c.id}, {"peer", other_party(c, self_)}};
+      const base::Labels labels{{"contract", c.id}, {"peer", other_party(c, self_)}};
       if (c.kind() == contracts::Kind::stream) {
         w.counter("entente_contract_tuples_total",
                   "Tuples delivered under a stream contract (this node's side)", labels,
@@ -209,11 +220,22 @@ void Contracting::count_message(const char* type, const char* direction) {
 void Contracting::send_sync(const certs::Identity& peer) {
   contracts::ContractFilter f;
   f.peer = peer.domain;
-  JsonOut j;
-  j.begin_object().key("type").str("contract.sync").key("have").begin_object();
-  for (const Contract& c : ledger_->list(f, unix_now_ms())) j.key(c.id).u64(c.current().number);
-  j.end_object().end_object();
-  if (hooks_.send_to_peer && hooks_.send_to_peer(peer, j.take())) count_message("sync", "sent");
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  w.Key("type");
+  w.String("contract.sync");
+  w.Key("have");
+  w.StartObject();
+  for (const Contract& c : ledger_->list(f, unix_now_ms())) {
+    w.Key(c.id.data(), static_cast<rapidjson::SizeType>(c.id.size()));
+    w.Uint64(c.current().number);
+  }
+  w.EndObject();
+  w.EndObject();
+  if (hooks_.send_to_peer && hooks_.send_to_peer(peer, std::string(sb.GetString(), sb.GetSize()))) {
+    count_message("sync", "sent");
+  }
 }
 
 void Contracting::on_link_up(const certs::Identity& peer) {
@@ -396,23 +418,8 @@ bool Contracting::returned_offer(const std::string& id, const Version& v) const 
 void Contracting::on_version(const certs::Identity& peer, const std::string& id,
                              const rapidjson::Value& json, uint64_t held) {
   count_message("version", "received");
-  auto v = contracts::version_from_json(json, "$.version");
-  if (!v.ok()) {
-    refused(peer, "contract " + id.substr(0, 64) + ": " + v.error().message, "malformed");
-    return;
-  }
-  if (!contracts::valid_contract_id(id)) {
-    refused(peer, "'" + id.substr(0, 64) + "' is not a contract id", "malformed");
-    return;
-  }
-  // Only contracts between the peer's domain and this one are this node's business.
-  if (auto [a, b] = contracts::parties(v->terms);
-      !((a == self_ && b == peer.domain) || (b == self_ && a == peer.domain))) {
-    refused(peer, "contract " + id + " binds " + a + " and " + b + ", not " + peer.domain +
-                      " and " + self_,
-            "not_a_party");
-    return;
-  }
+  auto v = incoming_version(peer, id, json);
+  if (!v) return;
   held = std::max(held, v->number);
   // Already held (a resend after a sync), or a gap to be filled first.
   auto existing = ledger_->get(id);
@@ -429,59 +436,101 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
     ask_for_gap(peer, id, current);
     return;
   }
+  auto recorded = record_incoming(peer, id, *v, current);
+  if (!recorded) return;
+  note_recorded(peer, id, *v, held, *recorded);
+  // The peer accepted this domain's offer: countersign it, since these are
+  // the terms this domain offered.
+  if (v->state == State::accepted && v->offer >= 1 && v->offer <= recorded->history.size() &&
+      recorded->history[v->offer - 1].by == self_) {
+    // The peer holds later versions: after a restore, this domain's own
+    // countersignature is among them, and comes next.
+    if (held > v->number) return;
+    countersign_accepted(peer, id, *v, *recorded);
+  }
+}
+
+std::optional<Version> Contracting::incoming_version(const certs::Identity& peer, const std::string& id,
+                                                     const rapidjson::Value& json) {
+  auto v = contracts::version_from_json(json, "$.version");
+  if (!v.ok()) {
+    refused(peer, "contract " + id.substr(0, 64) + ": " + v.error().message, "malformed");
+    return std::nullopt;
+  }
+  if (!contracts::valid_contract_id(id)) {
+    refused(peer, "'" + id.substr(0, 64) + "' is not a contract id", "malformed");
+    return std::nullopt;
+  }
+  // Only contracts between the peer's domain and this one are this node's business.
+  if (auto [a, b] = contracts::parties(v->terms);
+      !((a == self_ && b == peer.domain) || (b == self_ && a == peer.domain))) {
+    refused(peer, "contract " + id + " binds " + a + " and " + b + ", not " + peer.domain +
+                      " and " + self_,
+            "not_a_party");
+    return std::nullopt;
+  }
+  return std::move(*v);
+}
+
+std::optional<Contract> Contracting::record_incoming(const certs::Identity& peer, const std::string& id,
+                                                     const Version& v, uint64_t current) {
   // A version in this domain's name that the peer holds and this node does
   // not: this node lost it (its data directory was restored from an older
   // copy). It passes the checks of a local change, signatures included.
-  const bool returned = v->by == self_;
+  const bool returned = v.by == self_;
   bool marked = false;
-  if (returned && (v->state == State::proposed || v->state == State::countered)) {
+  if (returned && (v.state == State::proposed || v.state == State::countered)) {
     // Marked before it is recorded: a crash in between leaves a mark
     // without the version, never the version without its mark.
-    Status m = store_.put(store::Cf::meta, returned_key(id, v->number), contracts::version_to_json(*v),
+    Status m = store_.put(store::Cf::meta, returned_key(id, v.number), contracts::version_to_json(v),
                           store::Durability::synced);
     if (!m.ok()) {
-      if (hooks_.log) hooks_.log("contracts: cannot record version " + std::to_string(v->number) + " of " + id +
+      if (hooks_.log) hooks_.log("contracts: cannot record version " + std::to_string(v.number) + " of " + id +
                                  " from " + peer.domain + ": " + m.error().message);
-      return;
+      return std::nullopt;
     }
     marked = true;
   }
-  auto recorded = ledger_->apply(id, *v, returned ? self_ : peer.domain, *trust_);
-  if (!recorded.ok()) {
-    if (marked) (void)store_.erase(store::Cf::meta, returned_key(id, v->number), store::Durability::synced);
-    {
-      // Asking for this version again would only bring it back.
-      std::lock_guard lock(sync_mu_);
-      PeerSync& ps = peers_[peer.domain];
-      if (ps.stuck_at.size() >= kMaxSyncEntries) ps.stuck_at.clear();
-      ps.stuck_at[id] = current;
-      ps.catching_up.erase(id);
-    }
-    const Errc code = recorded.error().code;
-    refused(peer,
-            (returned ? "contract " + id + " version " + std::to_string(v->number) + " in the name of " + self_ +
-                            ": "
-                      : std::string()) +
-                recorded.error().message,
-            code == Errc::permission_denied ? "not_permitted"
-            : code == Errc::conflict        ? "conflict"
-                                            : "invalid");
-    return;
+  auto recorded = ledger_->apply(id, v, returned ? self_ : peer.domain, *trust_);
+  if (recorded.ok()) return std::move(*recorded);
+  if (marked) (void)store_.erase(store::Cf::meta, returned_key(id, v.number), store::Durability::synced);
+  {
+    // Asking for this version again would only bring it back.
+    std::lock_guard lock(sync_mu_);
+    PeerSync& ps = peers_[peer.domain];
+    if (ps.stuck_at.size() >= kMaxSyncEntries) ps.stuck_at.clear();
+    ps.stuck_at[id] = current;
+    ps.catching_up.erase(id);
   }
+  const Errc code = recorded.error().code;
+  refused(peer,
+          (returned ? "contract " + id + " version " + std::to_string(v.number) + " in the name of " + self_ +
+                          ": "
+                    : std::string()) +
+              recorded.error().message,
+          code == Errc::permission_denied ? "not_permitted"
+          : code == Errc::conflict        ? "conflict"
+                                          : "invalid");
+  return std::nullopt;
+}
+
+void Contracting::note_recorded(const certs::Identity& peer, const std::string& id, const Version& v,
+                                uint64_t held, const Contract& recorded) {
+  const bool returned = v.by == self_;
   metrics_
       .counter("entente_contract_versions_total", "Contract versions recorded, by who made them",
                {{"by", returned ? "self_returned" : "peer"}})
       .inc();
   if (hooks_.log) {
-    hooks_.log(returned ? "contracts: got back version " + std::to_string(v->number) + " of " + id + " (" +
-                              std::string(contracts::state_name(v->state)) + " by " + self_ + ") from " +
+    hooks_.log(returned ? "contracts: got back version " + std::to_string(v.number) + " of " + id + " (" +
+                              std::string(contracts::state_name(v.state)) + " by " + self_ + ") from " +
                               peer.domain + ", which this node had lost (a restored data directory?)"
-                        : "contracts: " + peer.domain + " made version " + std::to_string(v->number) +
-                              " of " + id + " (" + std::string(contracts::state_name(v->state)) + ")");
+                        : "contracts: " + peer.domain + " made version " + std::to_string(v.number) +
+                              " of " + id + " (" + std::string(contracts::state_name(v.state)) + ")");
   }
-  if (hooks_.changed) hooks_.changed(*recorded);
+  if (hooks_.changed) hooks_.changed(recorded);
   bool sync_now = false;
-  if (held == v->number) {
+  if (held == v.number) {
     std::lock_guard lock(sync_mu_);
     PeerSync& ps = peers_[peer.domain];
     ps.stuck_at.erase(id);
@@ -492,37 +541,31 @@ void Contracting::on_version(const certs::Identity& peer, const std::string& id,
   }
   // Caught up with everything the peer showed: it learns so from a sync.
   if (sync_now) send_sync(peer);
-  // The peer accepted this domain's offer: countersign it, since these are
-  // the terms this domain offered.
-  if (v->state == State::accepted && v->offer >= 1 && v->offer <= recorded->history.size() &&
-      recorded->history[v->offer - 1].by == self_) {
-    // The peer holds later versions: after a restore, this domain's own
-    // countersignature is among them, and comes next.
-    if (held > v->number) return;
-    const Version& offer = recorded->history[v->offer - 1];
-    if (returned_offer(id, offer)) {
-      if (hooks_.log) {
-        hooks_.log("contracts: " + peer.domain + " accepted version " + std::to_string(v->offer) + " of " + id +
-                   ", an offer in this domain's name that this node got back from " + peer.domain +
-                   " and cannot tell it made; it does not countersign it (revoke the contract and propose "
-                   "again if these are the terms to agree)");
-      }
-      return;
+}
+
+void Contracting::countersign_accepted(const certs::Identity& peer, const std::string& id, const Version& v,
+                                       const Contract& recorded) {
+  const Version& offer = recorded.history[v.offer - 1];
+  if (returned_offer(id, offer)) {
+    if (hooks_.log) {
+      hooks_.log("contracts: " + peer.domain + " accepted version " + std::to_string(v.offer) + " of " + id +
+                 ", an offer in this domain's name that this node got back from " + peer.domain +
+                 " and cannot tell it made; it does not countersign it (revoke the contract and propose "
+                 "again if these are the terms to agree)");
     }
-    auto signed_version = contracts::countersign(*recorded, signer_, v->number, unix_now_ms());
-    if (!signed_version.ok()) {
-      if (hooks_.log) {
-        hooks_.log("contracts: countersigning " + id + " failed: " +
-                   signed_version.error().message);
-      }
-      return;
+    return;
+  }
+  auto signed_version = contracts::countersign(recorded, signer_, v.number, unix_now_ms());
+  if (!signed_version.ok()) {
+    if (hooks_.log) {
+      hooks_.log("contracts: countersigning " + id + " failed: " + signed_version.error().message);
     }
-    auto out = record(id, *signed_version);
-    if (!out.ok() && hooks_.log) {
-      hooks_.log("contracts: recording the countersignature of " + id +
-                 " failed: " + out.error().message);
-    }
+    return;
+  }
+  auto out = record(id, *signed_version);
+  if (!out.ok() && hooks_.log) {
+    hooks_.log("contracts: recording the countersignature of " + id + " failed: " + out.error().message);
   }
 }
 
-}  // namespace entente::broker::detail
+}  // namespace entente::federation

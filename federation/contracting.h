@@ -35,7 +35,7 @@
 // are counted in entente_contract_refusals_total and summed up in one
 // line). entente_contract_messages_total counts what is sent and received.
 //
-// Ownership: owned by Peering; borrows the Store. Threading: API calls on
+// Ownership: owned by Peering (federation/peering.h); borrows the Store. Threading: API calls on
 // Asio threads, link events on the io thread; the Ledger serialises
 // changes, and sending happens after the ledger's lock is released. The
 // sync state has its own mutex, never held while sending or calling a hook.
@@ -46,12 +46,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "broker/metrics.h"
+#include "base/metrics.h"
 #include "rapidjson/fwd.h"
 #include "certs/certs.h"
 #include "certs/signing.h"
@@ -60,7 +61,7 @@
 #include "base/result.h"
 #include "store/store.h"
 
-namespace entente::broker::detail {
+namespace entente::federation {
 
 class Contracting final {
  public:
@@ -83,7 +84,7 @@ class Contracting final {
   static Result<std::unique_ptr<Contracting>> open(store::Store& store, certs::Signer signer,
                                                     std::shared_ptr<const certs::TrustStore> trust,
                                                     std::vector<std::string> peer_domains,
-                                                    Registry& metrics, Hooks hooks);
+                                                    base::Registry& metrics, Hooks hooks);
 
   // What an action did: the contract as recorded, and whether the new
   // version reached a node of the other domain now (otherwise it goes when
@@ -129,7 +130,7 @@ class Contracting final {
  private:
   Contracting(store::Store& store, std::unique_ptr<contracts::Ledger> ledger, certs::Signer signer,
               std::shared_ptr<const certs::TrustStore> trust, std::vector<std::string> peer_domains,
-              Registry& metrics, Hooks hooks);
+              base::Registry& metrics, Hooks hooks);
 
   // Records a local version and sends it to the other party.
   Result<Outcome> record(const std::string& id, const contracts::Version& v);
@@ -138,6 +139,21 @@ class Contracting final {
   void on_sync(const certs::Identity& peer, const rapidjson::Value& have);
   void on_version(const certs::Identity& peer, const std::string& id, const rapidjson::Value& version,
                   uint64_t held);
+  // The steps of on_version. The version the message carries, when it is
+  // well formed and binds the peer's domain and this one (else refused).
+  std::optional<contracts::Version> incoming_version(const certs::Identity& peer, const std::string& id,
+                                                     const rapidjson::Value& json);
+  // Records the next version `v` (the ledger is at `current`); refuses it
+  // and remembers not to ask for it again when the ledger does not take it.
+  std::optional<contracts::Contract> record_incoming(const certs::Identity& peer, const std::string& id,
+                                                     const contracts::Version& v, uint64_t current);
+  // Metrics, log, hooks and the sync state after `v` was recorded.
+  void note_recorded(const certs::Identity& peer, const std::string& id, const contracts::Version& v,
+                     uint64_t held, const contracts::Contract& recorded);
+  // The peer accepted an offer in this domain's name: countersigns it,
+  // unless it is an offer that came back after a restore.
+  void countersign_accepted(const certs::Identity& peer, const std::string& id, const contracts::Version& v,
+                            const contracts::Contract& recorded);
   // A gap before version current + 1 of `id`: asks the peer for a sync,
   // unless this node asked already at `current` (or refused the version
   // after it) since the link came up.
@@ -173,7 +189,7 @@ class Contracting final {
   std::shared_ptr<const certs::TrustStore> trust_;
   std::string self_;
   std::vector<std::string> peer_domains_;
-  Registry& metrics_;
+  base::Registry& metrics_;
   Hooks hooks_;
   uint64_t collector_ = 0;  // /metrics: contracts by state, usage per contract
 
@@ -188,4 +204,4 @@ class Contracting final {
 // The other party of a contract, seen from `self`.
 std::string other_party(const contracts::Contract& c, std::string_view self);
 
-}  // namespace entente::broker::detail
+}  // namespace entente::federation

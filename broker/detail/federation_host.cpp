@@ -1,0 +1,121 @@
+#include "broker/detail/federation_host.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "broker/detail/node_impl.h"
+#include "broker/detail/streams.h"
+
+namespace entente::broker::detail {
+namespace {
+
+// A federation tap as one of the stream's taps. Holds it weakly, as the
+// stream holds its taps.
+class TapAdapter final : public Tap {
+ public:
+  explicit TapAdapter(std::weak_ptr<federation::StreamTap> tap) : tap_(std::move(tap)) {}
+  void on_record(const RecordPtr& rec) override {
+    if (auto t = tap_.lock()) t->on_record({rec->first, rec->last, *rec->batch, rec->encoded.get()});
+  }
+  void on_stream_closed() override {
+    if (auto t = tap_.lock()) t->on_stream_closed();
+  }
+
+ private:
+  std::weak_ptr<federation::StreamTap> tap_;
+};
+
+// One of this node's streams as the federation layer sees it. Keeps the
+// adapters of the taps added through it, for as long as they are added.
+class BrokerStream final : public federation::HostStream {
+ public:
+  BrokerStream(StreamPtr stream, NodeImpl& node) : s_(std::move(stream)), node_(node) {}
+
+  const std::string& name() const override { return s_->meta().name; }
+  engine::SchemaPtr schema() const override { return s_->meta().schema; }
+  uint64_t committed_next() const override { return s_->committed_next(); }
+  uint64_t next_seq() const override { return s_->next_seq(); }
+
+  uint64_t add_tap(const std::shared_ptr<federation::StreamTap>& tap) override {
+    auto adapter = std::make_shared<TapAdapter>(tap);
+    {
+      std::lock_guard lock(mu_);
+      taps_[tap.get()] = adapter;
+    }
+    return s_->add_tap(adapter);
+  }
+  void remove_tap(const federation::StreamTap* tap) override {
+    std::shared_ptr<TapAdapter> adapter;
+    {
+      std::lock_guard lock(mu_);
+      auto it = taps_.find(tap);
+      if (it == taps_.end()) return;
+      adapter = std::move(it->second);
+      taps_.erase(it);
+    }
+    s_->remove_tap(adapter.get());
+  }
+  Status read_log(uint64_t from, size_t max_records, size_t max_bytes,
+                  std::vector<store::LogRecord>& out) const override {
+    return store::StreamLog::read(node_.store(), s_->meta().id, from, max_records, max_bytes, out);
+  }
+  Result<std::optional<uint64_t>> first_retained() const override {
+    ENTENTE_ASSIGN_OR_RETURN(auto first, store::StreamLog::first(node_.store(), s_->meta().id));
+    if (!first) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(first->first);
+  }
+  Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+                   std::function<void(const Status&)> done,
+                   std::shared_ptr<const std::string> encoded) override {
+    return s_->append_at(
+        first, std::move(batch), node_.gc(), store::Admission::reject, std::move(extra),
+        [done = std::move(done)](const Status& st, const RecordPtr&) { done(st); }, std::move(encoded));
+  }
+  void end_feed(const std::string& cause, const std::string& reason) override { s_->end_feed(cause, reason); }
+
+ private:
+  const StreamPtr s_;
+  NodeImpl& node_;
+  std::mutex mu_;
+  std::map<const federation::StreamTap*, std::shared_ptr<TapAdapter>> taps_;  // REQUIRES: mu_
+};
+
+}  // namespace
+
+store::Store& FederationHost::store() { return node_.store(); }
+
+base::Registry& FederationHost::metrics() { return node_.metrics(); }
+
+void FederationHost::log(const std::string& line) { std::fprintf(stderr, "entente: %s\n", line.c_str()); }
+
+federation::HostStreamPtr FederationHost::find_stream(const std::string& name) {
+  StreamPtr s = node_.find_stream(name);
+  return s ? std::make_shared<BrokerStream>(std::move(s), node_) : nullptr;
+}
+
+std::vector<federation::HostStreamPtr> FederationHost::mirrors() {
+  std::vector<federation::HostStreamPtr> out;
+  for (auto& s : node_.list_streams()) {
+    if (s->meta().producer == "import") out.push_back(std::make_shared<BrokerStream>(s, node_));
+  }
+  return out;
+}
+
+Result<federation::HostStreamPtr> FederationHost::create_mirror(const std::string& name,
+                                                                engine::SchemaPtr schema) {
+  StreamMeta meta;
+  meta.name = name;
+  meta.schema = std::move(schema);
+  meta.producer = "import";
+  const auto& r = node_.config().retention;
+  meta.retention = {r.max_tuples, r.max_bytes, r.max_age_ms};
+  ENTENTE_ASSIGN_OR_RETURN(StreamPtr s, node_.create_stream(std::move(meta)));
+  return federation::HostStreamPtr(std::make_shared<BrokerStream>(std::move(s), node_));
+}
+
+Status FederationHost::submit(store::WriteBatch batch, std::function<void(const Status&)> done) {
+  return node_.gc().submit(std::move(batch), std::move(done), store::Admission::reject);
+}
+
+}  // namespace entente::broker::detail

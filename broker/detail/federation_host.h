@@ -1,0 +1,36 @@
+#pragma once
+#if !defined(ENTENTE_IN_BROKER)
+#error "broker/detail/ is private to broker/ (docs/architecture.md)"
+#endif
+// The broker's side of federation/host.h: the federation layer reaches
+// this node's streams, group commit, store, metrics and log through it,
+// and nothing else of the broker. A thin adapter; the federation logic is
+// in federation/.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "federation/host.h"
+
+namespace entente::broker::detail {
+
+class NodeImpl;
+
+class FederationHost final : public federation::Host {
+ public:
+  explicit FederationHost(NodeImpl& node) : node_(node) {}
+
+  store::Store& store() override;
+  base::Registry& metrics() override;
+  void log(const std::string& line) override;
+  federation::HostStreamPtr find_stream(const std::string& name) override;
+  std::vector<federation::HostStreamPtr> mirrors() override;
+  Result<federation::HostStreamPtr> create_mirror(const std::string& name, engine::SchemaPtr schema) override;
+  Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) override;
+
+ private:
+  NodeImpl& node_;
+};
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,41 @@
+#pragma once
+// What each importing domain acknowledged of each exported stream: the
+// last sequence number it stored durably, per (stream, domain), kept in the
+// `meta` family under "export-ack/STREAM/DOMAIN" (8 bytes big-endian). It
+// pins the stream's retention (Exports::retention_pin), so nothing a
+// domain has not stored is trimmed; it never goes down.
+//
+// Threading: any thread; one mutex, not held across the store write (a
+// lost newest value only keeps more of the log).
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/result.h"
+#include "store/store.h"
+
+namespace entente::federation {
+
+class Acknowledgements final {
+ public:
+  explicit Acknowledgements(store::Store& store) : store_(store) {}
+
+  // Reads what importing domains acknowledged before a restart.
+  Status load();
+  // Domain `domain` holds `stream` through `through`; a lower value than
+  // the one kept changes nothing.
+  void record(const std::string& stream, const std::string& domain, uint64_t through);
+  // The last number `domain` acknowledged of `stream`; nullopt when it
+  // never did.
+  std::optional<uint64_t> acked(const std::string& stream, const std::string& domain) const;
+
+ private:
+  store::Store& store_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::map<std::string, uint64_t>> acks_;  // REQUIRES: mu_; stream -> domain -> seq
+};
+
+}  // namespace entente::federation

@@ -1,0 +1,113 @@
+#pragma once
+// What the federation layer needs of the node it runs in, and nothing more
+// (docs/architecture.md, "Modules and dependencies"): streams to export
+// (their schema, their log, a tap on their committed records), mirrors to
+// append to durably, the store (the `meta` family and the contracts
+// ledger), metrics and a log. The broker implements it over its streams,
+// group commit and store; unit tests implement it in memory over a real
+// store. Nothing here knows the broker.
+//
+// Threading: every call may come from any thread (the link io thread, the
+// federation timer, API threads); implementations are thread-safe.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/metrics.h"
+#include "base/result.h"
+#include "engine/batch.h"
+#include "engine/types.h"
+#include "store/store.h"
+#include "store/stream_log.h"
+
+namespace entente::federation {
+
+// One durable record of a stream as a tap sees it: tuples first..last,
+// valid during the call only.
+struct RecordView {
+  uint64_t first = 0;
+  uint64_t last = 0;
+  const engine::Batch& batch;        // sequence numbers first..last
+  const std::string* encoded;        // the batch's engine encoding, when kept
+};
+
+// Follows a stream's committed records (an export's channel). on_record
+// runs on the committer thread, in sequence order, with no gaps: it must
+// be short and must not block.
+class StreamTap {
+ public:
+  virtual ~StreamTap() = default;
+  virtual void on_record(const RecordView& record) = 0;
+  // The stream is being deleted.
+  virtual void on_stream_closed() = 0;
+};
+
+// A stream of this node: one this node owns (to export) or a mirror of
+// another domain's stream (to import into).
+class HostStream {
+ public:
+  virtual ~HostStream() = default;
+  virtual const std::string& name() const = 0;
+  virtual engine::SchemaPtr schema() const = 0;
+  // The next sequence number to become visible (1 + the last committed).
+  virtual uint64_t committed_next() const = 0;
+  // The next sequence number an append takes, appends in flight included.
+  virtual uint64_t next_seq() const = 0;
+
+  // Records committed from the call on reach `tap`; returns the committed
+  // head at that moment. The stream holds the tap weakly.
+  virtual uint64_t add_tap(const std::shared_ptr<StreamTap>& tap) = 0;
+  virtual void remove_tap(const StreamTap* tap) = 0;
+  // Up to `max_records` records from the one holding `from` on, stopping
+  // once `max_bytes` of payload are read (at least one record).
+  virtual Status read_log(uint64_t from, size_t max_records, size_t max_bytes,
+                          std::vector<store::LogRecord>& out) const = 0;
+  // The first tuple the log still holds; nullopt when it holds none.
+  virtual Result<std::optional<uint64_t>> first_retained() const = 0;
+
+  // A mirror: appends tuples first.. of the owner's numbering (see
+  // append_at in docs/federation.md: `first` is next_seq(), or anything
+  // while the mirror never held a tuple), with `extra` in the same atomic
+  // write; `done` runs once it is durable (or failed). `encoded`, when
+  // given, is the batch's engine encoding exactly as it is. Errors:
+  // unavailable (the write queue is full, or the mirror is going),
+  // conflict (a wrong `first`).
+  virtual Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+                           std::function<void(const Status&)> done,
+                           std::shared_ptr<const std::string> encoded) = 0;
+  // A mirror whose owner refused or ended the import: its live readers
+  // learn why nothing more comes (`cause` in a few words, first thing).
+  virtual void end_feed(const std::string& cause, const std::string& reason) = 0;
+};
+using HostStreamPtr = std::shared_ptr<HostStream>;
+
+class Host {
+ public:
+  virtual ~Host() = default;
+
+  // The node's store: the `meta` family (acknowledged positions, unbilled
+  // ranges, import positions) and the contracts ledger.
+  virtual store::Store& store() = 0;
+  virtual base::Registry& metrics() = 0;
+  // One line, no trailing newline.
+  virtual void log(const std::string& line) = 0;
+
+  // A stream of this node by its local name ("bids", or "acme/bids" for a
+  // mirror); null when there is none.
+  virtual HostStreamPtr find_stream(const std::string& name) = 0;
+  // Every mirror in the catalog (at start-up: the imports to resume).
+  virtual std::vector<HostStreamPtr> mirrors() = 0;
+  // Creates the mirror `name` ("acme/bids") with the owner's schema, in
+  // the catalog, durably.
+  virtual Result<HostStreamPtr> create_mirror(const std::string& name, engine::SchemaPtr schema) = 0;
+  // Writes `batch` in the order of the mirrors' appends (through the same
+  // queue); `done` runs once it is durable. unavailable when the queue is
+  // full.
+  virtual Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) = 0;
+};
+
+}  // namespace entente::federation

@@ -1,0 +1,626 @@
+// The federation layer's stream delivery without processes or sockets: an
+// owner's Exports and an importer's Imports, each over its own in-memory
+// Host with a real store in a temporary directory, wired back to back by a
+// Wire that queues frames and hands each to the other side. Shows tuples
+// flowing with contiguous sequence numbers and no duplicate, a sender
+// stopping at the importer's credit and going on when credit comes back, a
+// resume after a reconnect that loses frames in flight, and OPENs refused
+// with their reasons; and, under a stream contract, its predicate and
+// projection applied on the wire and its metering charging what the
+// importer acknowledged.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/codec.h"
+#include "federation/acknowledgements.h"
+#include "federation/detail/common.h"
+#include "federation/exports.h"
+#include "federation/imports.h"
+#include "federation/messages.h"
+#include "federation/metering.h"
+#include "federation/traffic.h"
+#include "federation/wire.h"
+#include "store/store.h"
+#include "tests/contracts/fixture.h"
+#include "tests/support/temp_dir.h"
+
+namespace entente::federation {
+namespace {
+
+engine::SchemaPtr bids_schema() {
+  return engine::make_schema({{"price", engine::Type::Int64}, {"item", engine::Type::String}});
+}
+
+// A stream of the test host: an in-memory log of encoded records, taps, and
+// appends that become visible when the host commits (as the group commit
+// would make them durable, later and on another call).
+class MemStream final : public HostStream, public std::enable_shared_from_this<MemStream> {
+ public:
+  // `host`: where a mirror's appends are queued until it commits.
+  MemStream(std::string name, engine::SchemaPtr schema, Host* host = nullptr)
+      : name_(std::move(name)), schema_(std::move(schema)), host_(host) {}
+
+  const std::string& name() const override { return name_; }
+  engine::SchemaPtr schema() const override { return schema_; }
+  uint64_t committed_next() const override {
+    std::lock_guard lock(mu_);
+    return committed_;
+  }
+  uint64_t next_seq() const override {
+    std::lock_guard lock(mu_);
+    return next_;
+  }
+  uint64_t add_tap(const std::shared_ptr<StreamTap>& tap) override {
+    std::lock_guard lock(mu_);
+    taps_.push_back(tap);
+    return committed_;
+  }
+  void remove_tap(const StreamTap* tap) override {
+    std::lock_guard lock(mu_);
+    std::erase_if(taps_, [tap](const std::weak_ptr<StreamTap>& t) { return t.lock().get() == tap; });
+  }
+  Status read_log(uint64_t from, size_t max_records, size_t max_bytes,
+                  std::vector<store::LogRecord>& out) const override {
+    std::lock_guard lock(mu_);
+    size_t bytes = 0;
+    for (const auto& r : log_) {
+      if (r.last < from || r.first >= committed_) continue;
+      if (out.size() == max_records || (!out.empty() && bytes >= max_bytes)) break;
+      out.push_back(store::LogRecord{r.first, r.last, 0, r.encoded});
+      bytes += r.encoded.size();
+    }
+    return {};
+  }
+  Result<std::optional<uint64_t>> first_retained() const override {
+    std::lock_guard lock(mu_);
+    if (log_.empty()) return std::optional<uint64_t>();
+    return std::optional<uint64_t>(log_.front().first);
+  }
+  Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+                   std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) override;
+  void end_feed(const std::string& cause, const std::string& reason) override {
+    std::lock_guard lock(mu_);
+    feed_ended_ = cause + " | " + reason;
+  }
+
+  // The owner's ingest: numbers the rows, makes them durable and visible at
+  // once, and hands the record to the taps.
+  void publish(engine::Batch b) {
+    std::vector<std::shared_ptr<StreamTap>> taps;
+    Rec rec;
+    {
+      std::lock_guard lock(mu_);
+      std::vector<engine::Seq> seqs;
+      for (size_t i = 0; i < b.rows(); ++i) seqs.push_back(next_ + i);
+      b.seq = std::move(seqs);
+      rec.first = next_;
+      rec.last = next_ + b.rows() - 1;
+      engine::encode_batch(b, rec.encoded);
+      rec.batch = std::move(b);
+      next_ = committed_ = rec.last + 1;
+      log_.push_back(rec);
+      for (auto& t : taps_) {
+        if (auto s = t.lock()) taps.push_back(s);
+      }
+    }
+    for (auto& t : taps) t->on_record({rec.first, rec.last, rec.batch, &rec.encoded});
+  }
+  // Every sequence number stored, in log order.
+  std::vector<uint64_t> seqs() const {
+    std::lock_guard lock(mu_);
+    std::vector<uint64_t> out;
+    for (const auto& r : log_) {
+      if (r.first >= committed_) break;
+      for (uint64_t s : r.batch.seq) out.push_back(s);
+    }
+    return out;
+  }
+  size_t record_bytes(size_t i) const {
+    std::lock_guard lock(mu_);
+    return log_.at(i).encoded.size();
+  }
+  std::string feed_ended() const {
+    std::lock_guard lock(mu_);
+    return feed_ended_;
+  }
+  void committed(uint64_t through) {
+    std::lock_guard lock(mu_);
+    committed_ = std::max(committed_, through + 1);
+  }
+
+ private:
+  struct Rec {
+    uint64_t first = 0, last = 0;
+    std::string encoded;
+    engine::Batch batch;
+  };
+  const std::string name_;
+  const engine::SchemaPtr schema_;
+  Host* const host_;
+  mutable std::mutex mu_;
+  uint64_t next_ = 1;       // REQUIRES: mu_
+  uint64_t committed_ = 1;  // REQUIRES: mu_
+  std::vector<Rec> log_;    // REQUIRES: mu_
+  std::vector<std::weak_ptr<StreamTap>> taps_;  // REQUIRES: mu_
+  std::string feed_ended_;  // REQUIRES: mu_
+};
+
+// The test's node: a real store, in-memory streams, and a write queue that
+// commit() drains in order, as the group commit does.
+class TestHost final : public Host {
+ public:
+  explicit TestHost(const std::string& dir) {
+    store::StoreOptions o;
+    o.path = dir + "/db";
+    o.write_buffer_bytes = 4u << 20;
+    o.block_cache_bytes = 8u << 20;
+    auto s = store::Store::open(o);
+    if (!s.ok()) throw std::runtime_error(s.error().message);
+    store_ = std::move(*s);
+  }
+
+  store::Store& store() override { return *store_; }
+  base::Registry& metrics() override { return metrics_; }
+  void log(const std::string& line) override { lines.push_back(line); }
+  HostStreamPtr find_stream(const std::string& name) override {
+    auto it = streams.find(name);
+    return it == streams.end() ? nullptr : it->second;
+  }
+  std::vector<HostStreamPtr> mirrors() override {
+    std::vector<HostStreamPtr> out;
+    for (auto& [n, s] : streams) {
+      if (n.find('/') != std::string::npos) out.push_back(s);
+    }
+    return out;
+  }
+  Result<HostStreamPtr> create_mirror(const std::string& name, engine::SchemaPtr schema) override {
+    auto s = std::make_shared<MemStream>(name, std::move(schema), this);
+    streams[name] = s;
+    return HostStreamPtr(s);
+  }
+  Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) override {
+    auto writes = std::make_shared<store::WriteBatch>(std::move(batch));
+    queue.push_back([this, writes, done = std::move(done)] {
+      done(store_->write(*writes, store::Durability::buffered));
+    });
+    return {};
+  }
+  // Makes everything queued durable, in order, and runs the callbacks.
+  size_t commit() {
+    size_t n = 0;
+    while (!queue.empty()) {
+      auto f = std::move(queue.front());
+      queue.pop_front();
+      f();
+      ++n;
+    }
+    return n;
+  }
+
+  std::map<std::string, std::shared_ptr<MemStream>> streams;
+  std::deque<std::function<void()>> queue;
+  std::vector<std::string> lines;
+
+ private:
+  std::unique_ptr<store::Store> store_;
+  base::Registry metrics_;
+};
+
+Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+                            std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) {
+  (void)encoded;
+  uint64_t last = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (first != next_ && !log_.empty()) return make_error(Errc::conflict, "append_at " + std::to_string(first));
+    std::vector<engine::Seq> seqs;
+    for (size_t i = 0; i < batch.rows(); ++i) seqs.push_back(first + i);
+    batch.seq = std::move(seqs);
+    Rec rec;
+    rec.first = first;
+    rec.last = last = first + batch.rows() - 1;
+    engine::encode_batch(batch, rec.encoded);
+    rec.batch = std::move(batch);
+    log_.push_back(std::move(rec));
+    next_ = last + 1;
+  }
+  // Durable (and visible) when the host commits.
+  return host_->submit(std::move(extra), [self = shared_from_this(), last, done = std::move(done)](const Status& st) {
+    self->committed(last);
+    done(st);
+  });
+}
+
+// One frame on its way.
+struct Frame {
+  certs::Identity from;
+  certs::Identity to;
+  FrameType type;
+  uint32_t channel;
+  std::string payload;
+};
+
+// The link between the two nodes: one queue both sides send into, cut or
+// up as the test says.
+struct Link {
+  std::deque<Frame> frames;
+  bool up = true;
+  uint32_t next_channel = 1;
+};
+
+class TestWire final : public Wire {
+ public:
+  TestWire(certs::Identity self, certs::Identity other, Link& link)
+      : self_(std::move(self)), other_(std::move(other)), link_(link) {}
+  Status send(const certs::Identity& peer, FrameType type, uint32_t channel, std::string_view payload) override {
+    if (!link_.up || !(peer == other_)) return make_error(Errc::unavailable, "no link to " + peer.uri());
+    link_.frames.push_back({self_, peer, type, channel, std::string(payload)});
+    return {};
+  }
+  Result<uint32_t> new_channel(const certs::Identity& peer) override {
+    if (!is_up(peer)) return make_error(Errc::unavailable, "no link to " + peer.uri());
+    const uint32_t c = link_.next_channel;
+    link_.next_channel += 2;
+    return c;
+  }
+  bool is_up(const certs::Identity& peer) const override { return link_.up && peer == other_; }
+
+ private:
+  certs::Identity self_;
+  certs::Identity other_;
+  Link& link_;
+};
+
+const certs::Identity kAcme{"acme", "n1"};
+const certs::Identity kBeta{"beta", "n1"};
+
+class DeliveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    owner_dir_ = entente::testing::make_temp_dir("fed-owner");
+    importer_dir_ = entente::testing::make_temp_dir("fed-importer");
+    owner_ = std::make_unique<TestHost>(owner_dir_);
+    importer_ = std::make_unique<TestHost>(importer_dir_);
+    bids_ = std::make_shared<MemStream>("bids", bids_schema());
+    owner_->streams["bids"] = bids_;
+    peers_ = std::make_shared<const std::vector<PeerDomainConfig>>(
+        std::vector<PeerDomainConfig>{{"acme", "", {{"n1", "127.0.0.1", 1}}}});
+    start_owner({{"bids", {"beta"}, {}}});
+  }
+  void TearDown() override {
+    imports_.reset();
+    exports_.reset();
+    metering_.reset();
+    ledger_.reset();
+    owner_.reset();
+    importer_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(owner_dir_, ec);
+    std::filesystem::remove_all(importer_dir_, ec);
+  }
+
+  // (Re)starts the owner's side with these configured exports.
+  void start_owner(std::vector<ExportConfig> exports) {
+    exports_.reset();
+    owner_acks_ = std::make_unique<Acknowledgements>(owner_->store());
+    metering_ = std::make_unique<Metering>(owner_->store(), [this](const std::string& l) { owner_->log(l); });
+    ASSERT_TRUE(owner_acks_->load().ok());
+    metering_->set_ledger(ledger_.get());
+    ASSERT_TRUE(metering_->load().ok());
+    exports_ = std::make_unique<Exports>(*owner_, ExportSender::Context{owner_wire_, *metering_, *owner_acks_, owner_traffic_},
+                                         Exports::Options{kAcme, std::move(exports), 1u << 20});
+    exports_->set_ledger(ledger_.get());
+  }
+  void start_importer(uint32_t window) {
+    imports_ = std::make_unique<Imports>(*importer_, importer_wire_, importer_traffic_,
+                                         Imports::Options{kBeta, window, [this] { return peers_; }});
+    ASSERT_TRUE(imports_->load().ok());
+  }
+
+  // Hands every queued frame to its receiver, as Peering routes them, and
+  // lets the importer's writes become durable, until nothing moves. Frames
+  // of a type in `hold` are kept back in held_.
+  void run(std::vector<FrameType> hold = {}) {
+    while (!link_.frames.empty() || !importer_->queue.empty()) {
+      while (!link_.frames.empty()) {
+        Frame f = std::move(link_.frames.front());
+        link_.frames.pop_front();
+        if (std::find(hold.begin(), hold.end(), f.type) != hold.end()) {
+          held_.push_back(std::move(f));
+          continue;
+        }
+        deliver(f);
+      }
+      importer_->commit();
+    }
+  }
+  void deliver(const Frame& f) {
+    seen_.push_back(f);
+    if (f.to == kAcme) {
+      if (f.type == FrameType::open) {
+        exports_->on_open(f.from, f.channel, f.payload);
+      } else {
+        (void)exports_->on_frame(f.from, f.type, f.channel, f.payload);
+      }
+    } else {
+      (void)imports_->on_frame(f.from, f.type, f.channel, f.payload);
+    }
+  }
+  void release_held() {
+    for (auto& f : held_) link_.frames.push_back(std::move(f));
+    held_.clear();
+  }
+  // Imports acme/bids; the answer.
+  Result<ImportInfo> import_bids() {
+    std::optional<Result<ImportInfo>> answer;
+    imports_->create("acme/bids", nullptr, [&](Result<ImportInfo> r) { answer = std::move(r); },
+                     std::chrono::seconds(10));
+    run();
+    if (!answer) return make_error(Errc::unavailable, "no answer");
+    return std::move(*answer);
+  }
+  // `n` rows priced from `price` on, each item the same width, so every
+  // record of n rows encodes to the same size.
+  static engine::Batch rows(size_t n, int64_t price) {
+    engine::BatchBuilder b(bids_schema());
+    for (size_t i = 0; i < n; ++i) {
+      b.column(0).ints.push_back(price + static_cast<int64_t>(i));
+      b.column(1).append_str("item-0000");
+      b.event_time().push_back(1000 + static_cast<int64_t>(i));
+      b.seq().push_back(0);
+    }
+    return b.finish();
+  }
+  std::shared_ptr<MemStream> mirror() const {
+    auto it = importer_->streams.find("acme/bids");
+    return it == importer_->streams.end() ? nullptr : it->second;
+  }
+  std::vector<Frame> seen(FrameType type) const {
+    std::vector<Frame> out;
+    for (const auto& f : seen_) {
+      if (f.type == type) out.push_back(f);
+    }
+    return out;
+  }
+  static std::vector<uint64_t> one_to(uint64_t n) {
+    std::vector<uint64_t> v(n);
+    for (uint64_t i = 0; i < n; ++i) v[i] = i + 1;
+    return v;
+  }
+
+  std::string owner_dir_, importer_dir_;
+  std::unique_ptr<TestHost> owner_, importer_;
+  std::shared_ptr<MemStream> bids_;
+  std::shared_ptr<const std::vector<PeerDomainConfig>> peers_;
+  Link link_;
+  TestWire owner_wire_{kAcme, kBeta, link_};
+  TestWire importer_wire_{kBeta, kAcme, link_};
+  Traffic owner_traffic_, importer_traffic_;
+  std::unique_ptr<Acknowledgements> owner_acks_;
+  std::unique_ptr<Metering> metering_;
+  std::unique_ptr<contracts::Ledger> ledger_;  // the owner's; null: configured exports only
+  std::unique_ptr<Exports> exports_;
+  std::unique_ptr<Imports> imports_;
+  std::vector<Frame> held_;
+  std::vector<Frame> seen_;
+};
+
+TEST_F(DeliveryTest, TuplesFlowFromTheLogThenLiveWithContiguousNumbersAndNoDuplicate) {
+  for (int i = 0; i < 3; ++i) bids_->publish(rows(100, i * 100));  // 1..300, before the import
+  start_importer(8u << 20);
+  auto info = import_bids();
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(info->state, "active");
+  EXPECT_EQ(info->owner, "entente://acme/n1");
+  ASSERT_NE(mirror(), nullptr);
+  EXPECT_EQ(*mirror()->schema(), *bids_schema());
+  EXPECT_EQ(mirror()->seqs(), one_to(300));
+
+  // Live: each record goes as it is committed.
+  for (int i = 3; i < 5; ++i) bids_->publish(rows(100, i * 100));
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(500));
+  EXPECT_EQ(seen(FrameType::data).size(), 5u);  // one DATA per record
+  auto now = imports_->info("acme/bids");
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->tuples, 500u);
+  EXPECT_EQ(now->acked, 500u);
+  EXPECT_EQ(now->next_seq, 501u);
+  // The owner holds the acknowledgement, which pins retention after it.
+  EXPECT_EQ(owner_acks_->acked("bids", "beta"), std::optional<uint64_t>(500));
+  EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(501));
+  EXPECT_EQ(owner_traffic_.tuples("entente://beta/n1").second, 500u);
+  EXPECT_EQ(importer_traffic_.tuples("entente://acme/n1").first, 500u);
+}
+
+TEST_F(DeliveryTest, TheSenderStopsAtTheCreditAndGoesOnWhenCreditComesBack) {
+  for (int i = 0; i < 5; ++i) bids_->publish(rows(50, i * 50));  // 5 records of 50 tuples
+  // Room for two records' DATA and half of a third.
+  // (Records differ by a byte or so: the numbers' encodings grow.)
+  uint32_t data = 0;
+  for (size_t i = 0; i < 5; ++i) data = std::max<uint32_t>(data, static_cast<uint32_t>(bids_->record_bytes(i) + 16));
+  ASSERT_GT(bids_->record_bytes(0) + 16, data / 2 + 8);
+  start_importer(2 * data + data / 2);
+  imports_->create("acme/bids", nullptr, [](Result<ImportInfo>) {}, std::chrono::seconds(10));
+  run({FrameType::credit});  // no credit goes back
+
+  ASSERT_NE(mirror(), nullptr);
+  EXPECT_EQ(seen(FrameType::data).size(), 2u);
+  EXPECT_EQ(mirror()->seqs(), one_to(100));
+  EXPECT_EQ(held_.size(), 2u);  // one CREDIT per DATA stored
+  // Tuples stored are acknowledged all the same: ACK does not wait for credit.
+  EXPECT_EQ(owner_acks_->acked("bids", "beta"), std::optional<uint64_t>(100));
+
+  // More is published meanwhile; nothing goes without credit.
+  bids_->publish(rows(50, 250));
+  run({FrameType::credit});
+  EXPECT_EQ(seen(FrameType::data).size(), 2u);
+
+  // The credit comes back: the rest goes, from the log, in order.
+  release_held();
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(300));
+  EXPECT_EQ(seen(FrameType::data).size(), 6u);
+  EXPECT_EQ(owner_acks_->acked("bids", "beta"), std::optional<uint64_t>(300));
+  for (const Frame& f : seen(FrameType::data)) EXPECT_LE(f.payload.size(), 2u * data + data / 2);
+}
+
+TEST_F(DeliveryTest, AfterAReconnectTheImportResumesFromWhatItStoredWithNothingLostOrDuplicated) {
+  for (int i = 0; i < 4; ++i) bids_->publish(rows(25, i * 25));  // 1..100
+  start_importer(8u << 20);
+  ASSERT_TRUE(import_bids().ok());
+  ASSERT_EQ(mirror()->seqs(), one_to(100));
+
+  // Two more records: the first is stored and its ACK lost, the second is
+  // lost on the wire, when the link drops.
+  bids_->publish(rows(25, 100));
+  bids_->publish(rows(25, 125));
+  ASSERT_EQ(link_.frames.size(), 2u);
+  deliver(link_.frames.front());  // DATA 101..125
+  link_.frames.clear();
+  importer_->commit();   // durable; its ACK is queued
+  link_.frames.clear();  // ...and lost with the link
+  link_.up = false;
+  exports_->on_link_down(kBeta);
+  imports_->on_link_down(kAcme, "test cut");
+  EXPECT_EQ(imports_->info("acme/bids")->state, "connecting");
+  EXPECT_EQ(exports_->open_channels(), 0u);
+  bids_->publish(rows(25, 150));  // while the link is down: 151..175
+
+  link_.up = true;
+  imports_->on_link_up(kAcme);
+  run();
+  // The second OPEN started where the mirror stood, not from the owner's ack.
+  const auto opens = seen(FrameType::open);
+  ASSERT_EQ(opens.size(), 2u);
+  auto reopen = decode_open(opens[1].payload);
+  ASSERT_TRUE(reopen.ok());
+  EXPECT_EQ(reopen->from_seq, 126u);
+  EXPECT_EQ(mirror()->seqs(), one_to(175));
+  EXPECT_EQ(imports_->info("acme/bids")->state, "active");
+  EXPECT_EQ(imports_->info("acme/bids")->tuples, 175u);
+  EXPECT_EQ(owner_acks_->acked("bids", "beta"), std::optional<uint64_t>(175));
+}
+
+TEST_F(DeliveryTest, AnImporterThatRestartsResumesFromItsMirror) {
+  for (int i = 0; i < 2; ++i) bids_->publish(rows(40, i * 40));
+  start_importer(8u << 20);
+  ASSERT_TRUE(import_bids().ok());
+  link_.up = false;
+  exports_->on_link_down(kBeta);
+  imports_.reset();  // the importer stops; its mirror stays in its catalog
+  bids_->publish(rows(40, 80));
+
+  link_.up = true;
+  start_importer(8u << 20);
+  EXPECT_EQ(imports_->info("acme/bids")->next_seq, 81u);
+  imports_->on_link_up(kAcme);
+  run();
+  EXPECT_EQ(decode_open(seen(FrameType::open).back().payload)->from_seq, 81u);
+  EXPECT_EQ(mirror()->seqs(), one_to(120));
+}
+
+TEST_F(DeliveryTest, AnOpenForAStreamNotExportedToTheDomainIsRefusedWithTheReason) {
+  start_owner({{"bids", {"gamma"}, {}}});
+  bids_->publish(rows(10, 0));
+  start_importer(8u << 20);
+  auto answer = import_bids();
+  ASSERT_FALSE(answer.ok());
+  EXPECT_EQ(answer.error().code, Errc::permission_denied);
+  EXPECT_EQ(answer.error().message,
+            "acme refused acme/bids: stream acme/bids is not exported to domain beta (no stream contract covers it)");
+  const auto resets = seen(FrameType::reset);
+  ASSERT_EQ(resets.size(), 1u);
+  auto reset = decode_reset(resets[0].payload);
+  ASSERT_TRUE(reset.ok());
+  EXPECT_EQ(reset->code, WireError::not_exported);
+  // Nothing was created; the import is forgotten.
+  EXPECT_EQ(mirror(), nullptr);
+  EXPECT_FALSE(imports_->info("acme/bids").has_value());
+  EXPECT_EQ(seen(FrameType::data).size(), 0u);
+}
+
+TEST_F(DeliveryTest, AnOpenForAStreamTheOwnerLacksIsRefusedAsNotFound) {
+  owner_->streams.clear();  // exported by configuration, but no such stream
+  start_importer(8u << 20);
+  auto answer = import_bids();
+  ASSERT_FALSE(answer.ok());
+  EXPECT_EQ(answer.error().code, Errc::not_found);
+  EXPECT_EQ(answer.error().message, "acme refused acme/bids: no stream acme/bids on entente://acme/n1");
+}
+
+TEST_F(DeliveryTest, AnExportWithdrawnLeavesTheImportRefusedAndEndsTheMirrorsFeed) {
+  bids_->publish(rows(10, 0));
+  start_importer(8u << 20);
+  ASSERT_TRUE(import_bids().ok());
+  ASSERT_EQ(mirror()->seqs(), one_to(10));
+
+  // The owner restarts without the export; the link comes back.
+  link_.up = false;
+  exports_->on_link_down(kBeta);
+  imports_->on_link_down(kAcme, "owner restarting");
+  start_owner({});
+  link_.up = true;
+  imports_->on_link_up(kAcme);
+  run();
+  auto info = imports_->info("acme/bids");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, "refused");
+  EXPECT_EQ(info->reason,
+            "acme refused acme/bids: stream acme/bids is not exported to domain beta (no stream contract covers it)");
+  EXPECT_EQ(mirror()->feed_ended(),
+            "refused by acme: stream acme/bids is not exported to domain beta (no stream contract covers it) | " +
+                info->reason);
+  // The mirror keeps what it received.
+  EXPECT_EQ(mirror()->seqs(), one_to(10));
+}
+
+TEST_F(DeliveryTest, UnderAStreamContractOnlyRowsItsPredicatePassesGoAndWhatIsAcknowledgedIsCharged) {
+  // acme and beta signed a stream contract for bids, in force now: rows
+  // with price > 10, fields item then price, no rate cap; no configured export.
+  contracts::Terms t = contracts::testing::stream_terms("acme", "beta", {"bids"});
+  t.valid_from_ms = (detail::wall_clock_ms() / 1000 - 60) * 1000;
+  t.stream.fields = {"item", "price"};
+  t.stream.rate_cap = 0;
+  const auto& d = contracts::testing::Domains::get();
+  const contracts::Contract c = contracts::testing::active_contract(t, d.acme(), d.beta());
+  auto ledger = contracts::Ledger::open(owner_->store());
+  ASSERT_TRUE(ledger.ok()) << ledger.error().message;
+  ledger_ = std::move(*ledger);
+  contracts::testing::record(*ledger_, c);
+  start_owner({});
+
+  bids_->publish(rows(100, 0));  // 1..100 priced 0..99: 89 pass
+  start_importer(8u << 20);
+  auto info = import_bids();
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  // The importer sees the contract's fields, in its order.
+  EXPECT_EQ(*mirror()->schema(),
+            *engine::make_schema({{"item", engine::Type::String}, {"price", engine::Type::Int64}}));
+  bids_->publish(rows(100, 0));  // 101..200: 89 more pass
+  run();
+  // The mirror numbers what passed itself and keeps the owner's position.
+  EXPECT_EQ(mirror()->seqs(), one_to(178));
+  auto kept = importer_->store().get(store::Cf::meta, "import-pos/acme/bids");
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ(store::get_key_u64(**kept), 201u);
+  EXPECT_EQ(imports_->info("acme/bids")->tuples, 178u);
+  // The owner charged the contract for the rows acknowledged, each once.
+  EXPECT_EQ(owner_acks_->acked("bids", "beta"), std::optional<uint64_t>(200));
+  auto usage = ledger_->usage(c.id);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->tuples, 178u);
+  EXPECT_TRUE(metering_->unbilled("bids", "beta").empty());
+}
+
+}  // namespace
+}  // namespace entente::federation
