@@ -1,7 +1,8 @@
 // Aggregate box: window semantics against a brute-force reference, late
 // rows and slack, watermarks, count windows, time-outs, emit_empty, option
 // errors, snapshots (truncated, foreign, key-group subsets), max_by/min_by,
-// and the ungrouped fast path against the grouped path.
+// and the ungrouped fast path against the grouped path; the full list of
+// option errors and of snapshot refusals, pinned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -736,6 +737,51 @@ TEST(Aggregate, BadTopOptionsAreReportedWithTheirPaths) {
   expect_error("{" + w + a + R"(,"timeout":"1s","top":{"by":"num"}})", p, "timeout");
 }
 
+// Every problem of a document with many is reported, each once, in the
+// order the options are documented (group_by, window, aggregates, slack,
+// timeout, top, emit_empty, unknown keys): what a user reads back.
+TEST(Aggregate, AllOptionErrorsAreReportedInOptionOrder) {
+  Diagnostics diag;
+  auto b = build(R"({"group_by":["auction","prise","auction"],"window":{"type":"tumbling","size":10,"slide":5},
+      "aggregates":[{"fn":"count","field":"price"},{"fn":"max_by","field":"bidder"},
+                    {"fn":"sum","field":"bidder"},{"fn":"max","expr":"price + 1"},
+                    {"fn":"min","field":"price","by":"ratio"},
+                    {"fn":"avg","field":"ratio"}],
+      "slack":"soon","timeout":0,"top":{"by":"avg_ratio","k":0},"emit_empty":true,"colour":"red"})",
+                 diag);
+  EXPECT_EQ(b, nullptr);
+  EXPECT_EQ(diag.to_string(),
+            "$.boxes[1].options.group_by[1]: unknown field 'prise'; input has auction:int64, bidder:string, "
+            "price:int64, ratio:double\n"
+            "$.boxes[1].options.group_by[2]: field 'auction' listed twice\n"
+            "$.boxes[1].options.window.slide: 'slide' applies only to sliding windows\n"
+            "$.boxes[1].options.aggregates[0]: count takes neither 'field' nor 'expr' (fields are never null)\n"
+            "$.boxes[1].options.aggregates[1]: max_by needs 'by' (the field whose largest or smallest value picks "
+            "the row)\n"
+            "$.boxes[1].options.aggregates[2]: sum needs an int64 or double value, got string\n"
+            "$.boxes[1].options.aggregates[3]: an aggregate over an expression needs 'as' (its output name)\n"
+            "$.boxes[1].options.aggregates[4].by: 'by' applies only to max_by and min_by\n"
+            "$.boxes[1].options.slack: bad duration 'soon': expected a number followed by ms, s, m, min, h or d\n"
+            "$.boxes[1].options.timeout: timeout must be positive\n"
+            "$.boxes[1].options.top.k: value 0 out of range [1, 1048576]\n"
+            "$.boxes[1].options.emit_empty: emit_empty needs an empty group_by (which groups would be empty?)\n"
+            "$.boxes[1].options.colour: unknown option 'colour'; known options: aggregates emit_empty group_by "
+            "slack timeout top window");
+  Diagnostics count_diag;
+  b = build(R"({"window":{"type":"sliding","by":"count","size":10,"slide":4},
+      "aggregates":[{"fn":"first","field":"price"}],
+      "slack":1,"timeout":"1s","top":{"by":"first_price"},"emit_empty":true})",
+            count_diag);
+  EXPECT_EQ(b, nullptr);
+  EXPECT_EQ(count_diag.to_string(),
+            "$.boxes[1].options.slack: count windows follow arrival order; slack applies only to time windows\n"
+            "$.boxes[1].options.timeout: timeout applies only to time windows\n"
+            "$.boxes[1].options.top: top ranks the groups of one time window; count windows close per group\n"
+            "$.boxes[1].options.emit_empty: emit_empty applies only to time windows\n"
+            "$.boxes[1].options.emit_empty: emit_empty allows only count, sum and avg ('first_price' has no value "
+            "in an empty window)");
+}
+
 std::string some_state(Box& box) {
   Recorder rec;
   std::vector<In> rows;
@@ -772,6 +818,57 @@ TEST(Aggregate, TruncatedOrForeignSnapshotsAreRefused) {
   // Another definition's snapshot.
   auto other = build(R"({"group_by":["auction"],"window":{"type":"tumbling","size":30},"aggregates":[{"fn":"count"}]})");
   EXPECT_FALSE(other->restore(bytes).ok());
+}
+
+// What a restore says about each damaged snapshot (every truncation, a
+// fixed set of flipped bytes), and that a restored box snapshots to the
+// same bytes: the encoding and its checks, pinned.
+TEST(Aggregate, SnapshotRoundTripsAndNamesEachCorruption) {
+  auto box = build(kDef);
+  const std::string bytes = some_state(*box);
+  auto copy = build(kDef);
+  ASSERT_TRUE(copy->restore(bytes).ok());
+  EXPECT_EQ(copy->snapshot(), bytes);
+  // Distinct outcomes in order of first appearance, with their counts.
+  std::vector<std::pair<std::string, int>> outcomes;
+  auto note = [&](const Status& st) {
+    const std::string what = st.ok() ? "ok" : st.error().message;
+    for (auto& [w, n] : outcomes)
+      if (w == what) return void(++n);
+    outcomes.emplace_back(what, 1);
+  };
+  for (size_t n = 0; n < bytes.size(); ++n) note(build(kDef)->restore(std::string_view(bytes).substr(0, n)));
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string b = bytes;
+    b[rng() % b.size()] ^= static_cast<char>(1 + rng() % 255);
+    note(build(kDef)->restore(b));
+  }
+  std::string got;
+  for (const auto& [w, n] : outcomes) got += w + " x" + std::to_string(n) + "\n";
+  EXPECT_EQ(got,
+            "snapshot does not match this box's output ports x2\n"
+            "snapshot truncated in sequence counters x1\n"
+            "snapshot does not match this box's input ports x4\n"
+            "snapshot truncated in watermarks x16\n"
+            "corrupt snapshot: not an aggregate snapshot x2\n"
+            "corrupt snapshot: unknown aggregate snapshot version x4\n"
+            "corrupt snapshot: truncated header x32\n"
+            "corrupt snapshot: truncated group list x184\n"
+            "corrupt snapshot: truncated group x242\n"
+            "corrupt snapshot: truncated pane x340\n"
+            "corrupt snapshot: truncated pane cells x402\n"
+            "corrupt snapshot: truncated pane strings x279\n"
+            "ok x742\n"
+            "corrupt snapshot: empty pane x239\n"
+            "corrupt snapshot: group hash does not match its key x90\n"
+            "corrupt snapshot: panes out of order x106\n"
+            "corrupt snapshot: group stored under the wrong key group x249\n"
+            "corrupt snapshot: window bound out of range x69\n"
+            "corrupt snapshot: pane stamp out of range x48\n"
+            "corrupt snapshot: snapshot of an aggregate with another definition x18\n"
+            "corrupt snapshot: pane out of range x1\n");
+  EXPECT_EQ(bytes.size(), 1070u);
 }
 
 TEST(Aggregate, RestoreKeepsOnlyTheGivenKeyGroups) {
