@@ -267,7 +267,7 @@ TEST_F(LinkTest, RefusesCertificateFromUnpinnedCaClaimingAPinnedDomain) {
   oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
   auto a = start(std::move(oa), ra);
   ASSERT_TRUE(eventually([&] { return refusals(*b, "untrusted_chain") >= 1; }));
-  EXPECT_TRUE(logged("does not chain to the pinned CA of domain acme"));
+  EXPECT_TRUE(eventually([&] { return logged("does not chain to the pinned CA of domain acme"); }));
   EXPECT_TRUE(rb.ups_.empty());
   EXPECT_FALSE(b->is_up({"acme", "n1"}));
 }
@@ -302,7 +302,7 @@ TEST_F(LinkTest, RefusesExpiredCertificate) {
   oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
   auto a = start(std::move(oa), ra);
   ASSERT_TRUE(eventually([&] { return refusals(*b, "expired") >= 1; }));
-  EXPECT_TRUE(logged("expired"));
+  EXPECT_TRUE(eventually([&] { return logged("expired"); }));
   EXPECT_TRUE(rb.ups_.empty());
 }
 
@@ -642,7 +642,7 @@ TEST_F(LinkTest, SameDomainLinkRefusesACertificateOfAnotherCa) {
   oe.peers.push_back({{"acme", "n1"}, "127.0.0.1", n1->port()});
   auto e = start(std::move(oe), re);
   ASSERT_TRUE(eventually([&] { return refusals(*n1, "untrusted_chain") >= 1; }));
-  EXPECT_TRUE(logged("does not chain to the pinned CA of domain acme"));
+  EXPECT_TRUE(eventually([&] { return logged("does not chain to the pinned CA of domain acme"); }));
   EXPECT_TRUE(r1.ups_.empty());
   EXPECT_FALSE(n1->is_up({"acme", "n2"}));
 
@@ -698,7 +698,7 @@ TEST_F(LinkTest, ClientWithoutCertificateIsRefusedAsNoIdentity) {
   EXPECT_TRUE(ec) << "the listener kept a client without a certificate";
   ASSERT_TRUE(eventually([&] { return refusals(*b, "no_identity") >= 1; }));
   EXPECT_EQ(refusals(*b, "handshake"), 0u);
-  EXPECT_TRUE(logged("no_identity: presented no certificate"));
+  EXPECT_TRUE(eventually([&] { return logged("no_identity: presented no certificate"); }));
   auto refused = b->refused();
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].refusal, "no_identity");
@@ -736,7 +736,8 @@ TEST_F(LinkTest, BothSidesOfARefusalSayWhy) {
   EXPECT_EQ(r.refusal, "untrusted_chain");
   EXPECT_FALSE(r.by_peer);
   EXPECT_NE(r.reason.find("does not chain to the pinned CA of domain acme"), std::string::npos) << r.reason;
-  EXPECT_TRUE(logged("refused entente://acme/n1 (as its certificate claims) from 127.0.0.1:"));
+  EXPECT_TRUE(eventually(
+      [&] { return logged("refused entente://acme/n1 (as its certificate claims) from 127.0.0.1:"); }));
 }
 
 // The refusing node's alert for an expired certificate reads as "expired"
@@ -819,7 +820,7 @@ TEST_F(LinkTest, OneAddressCannotTakeEveryConnectionSlot) {
   }
   ASSERT_TRUE(eventually([&] { return refusals(*b, "connections_per_address") == 5; }))
       << refusals(*b, "connections_per_address");
-  EXPECT_TRUE(logged("over max_connections_per_address (3)"));
+  EXPECT_TRUE(eventually([&] { return logged("over max_connections_per_address (3)"); }));
   auto oa = options("acme", "n1", node_dir("acme", "n1"), trust({"acme", "beta"}));
   oa.peers.push_back({{"beta", "n1"}, "127.0.0.1", b->port()});
   auto a = start(std::move(oa), ra);
