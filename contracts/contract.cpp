@@ -41,11 +41,9 @@ bool is_party(const Terms& t, std::string_view domain) {
   return domain == a || domain == b;
 }
 
-}  // namespace
-
-// The transition rules, without signature verification: shared by the pure
-// transition functions, check_next and the Ledger.
-Status check_transition(const Contract& c, const Version& v, std::string_view from) {
+// What every version must satisfy, whatever its state: the next number,
+// the bounds, made by the domain it comes from.
+Status check_envelope(const Contract& c, const Version& v, std::string_view from) {
   if (!valid_contract_id(c.id)) return invalid("contract id '" + c.id.substr(0, 40) + "' is not c- and 16 hex digits");
   const std::string& id = c.id;
   const uint64_t current = c.history.size();
@@ -66,22 +64,30 @@ Status check_transition(const Contract& c, const Version& v, std::string_view fr
     return invalid("reason is longer than " + std::to_string(kMaxReasonBytes) + " bytes");
   }
   if (v.signatures.size() > kMaxSignatures) return invalid("more than 2 signatures");
+  return Status::Ok();
+}
 
-  if (current == 0) {
-    if (v.state != State::proposed) {
-      return invalid("contract " + id + " must start with a proposal, not " + std::string(state_name(v.state)));
-    }
-    ENTENTE_RETURN_IF_ERROR(validate_terms(v.terms));
-    if (!is_party(v.terms, from)) {
-      auto [a, b] = parties(v.terms);
-      return denied(std::string(from) + " may not propose a contract between " + a + " and " + b);
-    }
-    if (v.offer != 1 || !v.signatures.empty() || !v.reason.empty()) {
-      return invalid("a proposal is its own offer (1) and carries no signature or reason");
-    }
-    return Status::Ok();
+// Version 1: a proposal, by one of the parties it names.
+Status check_first(const Contract& c, const Version& v, std::string_view from) {
+  if (v.state != State::proposed) {
+    return invalid("contract " + c.id + " must start with a proposal, not " + std::string(state_name(v.state)));
   }
+  ENTENTE_RETURN_IF_ERROR(validate_terms(v.terms));
+  if (!is_party(v.terms, from)) {
+    auto [a, b] = parties(v.terms);
+    return denied(std::string(from) + " may not propose a contract between " + a + " and " + b);
+  }
+  if (v.offer != 1 || !v.signatures.empty() || !v.reason.empty()) {
+    return invalid("a proposal is its own offer (1) and carries no signature or reason");
+  }
+  return Status::Ok();
+}
 
+// A version after the first: an answer to the current one (counter,
+// accept, countersign, reject) or a revocation, by a party, in the states
+// that allow it.
+Status check_answer(const Contract& c, const Version& v, std::string_view from) {
+  const std::string& id = c.id;
   const Version& cur = c.current();
   const auto [first, second] = parties(cur.terms);
   if (!is_party(cur.terms, from)) {
@@ -180,6 +186,15 @@ Status check_transition(const Contract& c, const Version& v, std::string_view fr
       return invalid("expired is derived from valid_until and never recorded");
   }
   return invalid("unknown state");
+}
+
+}  // namespace
+
+// The transition rules, without signature verification: shared by the pure
+// transition functions, check_next and the Ledger.
+Status check_transition(const Contract& c, const Version& v, std::string_view from) {
+  ENTENTE_RETURN_IF_ERROR(check_envelope(c, v, from));
+  return c.history.empty() ? check_first(c, v, from) : check_answer(c, v, from);
 }
 
 namespace {
