@@ -642,6 +642,222 @@ void minmax_fold(bool is_max, const std::vector<Arg>& args, size_t rows, T* o) {
   }
 }
 
+// abs, floor, ceil, round (of a double) and sqrt, row by row.
+ColumnPtr eval_math(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  const Arg x = operand_col(*n.kids[0], b);
+  auto c = new_column(n.type, rows);
+  if (n.type == Type::Int64) {
+    for (size_t i = 0; i < rows; ++i) {
+      const int64_t v = x.ints[i];
+      c->ints[i] = v < 0 ? wrap_neg(v) : v;  // abs(INT64_MIN) wraps to INT64_MIN
+    }
+    return c;
+  }
+  double* o = c->doubles.data();
+  const double* v = x.dbls;
+  switch (n.func) {
+    case Func::Abs:
+      for (size_t i = 0; i < rows; ++i) o[i] = std::fabs(v[i]);
+      break;
+    case Func::Floor:
+      for (size_t i = 0; i < rows; ++i) o[i] = std::floor(v[i]);
+      break;
+    case Func::Ceil:
+      for (size_t i = 0; i < rows; ++i) o[i] = std::ceil(v[i]);
+      break;
+    case Func::Round:
+      for (size_t i = 0; i < rows; ++i) o[i] = std::round(v[i]);
+      break;
+    case Func::Sqrt:
+      for (size_t i = 0; i < rows; ++i) o[i] = std::sqrt(v[i]);
+      break;
+    default:
+      break;
+  }
+  return c;
+}
+
+// lower and upper: ASCII letters only, the bytes keep their offsets.
+ColumnPtr eval_letter_case(const ExprNode& n, const Batch& b) {
+  const Arg x = operand_col(*n.kids[0], b);
+  auto c = std::make_shared<Column>(Type::String);
+  c->offsets = x.col->offsets;
+  c->chars = x.col->chars;
+  if (n.func == Func::Lower)
+    for (char& ch : c->chars) ch = to_lower_ascii(ch);
+  else
+    for (char& ch : c->chars) ch = to_upper_ascii(ch);
+  return c;
+}
+
+// length in bytes.
+ColumnPtr eval_length(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  const Arg x = operand_col(*n.kids[0], b);
+  auto c = new_column(Type::Int64, rows);
+  const uint32_t* off = x.col->offsets.data();
+  for (size_t i = 0; i < rows; ++i) c->ints[i] = static_cast<int64_t>(off[i + 1] - off[i]);
+  return c;
+}
+
+// hash(k, ...): the key hash the engine partitions by.
+ColumnPtr eval_hash(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  // Same as hash_rows() over these values as key columns, so hash(k) %
+  // 128 is the key group the engine gives key k.
+  auto c = new_column(Type::Int64, rows);
+  std::vector<uint64_t> h(rows);
+  for (size_t k = 0; k < n.kids.size(); ++k) {
+    const ColumnPtr col = eval_node(*n.kids[k], b);
+    if (k == 0)
+      for (size_t i = 0; i < rows; ++i) h[i] = hash_value(*col, i);
+    else
+      for (size_t i = 0; i < rows; ++i) h[i] = hash_combine(h[i], hash_value(*col, i));
+  }
+  for (size_t i = 0; i < rows; ++i) c->ints[i] = static_cast<int64_t>(h[i]);
+  return c;
+}
+
+// concat of strings, one pass over the rows.
+ColumnPtr eval_concat(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  std::vector<Arg> args;
+  args.reserve(n.kids.size());
+  size_t bytes = 0;
+  for (const auto& k : n.kids) {
+    args.push_back(operand(*k, b));
+    bytes += args.back().is_const() ? args.back().kstr().size() * rows : args.back().col->chars.size();
+  }
+  auto c = new_column(Type::String, rows);
+  c->chars.reserve(bytes);
+  for (size_t i = 0; i < rows; ++i) {
+    for (const Arg& a : args) {
+      const std::string_view s = a.str(i);
+      c->chars.append(s.data(), s.size());
+    }
+    c->offsets.push_back(static_cast<uint32_t>(c->chars.size()));
+  }
+  return c;
+}
+
+// min and max across arguments (of one type), row by row.
+ColumnPtr eval_minmax(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  std::vector<Arg> args;
+  args.reserve(n.kids.size());
+  for (const auto& k : n.kids) args.push_back(operand(*k, b));
+  const bool is_max = n.func == Func::Max;
+  auto c = new_column(n.type, rows);
+  switch (n.type) {
+    case Type::Int64:
+    case Type::Timestamp:
+      minmax_fold<int64_t>(is_max, args, rows, c->ints.data());
+      break;
+    case Type::Double:
+      minmax_fold<double>(is_max, args, rows, c->doubles.data());
+      break;
+    case Type::Bool:
+      minmax_fold<uint8_t>(is_max, args, rows, c->bools.data());
+      break;
+    case Type::String:
+      for (size_t i = 0; i < rows; ++i) {
+        std::string_view best = args[0].str(i);
+        for (size_t k = 1; k < args.size(); ++k) {
+          const std::string_view v = args[k].str(i);
+          if (is_max ? best < v : v < best) best = v;
+        }
+        c->append_str(best);
+      }
+      break;
+  }
+  return c;
+}
+
+// to_double of an int64, timestamp, bool or string.
+ColumnPtr eval_to_double(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  const ExprNode& kid = *n.kids[0];
+  if (kid.type == Type::Double) return eval_node(kid, b);
+  const Arg x = operand_col(kid, b);
+  auto c = new_column(Type::Double, rows);
+  double* o = c->doubles.data();
+  switch (kid.type) {
+    case Type::Int64:
+    case Type::Timestamp:
+      for (size_t i = 0; i < rows; ++i) o[i] = static_cast<double>(x.ints[i]);
+      break;
+    case Type::Bool:
+      for (size_t i = 0; i < rows; ++i) o[i] = x.bools[i];
+      break;
+    case Type::String:
+      for (size_t i = 0; i < rows; ++i) o[i] = parse_double(x.col->str(i));
+      break;
+    case Type::Double:
+      break;
+  }
+  return c;
+}
+
+// to_int of a timestamp, double, bool or string.
+ColumnPtr eval_to_int(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  const ExprNode& kid = *n.kids[0];
+  if (kid.type == Type::Int64) return eval_node(kid, b);
+  const Arg x = operand_col(kid, b);
+  auto c = new_column(Type::Int64, rows);
+  int64_t* o = c->ints.data();
+  switch (kid.type) {
+    case Type::Timestamp:
+      std::copy(x.ints, x.ints + rows, o);
+      break;
+    case Type::Double:
+      for (size_t i = 0; i < rows; ++i) o[i] = double_to_int(x.dbls[i]);
+      break;
+    case Type::Bool:
+      for (size_t i = 0; i < rows; ++i) o[i] = x.bools[i];
+      break;
+    case Type::String:
+      for (size_t i = 0; i < rows; ++i) o[i] = parse_int(x.col->str(i));
+      break;
+    case Type::Int64:
+      break;
+  }
+  return c;
+}
+
+// substr(s, start[, len]), SQL style.
+ColumnPtr eval_substr(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  const Arg s = operand(*n.kids[0], b);
+  const Arg start = operand(*n.kids[1], b);
+  const bool has_len = n.kids.size() > 2;
+  Arg len;
+  if (has_len) len = operand(*n.kids[2], b);
+  auto c = new_column(Type::String, rows);
+  for (size_t i = 0; i < rows; ++i)
+    c->append_str(
+        substr_sql(s.str(i), at<int64_t>(start, i), has_len ? at<int64_t>(len, i) : 0, has_len));
+  return c;
+}
+
+// starts_with, ends_with and contains.
+ColumnPtr eval_string_test(const ExprNode& n, const Batch& b) {
+  const size_t rows = b.rows();
+  using SV = std::string_view;
+  const Arg s = operand(*n.kids[0], b);
+  const Arg t = operand(*n.kids[1], b);
+  auto c = new_column(Type::Bool, rows);
+  uint8_t* o = c->bools.data();
+  if (n.func == Func::StartsWith)
+    map2_str(s, t, rows, o, [](SV x, SV y) { return x.starts_with(y); });
+  else if (n.func == Func::EndsWith)
+    map2_str(s, t, rows, o, [](SV x, SV y) { return x.ends_with(y); });
+  else
+    map2_str(s, t, rows, o, [](SV x, SV y) { return x.find(y) != SV::npos; });
+  return c;
+}
+
 ColumnPtr eval_call(const ExprNode& n, const Batch& b) {
   const size_t rows = b.rows();
   switch (n.func) {
@@ -653,197 +869,30 @@ ColumnPtr eval_call(const ExprNode& n, const Batch& b) {
       if (n.type != Type::Double) return eval_node(*n.kids[0], b);  // int64: already whole
       [[fallthrough]];
     case Func::Sqrt:
-    case Func::Abs: {
-      const Arg x = operand_col(*n.kids[0], b);
-      auto c = new_column(n.type, rows);
-      if (n.type == Type::Int64) {
-        for (size_t i = 0; i < rows; ++i) {
-          const int64_t v = x.ints[i];
-          c->ints[i] = v < 0 ? wrap_neg(v) : v;  // abs(INT64_MIN) wraps to INT64_MIN
-        }
-        return c;
-      }
-      double* o = c->doubles.data();
-      const double* v = x.dbls;
-      switch (n.func) {
-        case Func::Abs:
-          for (size_t i = 0; i < rows; ++i) o[i] = std::fabs(v[i]);
-          break;
-        case Func::Floor:
-          for (size_t i = 0; i < rows; ++i) o[i] = std::floor(v[i]);
-          break;
-        case Func::Ceil:
-          for (size_t i = 0; i < rows; ++i) o[i] = std::ceil(v[i]);
-          break;
-        case Func::Round:
-          for (size_t i = 0; i < rows; ++i) o[i] = std::round(v[i]);
-          break;
-        case Func::Sqrt:
-          for (size_t i = 0; i < rows; ++i) o[i] = std::sqrt(v[i]);
-          break;
-        default:
-          break;
-      }
-      return c;
-    }
+    case Func::Abs:
+      return eval_math(n, b);
     case Func::Lower:
-    case Func::Upper: {
-      const Arg x = operand_col(*n.kids[0], b);
-      auto c = std::make_shared<Column>(Type::String);
-      c->offsets = x.col->offsets;
-      c->chars = x.col->chars;
-      if (n.func == Func::Lower)
-        for (char& ch : c->chars) ch = to_lower_ascii(ch);
-      else
-        for (char& ch : c->chars) ch = to_upper_ascii(ch);
-      return c;
-    }
-    case Func::Length: {
-      const Arg x = operand_col(*n.kids[0], b);
-      auto c = new_column(Type::Int64, rows);
-      const uint32_t* off = x.col->offsets.data();
-      for (size_t i = 0; i < rows; ++i) c->ints[i] = static_cast<int64_t>(off[i + 1] - off[i]);
-      return c;
-    }
-    case Func::Hash: {
-      // Same as hash_rows() over these values as key columns, so hash(k) %
-      // 128 is the key group the engine gives key k.
-      auto c = new_column(Type::Int64, rows);
-      std::vector<uint64_t> h(rows);
-      for (size_t k = 0; k < n.kids.size(); ++k) {
-        const ColumnPtr col = eval_node(*n.kids[k], b);
-        if (k == 0)
-          for (size_t i = 0; i < rows; ++i) h[i] = hash_value(*col, i);
-        else
-          for (size_t i = 0; i < rows; ++i) h[i] = hash_combine(h[i], hash_value(*col, i));
-      }
-      for (size_t i = 0; i < rows; ++i) c->ints[i] = static_cast<int64_t>(h[i]);
-      return c;
-    }
-    case Func::Concat: {
-      std::vector<Arg> args;
-      args.reserve(n.kids.size());
-      size_t bytes = 0;
-      for (const auto& k : n.kids) {
-        args.push_back(operand(*k, b));
-        bytes += args.back().is_const() ? args.back().kstr().size() * rows : args.back().col->chars.size();
-      }
-      auto c = new_column(Type::String, rows);
-      c->chars.reserve(bytes);
-      for (size_t i = 0; i < rows; ++i) {
-        for (const Arg& a : args) {
-          const std::string_view s = a.str(i);
-          c->chars.append(s.data(), s.size());
-        }
-        c->offsets.push_back(static_cast<uint32_t>(c->chars.size()));
-      }
-      return c;
-    }
+    case Func::Upper:
+      return eval_letter_case(n, b);
+    case Func::Length:
+      return eval_length(n, b);
+    case Func::Hash:
+      return eval_hash(n, b);
+    case Func::Concat:
+      return eval_concat(n, b);
     case Func::Min:
-    case Func::Max: {
-      std::vector<Arg> args;
-      args.reserve(n.kids.size());
-      for (const auto& k : n.kids) args.push_back(operand(*k, b));
-      const bool is_max = n.func == Func::Max;
-      auto c = new_column(n.type, rows);
-      switch (n.type) {
-        case Type::Int64:
-        case Type::Timestamp:
-          minmax_fold<int64_t>(is_max, args, rows, c->ints.data());
-          break;
-        case Type::Double:
-          minmax_fold<double>(is_max, args, rows, c->doubles.data());
-          break;
-        case Type::Bool:
-          minmax_fold<uint8_t>(is_max, args, rows, c->bools.data());
-          break;
-        case Type::String:
-          for (size_t i = 0; i < rows; ++i) {
-            std::string_view best = args[0].str(i);
-            for (size_t k = 1; k < args.size(); ++k) {
-              const std::string_view v = args[k].str(i);
-              if (is_max ? best < v : v < best) best = v;
-            }
-            c->append_str(best);
-          }
-          break;
-      }
-      return c;
-    }
-    case Func::ToDouble: {
-      const ExprNode& kid = *n.kids[0];
-      if (kid.type == Type::Double) return eval_node(kid, b);
-      const Arg x = operand_col(kid, b);
-      auto c = new_column(Type::Double, rows);
-      double* o = c->doubles.data();
-      switch (kid.type) {
-        case Type::Int64:
-        case Type::Timestamp:
-          for (size_t i = 0; i < rows; ++i) o[i] = static_cast<double>(x.ints[i]);
-          break;
-        case Type::Bool:
-          for (size_t i = 0; i < rows; ++i) o[i] = x.bools[i];
-          break;
-        case Type::String:
-          for (size_t i = 0; i < rows; ++i) o[i] = parse_double(x.col->str(i));
-          break;
-        case Type::Double:
-          break;
-      }
-      return c;
-    }
-    case Func::ToInt: {
-      const ExprNode& kid = *n.kids[0];
-      if (kid.type == Type::Int64) return eval_node(kid, b);
-      const Arg x = operand_col(kid, b);
-      auto c = new_column(Type::Int64, rows);
-      int64_t* o = c->ints.data();
-      switch (kid.type) {
-        case Type::Timestamp:
-          std::copy(x.ints, x.ints + rows, o);
-          break;
-        case Type::Double:
-          for (size_t i = 0; i < rows; ++i) o[i] = double_to_int(x.dbls[i]);
-          break;
-        case Type::Bool:
-          for (size_t i = 0; i < rows; ++i) o[i] = x.bools[i];
-          break;
-        case Type::String:
-          for (size_t i = 0; i < rows; ++i) o[i] = parse_int(x.col->str(i));
-          break;
-        case Type::Int64:
-          break;
-      }
-      return c;
-    }
-    case Func::Substr: {
-      const Arg s = operand(*n.kids[0], b);
-      const Arg start = operand(*n.kids[1], b);
-      const bool has_len = n.kids.size() > 2;
-      Arg len;
-      if (has_len) len = operand(*n.kids[2], b);
-      auto c = new_column(Type::String, rows);
-      for (size_t i = 0; i < rows; ++i)
-        c->append_str(
-            substr_sql(s.str(i), at<int64_t>(start, i), has_len ? at<int64_t>(len, i) : 0, has_len));
-      return c;
-    }
+    case Func::Max:
+      return eval_minmax(n, b);
+    case Func::ToDouble:
+      return eval_to_double(n, b);
+    case Func::ToInt:
+      return eval_to_int(n, b);
+    case Func::Substr:
+      return eval_substr(n, b);
     case Func::StartsWith:
     case Func::EndsWith:
-    case Func::Contains: {
-      using SV = std::string_view;
-      const Arg s = operand(*n.kids[0], b);
-      const Arg t = operand(*n.kids[1], b);
-      auto c = new_column(Type::Bool, rows);
-      uint8_t* o = c->bools.data();
-      if (n.func == Func::StartsWith)
-        map2_str(s, t, rows, o, [](SV x, SV y) { return x.starts_with(y); });
-      else if (n.func == Func::EndsWith)
-        map2_str(s, t, rows, o, [](SV x, SV y) { return x.ends_with(y); });
-      else
-        map2_str(s, t, rows, o, [](SV x, SV y) { return x.find(y) != SV::npos; });
-      return c;
-    }
+    case Func::Contains:
+      return eval_string_test(n, b);
     case Func::None:
       break;
   }

@@ -913,9 +913,32 @@ class Parser {
     for (const auto& f : kFuncs)
       if (iequals(f.name, name)) info = &f;
     if (!info) return fail(Errc::not_found, cat({"unknown function '", echo(name), "'"}), name_tok);
-    advance();  // '('
     std::vector<NodePtr> args;
     std::vector<Pos> arg_pos;
+    ENTENTE_RETURN_IF_ERROR(parse_call_args(info, args, arg_pos));
+    const int argc = static_cast<int>(args.size());
+    if (argc < info->min_args || (info->max_args >= 0 && argc > info->max_args))
+      return fail(
+          Errc::type_error,
+          cat({"function '", info->name, "' takes ", arity_text(*info), ", got ", std::to_string(argc)}),
+          name_tok);
+    ENTENTE_ASSIGN_OR_RETURN(const Type rt, type_call(info, args, arg_pos));
+    MNode n = make(Op::Call, rt, pos_of(name_tok));
+    n->func = info->func;
+    if (info->func == Func::Coalesce) {
+      // No nulls: coalesce is its first argument. The others were parsed and
+      // type-checked so that the expression stays valid SQL-wise, and dropped.
+      n->kids.push_back(std::move(args[0]));
+    } else {
+      for (auto& a : args) n->kids.push_back(std::move(a));
+    }
+    return finish(std::move(n));
+  }
+
+  // The arguments of a call of `info`, from '(' through ')', each with
+  // where it starts.
+  Status parse_call_args(const FuncInfo* info, std::vector<NodePtr>& args, std::vector<Pos>& arg_pos) {
+    advance();  // '('
     if (cur_.kind != Tok::RParen) {
       for (;;) {
         if (args.size() >= kMaxListItems)
@@ -935,12 +958,13 @@ class Parser {
       }
     }
     advance();  // ')'
-    const int argc = static_cast<int>(args.size());
-    if (argc < info->min_args || (info->max_args >= 0 && argc > info->max_args))
-      return fail(
-          Errc::type_error,
-          cat({"function '", info->name, "' takes ", arity_text(*info), ", got ", std::to_string(argc)}),
-          name_tok);
+    return Status::Ok();
+  }
+
+  // The type of a call of `info` on `args` (of the right count), widening
+  // arguments where the function needs one type; a type_error naming the
+  // argument otherwise.
+  Result<Type> type_call(const FuncInfo* info, std::vector<NodePtr>& args, const std::vector<Pos>& arg_pos) {
     const std::string fname(info->name);
     auto bad_arg = [&](size_t i, std::string_view want) {
       return fail(Errc::type_error,
@@ -1021,16 +1045,7 @@ class Parser {
       case Func::None:
         break;
     }
-    MNode n = make(Op::Call, rt, pos_of(name_tok));
-    n->func = info->func;
-    if (info->func == Func::Coalesce) {
-      // No nulls: coalesce is its first argument. The others were parsed and
-      // type-checked so that the expression stays valid SQL-wise, and dropped.
-      n->kids.push_back(std::move(args[0]));
-    } else {
-      for (auto& a : args) n->kids.push_back(std::move(a));
-    }
-    return finish(std::move(n));
+    return rt;
   }
 
   Lexer lex_;
