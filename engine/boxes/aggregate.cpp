@@ -537,11 +537,14 @@ class AggregateBox final : public BoxBase {
       best = i;
       if (!order) return best;  // arrival order decides
       bt = order[i];
-      for (++i; i < to; ++i)
-        if (v[i] == m && order[i] < bt) {
-          best = i;
-          bt = order[i];
+      // The other rows holding m: the earliest in time wins.
+      for (const int64_t *p = v + i + 1, *end = v + to; (p = std::find(p, end, m)) != end; ++p) {
+        const size_t j = static_cast<size_t>(p - v);
+        if (order[j] < bt) {
+          best = j;
+          bt = order[j];
         }
+      }
       return best;
     }
     int64_t bv = by_bits(by, from);
