@@ -14,6 +14,7 @@ packages=(
   jq                 # docs/contracts.md: the guide reads JSON answers with it
   python3 python3-yaml  # docs/api/openapi.yaml → the JSON the node serves
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
+  etcd-server        # the shared metadata of a domain of several nodes (tests start their own)
 )
 
 missing=()
