@@ -783,6 +783,104 @@ Status read_federation(const Value& v, const std::string& path, const fs::path& 
   return {};
 }
 
+// cluster.etcd: "http://host:port" or "https://host:port", 1..16, each once.
+Status read_etcd_endpoints(const Value& v, const std::string& path, ClusterConfig& c) {
+  if (!v.IsArray() || v.Empty() || v.Size() > 16) {
+    const std::string got = !v.IsArray() ? describe(v) : v.Empty() ? "none" : std::to_string(v.Size());
+    return config_error(path, "expected 1 to 16 endpoints such as [\"http://127.0.0.1:2379\"], got " + got);
+  }
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "]";
+    if (!v[i].IsString()) return config_error(p, "expected a string, got " + describe(v[i]));
+    const std::string url(view(v[i]));
+    const bool https = url.starts_with("https://");
+    if (!https && !url.starts_with("http://")) {
+      return config_error(p, "expected http://host:port or https://host:port, got " + show(url));
+    }
+    rapidjson::Value rest;
+    const std::string hostport = url.substr(https ? 8 : 7);
+    rest.SetString(hostport.data(), static_cast<rapidjson::SizeType>(hostport.size()));
+    std::string host;
+    uint16_t port = 0;
+    ENTENTE_RETURN_IF_ERROR(read_endpoint(rest, p, true, host, port));
+    if (std::find(c.etcd_endpoints.begin(), c.etcd_endpoints.end(), url) != c.etcd_endpoints.end()) {
+      return config_error(p, show(url) + " is listed twice");
+    }
+    c.etcd_endpoints.push_back(url);
+  }
+  return {};
+}
+
+// cluster.prefix: printable ASCII, starting and ending with '/'.
+Result<std::string> read_cluster_prefix(const Value& v, const std::string& path) {
+  ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(v, path));
+  const bool printable = std::all_of(s.begin(), s.end(), [](char ch) { return ch > ' ' && ch < 0x7f; });
+  if (s.size() < 2 || s.size() > 200 || s.front() != '/' || s.back() != '/' || !printable) {
+    return config_error(path, "expected a key prefix of 2 to 200 printable characters that starts and "
+                              "ends with '/', such as \"/entente/acme/\", got " + show(s));
+  }
+  return s;
+}
+
+// The cluster section (docs/cluster.md): etcd and the membership lease.
+Status read_cluster(const Value& v, const std::string& path, const fs::path& base, NodeConfig& cfg) {
+  ENTENTE_ASSIGN_OR_RETURN(
+      ObjectReader r, ObjectReader::open(v, path,
+                                         {"etcd", "etcd_ca_file", "prefix", "lease_ttl", "etcd_timeout",
+                                          "advertise_host"}));
+  ClusterConfig& c = cfg.cluster;
+  c.enabled = true;
+  ENTENTE_ASSIGN_OR_RETURN(const Value* etcd, r.required("etcd"));
+  ENTENTE_RETURN_IF_ERROR(read_etcd_endpoints(*etcd, r.path_of("etcd"), c));
+  if (const Value* x = r.get("etcd_ca_file")) {
+    ENTENTE_ASSIGN_OR_RETURN(c.etcd_ca_file, read_path(*x, r.path_of("etcd_ca_file"), base));
+  }
+  const bool any_https = std::any_of(c.etcd_endpoints.begin(), c.etcd_endpoints.end(),
+                                     [](const std::string& u) { return u.starts_with("https://"); });
+  if (any_https && c.etcd_ca_file.empty()) {
+    return config_error(r.path_of("etcd_ca_file"), "required with an https:// endpoint (the CA that "
+                                                   "verifies etcd's certificate)");
+  }
+  c.prefix = "/entente/" + cfg.domain + "/";
+  if (const Value* x = r.get("prefix")) {
+    ENTENTE_ASSIGN_OR_RETURN(c.prefix, read_cluster_prefix(*x, r.path_of("prefix")));
+  }
+  if (const Value* x = r.get("lease_ttl")) {
+    ENTENTE_ASSIGN_OR_RETURN(c.lease_ttl_ms, read_duration(*x, r.path_of("lease_ttl"), 1'000, 300'000));
+    if (c.lease_ttl_ms % 1000 != 0) {
+      return config_error(r.path_of("lease_ttl"), "etcd leases count whole seconds; got " +
+                                                      std::to_string(c.lease_ttl_ms) + " ms");
+    }
+  }
+  if (const Value* x = r.get("etcd_timeout")) {
+    ENTENTE_ASSIGN_OR_RETURN(c.etcd_timeout_ms, read_duration(*x, r.path_of("etcd_timeout"), 50, 60'000));
+  }
+  if (c.etcd_timeout_ms >= c.lease_ttl_ms) {
+    return config_error(r.path_of("etcd_timeout"), "must be shorter than lease_ttl (" +
+                                                       std::to_string(c.lease_ttl_ms) +
+                                                       " ms), or a slow etcd would cost the node its lease");
+  }
+  if (const Value* x = r.get("advertise_host")) {
+    ENTENTE_ASSIGN_OR_RETURN(c.advertise_host, read_string(*x, r.path_of("advertise_host")));
+    rapidjson::Value probe;
+    const std::string hostport = c.advertise_host + ":1";
+    probe.SetString(hostport.data(), static_cast<rapidjson::SizeType>(hostport.size()));
+    uint16_t port = 0;
+    std::string host;
+    if (!read_endpoint(probe, r.path_of("advertise_host"), true, host, port).ok()) {
+      return config_error(r.path_of("advertise_host"), "expected an IP address or a DNS name, got " +
+                                                           show(c.advertise_host));
+    }
+  } else if (cfg.listen_address == "0.0.0.0" || cfg.listen_address == "::") {
+    return config_error(r.path_of("advertise_host"), "required when api.listen is a wildcard address (" +
+                                                         cfg.listen_address +
+                                                         "): the address the other nodes reach this one at");
+  } else {
+    c.advertise_host = cfg.listen_address;
+  }
+  return {};
+}
+
 // 1-based line and column of byte `offset`, for syntax errors.
 std::pair<size_t, size_t> line_column(std::string_view text, size_t offset) {
   size_t line = 1, col = 1;
@@ -848,7 +946,7 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
       ObjectReader::open(doc, "",
                          {"domain", "node", "api", "data_dir", "tokens", "retention", "checkpoint_interval",
                           "retention_check_interval", "ingest_durability", "threads", "limits",
-                          "federation"}));
+                          "federation", "cluster"}));
   NodeConfig cfg;
   ENTENTE_ASSIGN_OR_RETURN(const Value* domain, r.required("domain"));
   ENTENTE_ASSIGN_OR_RETURN(cfg.domain, read_name(*domain, "domain"));
@@ -876,6 +974,7 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
   if (const Value* x = r.get("threads")) ENTENTE_RETURN_IF_ERROR(read_threads(*x, "threads", cfg));
   if (const Value* x = r.get("limits")) ENTENTE_RETURN_IF_ERROR(read_node_limits(*x, "limits", cfg));
   if (const Value* x = r.get("federation")) ENTENTE_RETURN_IF_ERROR(read_federation(*x, "federation", base, cfg));
+  if (const Value* x = r.get("cluster")) ENTENTE_RETURN_IF_ERROR(read_cluster(*x, "cluster", base, cfg));
   return cfg;
 }
 

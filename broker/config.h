@@ -10,9 +10,12 @@
 #include <vector>
 
 #include "broker/federation_config.h"
+#include "cluster/config.h"
 #include "base/result.h"
 
 namespace entente::broker {
+
+using cluster::ClusterConfig;
 
 enum class Role : uint8_t { reader = 0, publisher = 1, admin = 2 };
 std::string_view role_name(Role r) noexcept;
@@ -79,6 +82,7 @@ struct NodeConfig {
   size_t max_streams = 1024;
   size_t max_queries = 256;
   FederationConfig federation;  // docs/federation.md
+  cluster::ClusterConfig cluster;  // docs/cluster.md; disabled: a one-node domain
 };
 
 // Parses and validates. `base_dir` resolves relative file paths (the config

@@ -11,6 +11,8 @@
 
 #include "broker/detail/node_impl.h"
 #include "broker/detail/federation_host.h"
+#include "cluster/etcd.h"
+#include "cluster/membership.h"
 #include "federation/peering.h"
 #include "engine/network.h"
 #include "store/stream_log.h"
@@ -192,7 +194,8 @@ Status NodeImpl::start() {
                                          config_.federation);
     ENTENTE_RETURN_IF_ERROR(peering_->start());
   }
-  return server_->start();
+  ENTENTE_RETURN_IF_ERROR(server_->start());
+  return start_cluster();
 }
 
 void NodeImpl::stop() {
@@ -204,6 +207,10 @@ void NodeImpl::stop() {
     if (gc_->submit(store::WriteBatch(), [&p](const Status&) { p.set_value(); }, store::Admission::wait).ok())
       f.wait();
   };
+  // 0. Leave the domain: the lease is revoked, so the others see this node
+  // down and another takes the controller role now, not at the lease's
+  // expiry.
+  if (membership_) membership_->stop(true);
   // 1. No new connections; what was accepted is answered.
   if (server_) server_->stop_accepting();
   flush();

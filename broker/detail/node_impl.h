@@ -27,6 +27,12 @@
 #include "store/group_commit.h"
 #include "store/store.h"
 
+namespace entente::cluster {
+class Etcd;
+class Membership;
+struct NodeLoad;
+}  // namespace entente::cluster
+
 namespace entente::federation {
 class Contracting;
 class Peering;
@@ -167,6 +173,8 @@ class NodeImpl final : public http::Handler {
   void take_checkpoints(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void post_backup(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void get_peers(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // GET /v1/nodes (cluster_node.cpp, docs/cluster.md).
+  void get_nodes(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void list_imports(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void create_import_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void get_import(const http::Request& req, const PathParams& params, const http::Respond& answer);
@@ -188,6 +196,11 @@ class NodeImpl final : public http::Handler {
   // False once it has answered 415 (the body is not application/json).
   bool json_body(const http::Request& req, const http::Respond& answer) const;
 
+  // With a cluster section: connects to etcd and starts the membership
+  // thread (cluster_node.cpp). After the API and peer listeners are bound.
+  Status start_cluster();
+  // What this node reports to the others at every membership tick.
+  cluster::NodeLoad node_load();
   Status load_catalog();
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
   void maintenance_loop();
@@ -206,6 +219,12 @@ class NodeImpl final : public http::Handler {
   // layer reaches of this node, and the layer itself.
   std::unique_ptr<FederationHost> federation_host_;
   std::unique_ptr<Peering> peering_;
+  // When the configuration has a cluster section (docs/cluster.md).
+  std::unique_ptr<cluster::Etcd> etcd_;
+  std::unique_ptr<cluster::Membership> membership_;
+  // CPU time and wall clock at the last node_load().
+  std::mutex load_mu_;
+  int64_t load_cpu_us_ = 0, load_wall_us_ = 0;  // REQUIRES: load_mu_
 
   mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
   std::map<std::string, StreamPtr> streams_;

@@ -244,7 +244,7 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
       "chekpoint_interval: unknown key (did you mean checkpoint_interval?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "colour": 1)")),
             "colour: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"read_timout": "1s"}})")),
             "api.limits.read_timout: unknown key (did you mean read_timeout?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": {"cert": "c", "key": "k", "ca": "x"}})")),
@@ -252,7 +252,7 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
   // A key with odd characters is shown quoted and escaped.
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "a b\n": 1)")),
             R"("a b\x0a": unknown key; known keys: domain, node, api, data_dir, tokens, retention, )"
-            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster");
 }
 
 TEST(Config, Tokens) {
@@ -481,7 +481,7 @@ TEST(Config, MalformedDocuments) {
   // Deep nesting does not exhaust the stack (the parser is iterative).
   EXPECT_EQ(error_of("{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"),
             "x: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster");
   const auto big = parse_config(std::string((4u << 20) + 1, ' '), "/");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.error().code, Errc::limit_exceeded);
@@ -670,6 +670,69 @@ TEST(RoleName, EveryRole) {
   EXPECT_EQ(role_name(Role::admin), "admin");
   EXPECT_EQ(role_name(Role::publisher), "publisher");
   EXPECT_EQ(role_name(Role::reader), "reader");
+}
+
+// The cluster section (docs/cluster.md): etcd endpoints, key prefix, lease.
+TEST(Config, ClusterSection) {
+  auto none = parse_config(minimal(), "/etc/entente");
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(none->cluster.enabled);
+
+  auto defaults = parse_config(minimal(R"({"listen": "127.0.0.1:8443", "tls": false})",
+                                       R"(, "cluster": {"etcd": ["http://127.0.0.1:2379"]})"),
+                               "/etc/entente");
+  ASSERT_TRUE(defaults.ok()) << defaults.error().message;
+  const ClusterConfig& d = defaults->cluster;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_EQ(d.etcd_endpoints, std::vector<std::string>{"http://127.0.0.1:2379"});
+  EXPECT_EQ(d.prefix, "/entente/" + defaults->domain + "/");
+  EXPECT_EQ(d.lease_ttl_ms, 5000);
+  EXPECT_EQ(d.etcd_timeout_ms, 2000);
+  EXPECT_EQ(d.advertise_host, "127.0.0.1");
+
+  auto full = parse_config(
+      minimal(R"({"listen": "0.0.0.0:8443", "tls": {"cert": "api.crt", "key": "api.key"}})",
+              R"(, "cluster": {"etcd": ["https://etcd-1.example:2379", "https://10.0.0.2:2379"],
+                   "etcd_ca_file": "etcd-ca.crt", "prefix": "/acme/prod/", "lease_ttl": "3s",
+                   "etcd_timeout": "500ms", "advertise_host": "n1.acme.example"})"),
+      "/etc/entente");
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  const ClusterConfig& f = full->cluster;
+  EXPECT_EQ(f.etcd_endpoints.size(), 2u);
+  EXPECT_EQ(f.etcd_ca_file, "/etc/entente/etcd-ca.crt");
+  EXPECT_EQ(f.prefix, "/acme/prod/");
+  EXPECT_EQ(f.lease_ttl_ms, 3000);
+  EXPECT_EQ(f.etcd_timeout_ms, 500);
+  EXPECT_EQ(f.advertise_host, "n1.acme.example");
+}
+
+TEST(Config, ClusterErrorsNameTheKey) {
+  const std::string api = R"({"listen": "127.0.0.1:8443", "tls": false})";
+  auto cluster = [&](const std::string& body) { return error_of(minimal(api, R"(, "cluster": )" + body)); };
+  EXPECT_EQ(cluster("{}"), "cluster.etcd: required");
+  EXPECT_EQ(cluster(R"({"etcd": []})"),
+            R"(cluster.etcd: expected 1 to 16 endpoints such as ["http://127.0.0.1:2379"], got none)");
+  EXPECT_EQ(cluster(R"({"etcd": ["127.0.0.1:2379"]})"),
+            R"(cluster.etcd[0]: expected http://host:port or https://host:port, got "127.0.0.1:2379")");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://127.0.0.1"]})"),
+            R"(cluster.etcd[0]: expected "host:port", got "127.0.0.1")");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1", "http://a:1"]})"), R"(cluster.etcd[1]: "http://a:1" is listed twice)");
+  EXPECT_EQ(cluster(R"({"etcd": ["https://a:1"]})"),
+            "cluster.etcd_ca_file: required with an https:// endpoint (the CA that verifies etcd's certificate)");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "prefix": "acme"})"),
+            R"(cluster.prefix: expected a key prefix of 2 to 200 printable characters that starts and ends with '/', such as "/entente/acme/", got "acme")");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "lease_ttl": "1500ms"})"),
+            "cluster.lease_ttl: etcd leases count whole seconds; got 1500 ms");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "lease_ttl": "2s", "etcd_timeout": "2s"})"),
+            "cluster.etcd_timeout: must be shorter than lease_ttl (2000 ms), or a slow etcd would cost the node its lease");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "advertise_host": "not a host"})"),
+            R"(cluster.advertise_host: expected an IP address or a DNS name, got "not a host")");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "leasettl": "2s"})"),
+            "cluster.leasettl: unknown key (did you mean lease_ttl?)");
+  EXPECT_EQ(error_of(minimal(R"({"listen": "0.0.0.0:8443", "tls": {"cert": "a", "key": "b"}})",
+                             R"(, "cluster": {"etcd": ["http://a:1"]})")),
+            "cluster.advertise_host: required when api.listen is a wildcard address (0.0.0.0): the address the "
+            "other nodes reach this one at");
 }
 
 }  // namespace

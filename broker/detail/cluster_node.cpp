@@ -1,0 +1,139 @@
+// The node as a member of a domain of several nodes (docs/cluster.md):
+// connecting to etcd, the membership thread, what the node reports as its
+// load, and GET /v1/nodes.
+
+#include <sys/resource.h>
+
+#include <chrono>
+
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "entente_version.h"
+#include "cluster/etcd.h"
+#include "cluster/membership.h"
+#include "federation/peering.h"
+
+namespace entente::broker::detail {
+namespace {
+
+int64_t process_cpu_us() {
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  auto us = [](const timeval& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000 + t.tv_usec; };
+  return us(ru.ru_utime) + us(ru.ru_stime);
+}
+
+int64_t steady_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// "host:port", with brackets around an IPv6 host.
+std::string host_port(const std::string& host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+void write_member(JsonOut& j, const cluster::Member& m) {
+  j.begin_object().key("node").str(m.record.node);
+  j.key("state").str(m.up ? "up" : "down");
+  j.key("role").str(m.controller ? "controller" : "member");
+  j.key("api").str(m.record.api_url);
+  if (!m.record.peer_address.empty()) j.key("peer").str(m.record.peer_address);
+  j.key("version").str(m.record.version).key("started_ms").i64(m.record.started_ms);
+  if (m.load) {
+    j.key("load").begin_object().key("cpu").dbl(m.load->cpu).key("lag_tuples").u64(m.load->lag_tuples);
+    j.end_object();
+    j.key("streams_led").begin_array();
+    for (const auto& s : m.load->streams_led) j.str(s);
+    j.end_array().key("fragments").begin_array();
+    for (const auto& f : m.load->fragments) j.str(f);
+    j.end_array();
+  }
+  j.end_object();
+}
+
+}  // namespace
+
+cluster::NodeLoad NodeImpl::node_load() {
+  cluster::NodeLoad load;
+  {
+    std::lock_guard lock(load_mu_);
+    const int64_t cpu = process_cpu_us(), wall = steady_us();
+    if (load_wall_us_ != 0 && wall > load_wall_us_) {
+      load.cpu = static_cast<double>(cpu - load_cpu_us_) / static_cast<double>(wall - load_wall_us_);
+    }
+    load_cpu_us_ = cpu;
+    load_wall_us_ = wall;
+  }
+  for (const auto& s : list_streams()) {
+    if (s->meta().producer != "import") load.streams_led.push_back(s->meta().name);
+  }
+  for (const auto& q : list_queries()) {
+    load.fragments.push_back(q->meta().name);
+    load.lag_tuples += q->lag_tuples();
+  }
+  return load;
+}
+
+Status NodeImpl::start_cluster() {
+  if (!config_.cluster.enabled) return {};
+  const auto& c = config_.cluster;
+  cluster::EtcdOptions eo;
+  eo.endpoints = c.etcd_endpoints;
+  eo.ca_file = c.etcd_ca_file;
+  eo.timeout_ms = c.etcd_timeout_ms;
+  ENTENTE_ASSIGN_OR_RETURN(etcd_, cluster::Etcd::create(std::move(eo)));
+  cluster::NodeRecord self;
+  self.node = config_.node;
+  self.api_url = std::string(config_.tls ? "https://" : "http://") + host_port(c.advertise_host, port());
+  if (peering_) self.peer_address = host_port(c.advertise_host, peering_->port());
+  self.version = kBuildVersion;
+  self.started_ms = started_ms_;
+  cluster::MembershipOptions mo;
+  mo.prefix = c.prefix;
+  mo.lease_ttl_ms = c.lease_ttl_ms;
+  membership_ = std::make_unique<cluster::Membership>(*etcd_, std::move(mo), std::move(self),
+                                                      [this] { return node_load(); });
+  membership_->start();
+  return {};
+}
+
+void NodeImpl::get_nodes(const http::Request&, const PathParams&, const http::Respond& answer) {
+  JsonOut j;
+  j.begin_object().key("domain").str(config_.domain);
+  if (!membership_) {
+    // A one-node domain: this node is all of it, and its own controller.
+    cluster::Member self;
+    self.record.node = config_.node;
+    self.record.api_url = std::string(config_.tls ? "https://" : "http://") +
+                          host_port(config_.listen_address, port());
+    if (peering_) self.record.peer_address = host_port(config_.federation.listen_host, peering_->port());
+    self.record.version = kBuildVersion;
+    self.record.started_ms = started_ms_;
+    self.up = true;
+    self.controller = true;
+    self.load = node_load();
+    j.key("cluster").boolean(false).key("controller").str(config_.node).key("nodes").begin_array();
+    write_member(j, self);
+    j.end_array().end_object();
+    answer(http::Response::json(200, j.take()));
+    return;
+  }
+  const cluster::MembershipView v = membership_->view();
+  j.key("cluster").boolean(true).key("self").str(config_.node);
+  if (v.controller.empty()) j.key("controller").null();
+  else j.key("controller").str(v.controller);
+  // The view is what etcd said at the last tick; while etcd cannot be
+  // reached it is the last view read, and says since when.
+  j.key("etcd").begin_object().key("reachable").boolean(!v.etcd_error.has_value());
+  if (v.etcd_error) j.key("error").str(*v.etcd_error).key("since_ms").i64(v.etcd_error_since_ms);
+  j.key("read_ms").i64(v.read_ms).end_object();
+  j.key("nodes").begin_array();
+  for (const auto& m : v.members) write_member(j, m);
+  j.end_array().end_object();
+  answer(http::Response::json(200, j.take()));
+}
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,29 @@
+#pragma once
+// The `cluster` section of a node's configuration (docs/configuration.md,
+// docs/cluster.md): the etcd that holds what the nodes of a domain agree on,
+// the key prefix the domain's keys live under, and the membership lease.
+// Without the section a node is a one-node domain and nothing here is used.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace entente::cluster {
+
+struct ClusterConfig {
+  bool enabled = false;  // the section is present
+  // "http://host:port" or "https://host:port", 1..16 of them.
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_ca_file;  // verifies https endpoints
+  // Every key of the domain starts with it: "/entente/<domain>/" unless
+  // given. Starts and ends with '/'.
+  std::string prefix;
+  int64_t lease_ttl_ms = 5'000;   // membership and controller leases (whole seconds)
+  int64_t etcd_timeout_ms = 2'000;
+  // The host the other nodes of the domain reach this node's API and peer
+  // link at: the API's listen host unless given (which then must not be a
+  // wildcard address).
+  std::string advertise_host;
+};
+
+}  // namespace entente::cluster
