@@ -827,7 +827,7 @@ Status read_cluster(const Value& v, const std::string& path, const fs::path& bas
   ENTENTE_ASSIGN_OR_RETURN(
       ObjectReader r, ObjectReader::open(v, path,
                                          {"etcd", "etcd_ca_file", "prefix", "lease_ttl", "etcd_timeout",
-                                          "advertise_host"}));
+                                          "advertise_host", "api_ca_file"}));
   ClusterConfig& c = cfg.cluster;
   c.enabled = true;
   ENTENTE_ASSIGN_OR_RETURN(const Value* etcd, r.required("etcd"));
@@ -877,6 +877,17 @@ Status read_cluster(const Value& v, const std::string& path, const fs::path& bas
                                                          "): the address the other nodes reach this one at");
   } else {
     c.advertise_host = cfg.listen_address;
+  }
+  if (const Value* x = r.get("api_ca_file")) {
+    ENTENTE_ASSIGN_OR_RETURN(c.api_ca_file, read_path(*x, r.path_of("api_ca_file"), base));
+  } else if (cfg.tls) {
+    // Read after the federation section, whose CA is the default.
+    if (cfg.federation.ca_file.empty()) {
+      return config_error(r.path_of("api_ca_file"), "required when the API uses TLS and there is no "
+                                                    "federation.ca_file: the CA that verifies the other nodes' "
+                                                    "API certificates when requests are forwarded to them");
+    }
+    c.api_ca_file = cfg.federation.ca_file;
   }
   return {};
 }

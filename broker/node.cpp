@@ -11,6 +11,7 @@
 
 #include "broker/detail/node_impl.h"
 #include "broker/detail/federation_host.h"
+#include "cluster/catalog.h"
 #include "cluster/etcd.h"
 #include "cluster/membership.h"
 #include "federation/peering.h"
@@ -211,6 +212,7 @@ void NodeImpl::stop() {
   // down and another takes the controller role now, not at the lease's
   // expiry.
   if (membership_) membership_->stop(true);
+  if (catalog_) catalog_->stop();
   // 1. No new connections; what was accepted is answered.
   if (server_) server_->stop_accepting();
   flush();

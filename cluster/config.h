@@ -24,6 +24,10 @@ struct ClusterConfig {
   // link at: the API's listen host unless given (which then must not be a
   // wildcard address).
   std::string advertise_host;
+  // Verifies the other nodes' API certificates when this node forwards a
+  // request to them (API over TLS); empty: federation.ca_file, the
+  // domain's CA.
+  std::string api_ca_file;
 };
 
 }  // namespace entente::cluster

@@ -129,12 +129,14 @@ Result<NodeLoad> Membership::load_from_json(std::string_view json) {
   return l;
 }
 
-Membership::Membership(Etcd& etcd, MembershipOptions options, NodeRecord self, LoadFn load, RoleFn on_role)
+Membership::Membership(Etcd& etcd, MembershipOptions options, NodeRecord self, LoadFn load, RoleFn on_role,
+                       TickFn on_tick)
     : etcd_(etcd),
       options_(std::move(options)),
       self_(std::move(self)),
       load_(std::move(load)),
-      on_role_(std::move(on_role)) {}
+      on_role_(std::move(on_role)),
+      on_tick_(std::move(on_tick)) {}
 
 Membership::~Membership() { stop(false); }
 
@@ -176,6 +178,7 @@ void Membership::tick() {
   Status s = keep_registered();
   if (s.ok()) s = campaign();
   if (s.ok()) s = read_members();
+  if (s.ok() && on_tick_) on_tick_();
   if (!s.ok()) {
     set_error(s.error());
     // The lease may have expired in etcd already: a node cut off from

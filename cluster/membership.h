@@ -85,8 +85,11 @@ class Membership final {
   // Called on the membership thread when this node gains or loses the
   // controller role.
   using RoleFn = std::function<void(bool controller)>;
+  // Called on the membership thread after each tick that reached etcd.
+  using TickFn = std::function<void()>;
 
-  Membership(Etcd& etcd, MembershipOptions options, NodeRecord self, LoadFn load, RoleFn on_role = {});
+  Membership(Etcd& etcd, MembershipOptions options, NodeRecord self, LoadFn load, RoleFn on_role = {},
+             TickFn on_tick = {});
   ~Membership();
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
@@ -124,6 +127,7 @@ class Membership final {
   const NodeRecord self_;
   const LoadFn load_;
   const RoleFn on_role_;
+  const TickFn on_tick_;
 
   // Owned by the membership thread (or tick_for_test).
   int64_t lease_ = 0;

@@ -69,27 +69,6 @@ void write_retention(JsonOut& j, const store::Retention& r) {
   j.end_object();
 }
 
-std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
-  const auto& m = s->meta();
-  JsonOut j;
-  j.begin_object();
-  j.key("name").str(m.name);
-  j.key("schema").raw(engine::schema_to_json(*m.schema));
-  j.key("event_time");
-  if (m.event_time.empty()) j.null();
-  else j.str(m.event_time);
-  j.key("producer").str(m.producer);
-  auto first = store::StreamLog::first(const_cast<NodeImpl&>(node).store(), m.id);
-  const uint64_t next = s->committed_next();
-  const uint64_t first_seq = first.ok() && *first ? (*first)->first : next;
-  j.key("first_seq").u64(first_seq);
-  j.key("next_seq").u64(next);
-  j.key("tuples").u64(next - first_seq);
-  write_retention(j, m.retention);
-  j.key("created_at").str(rfc3339(m.created_ms));
-  j.end_object();
-  return j.take();
-}
 
 void write_checkpoint(JsonOut& j, const CheckpointInfo& c) {
   j.begin_object();
@@ -206,6 +185,31 @@ std::string percent_decode(std::string_view s) {
 }
 
 }  // namespace
+
+std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
+  const auto& m = s->meta();
+  JsonOut j;
+  j.begin_object();
+  j.key("name").str(m.name);
+  j.key("schema").raw(engine::schema_to_json(*m.schema));
+  j.key("event_time");
+  if (m.event_time.empty()) j.null();
+  else j.str(m.event_time);
+  j.key("producer").str(m.producer);
+  // The node that appends it (docs/cluster.md): in a domain of several
+  // nodes the others forward its writes there.
+  j.key("node").str(node.config().node);
+  auto first = store::StreamLog::first(const_cast<NodeImpl&>(node).store(), m.id);
+  const uint64_t next = s->committed_next();
+  const uint64_t first_seq = first.ok() && *first ? (*first)->first : next;
+  j.key("first_seq").u64(first_seq);
+  j.key("next_seq").u64(next);
+  j.key("tuples").u64(next - first_seq);
+  write_retention(j, m.retention);
+  j.key("created_at").str(rfc3339(m.created_ms));
+  j.end_object();
+  return j.take();
+}
 
 // The path as sent, still percent-encoded, so that "acme%2Fbids" stays one
 // segment; match_routes decodes each segment itself.
@@ -372,6 +376,9 @@ void NodeImpl::handle(Request&& req, Respond respond) {
       return;
     }
   }
+  // In a domain of several nodes, what concerns a stream another node
+  // leads is answered there (docs/cluster.md).
+  if (forward_if_elsewhere(req, *chosen, params, answer)) return;
   (this->*chosen->handler)(req, params, answer);
 }
 
@@ -405,7 +412,11 @@ void NodeImpl::get_metrics(const Request&, const PathParams&, const Respond& ans
 
 // --- /v1/streams
 
-void NodeImpl::list_streams_route(const Request&, const PathParams&, const Respond& answer) {
+void NodeImpl::list_streams_route(const Request& req, const PathParams&, const Respond& answer) {
+  if (catalog_) {
+    cluster_list_streams(req, answer);
+    return;
+  }
   JsonOut j;
   j.begin_object().key("streams").begin_array();
   for (auto& s : list_streams()) j.raw(stream_json(*this, s));
@@ -415,6 +426,10 @@ void NodeImpl::list_streams_route(const Request&, const PathParams&, const Respo
 
 void NodeImpl::create_stream_route(const Request& req, const PathParams&, const Respond& answer) {
   if (!json_body(req, answer)) return;
+  if (catalog_) {
+    cluster_create_stream(req, answer);
+    return;
+  }
   auto spec = parse_stream_spec(req.body, config_);
   if (!spec.ok()) {
     answer(Response::problem(400, "Bad Request", spec.error().message));
@@ -438,7 +453,7 @@ void NodeImpl::get_stream(const Request&, const PathParams& params, const Respon
 }
 
 void NodeImpl::delete_stream_route(const Request&, const PathParams& params, const Respond& answer) {
-  Status st = delete_stream(params.at(0));
+  Status st = catalog_ ? cluster_delete_stream(params.at(0)) : delete_stream(params.at(0));
   if (!st.ok()) answer(problem_for(st.error()));
   else answer(Response{204, "application/json", "", {}});
 }

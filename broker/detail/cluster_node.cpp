@@ -9,6 +9,7 @@
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "entente_version.h"
+#include "cluster/catalog.h"
 #include "cluster/etcd.h"
 #include "cluster/membership.h"
 #include "federation/peering.h"
@@ -94,8 +95,11 @@ Status NodeImpl::start_cluster() {
   cluster::MembershipOptions mo;
   mo.prefix = c.prefix;
   mo.lease_ttl_ms = c.lease_ttl_ms;
-  membership_ = std::make_unique<cluster::Membership>(*etcd_, std::move(mo), std::move(self),
-                                                      [this] { return node_load(); });
+  catalog_ = std::make_unique<cluster::Catalog>(*etcd_, c.prefix);
+  catalog_->start();
+  membership_ = std::make_unique<cluster::Membership>(
+      *etcd_, std::move(mo), std::move(self), [this] { return node_load(); }, cluster::Membership::RoleFn{},
+      [this] { reconcile_streams(); });
   membership_->start();
   return {};
 }

@@ -103,7 +103,7 @@ Result<uint64_t> size_bytes(const rapidjson::Value& v, const std::string& path) 
 
 }  // namespace
 
-Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config) {
+Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node) {
   rapidjson::Document d;
   ENTENTE_RETURN_IF_ERROR(read_json_body(body, d));
   if (!d.IsObject()) return make_error(Errc::invalid_argument, "$: expected an object with name and schema");
@@ -146,9 +146,13 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
                             "$.retention." + rk.substr(0, 64) + ": unknown key (max_tuples, max_bytes, max_age)");
         }
       }
+    } else if (key == "node" && node != nullptr) {
+      if (!v.IsString() || v.GetStringLength() == 0 || v.GetStringLength() > 63)
+        return make_error(Errc::invalid_argument, "$.node: expected the name of a node of this domain");
+      node->assign(v.GetString(), v.GetStringLength());
     } else {
       return make_error(Errc::invalid_argument,
-                        "$." + key.substr(0, 64) + ": unknown key (name, schema, event_time, retention)");
+                        "$." + key.substr(0, 64) + ": unknown key (name, schema, event_time, retention, node)");
     }
   }
   if (m.name.empty()) return make_error(Errc::invalid_argument, "$.name: required");

@@ -20,7 +20,9 @@ class NodeImpl;
 
 // Parses a POST /v1/streams body into a stream definition (name, schema,
 // event_time, retention; defaults from the node's configuration).
-Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config);
+// `node` (when given) receives the body's "node": the node that is to lead
+// the stream (docs/cluster.md); without it that key is unknown.
+Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node = nullptr);
 
 enum class IngestFormat : uint8_t { ndjson, json_array, binary };
 

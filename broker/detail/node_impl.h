@@ -23,11 +23,13 @@
 #include "broker/detail/query.h"
 #include "broker/detail/streams.h"
 #include "http/server.h"
+#include "http/upstream.h"
 #include "broker/metrics.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 
 namespace entente::cluster {
+class Catalog;
 class Etcd;
 class Membership;
 struct NodeLoad;
@@ -201,6 +203,32 @@ class NodeImpl final : public http::Handler {
   Status start_cluster();
   // What this node reports to the others at every membership tick.
   cluster::NodeLoad node_load();
+  // --- the domain's streams (cluster_streams.cpp, docs/cluster.md)
+  // The node the domain's catalog says leads `stream`; nullopt when the
+  // stream is not in the catalog (or there is no cluster).
+  std::optional<std::string> stream_leader(const std::string& stream) const;
+  // When the request is about a stream another node leads, forwards it
+  // there and returns true (the answer comes from there).
+  bool forward_if_elsewhere(const http::Request& req, const RouteInfo& route, const PathParams& params,
+                            const http::Respond& answer);
+  // POST /v1/streams in a cluster: placement, the catalog entry, then the
+  // local stream.
+  void cluster_create_stream(const http::Request& req, const http::Respond& answer);
+  void cluster_list_streams(const http::Request& req, const http::Respond& answer);
+  Status cluster_delete_stream(const std::string& name);
+  // The catalog entry of each local stream that lacks one (created before
+  // the cluster section, or a query's output), and the local stream of each
+  // entry this node leads that it lacks (a crash between the two writes).
+  void reconcile_streams();
+  // Sends the request to `node` (with `body` instead of the request's when
+  // given) and answers with what it answers.
+  void forward(const http::Request& req, const std::string& node, const http::Respond& answer,
+               std::optional<std::string> body = std::nullopt);
+  std::shared_ptr<http::WebSocketSession> forward_websocket(const http::Request& req, const std::string& node,
+                                                            http::Response& reject);
+  // Where `node`'s API is, from the membership view.
+  Result<http::UpstreamTarget> target_of(const std::string& node) const;
+  http::ForwardOptions forward_options(const http::Request& req) const;
   Status load_catalog();
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
   void maintenance_loop();
@@ -222,6 +250,9 @@ class NodeImpl final : public http::Handler {
   // When the configuration has a cluster section (docs/cluster.md).
   std::unique_ptr<cluster::Etcd> etcd_;
   std::unique_ptr<cluster::Membership> membership_;
+  std::unique_ptr<cluster::Catalog> catalog_;
+  // Forwards requests and WebSockets to the other nodes (its own threads).
+  std::unique_ptr<http::Upstream> upstream_;
   // CPU time and wall clock at the last node_load().
   std::mutex load_mu_;
   int64_t load_cpu_us_ = 0, load_wall_us_ = 0;  // REQUIRES: load_mu_
@@ -247,6 +278,9 @@ class NodeImpl final : public http::Handler {
 };
 
 int64_t wall_clock_ms();
+
+// The API's JSON form of a stream of this node (GET /v1/streams/{name}).
+std::string stream_json(const NodeImpl& node, const StreamPtr& s);
 
 // The API's answer for an error: 404, 409, 403, 503 (Retry-After), 500 or 400.
 http::Response problem_for(const Error& e);

@@ -307,6 +307,11 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
     reject = std::move(auth.problem);
     return nullptr;
   }
+  // A stream another node of the domain leads: the session is relayed
+  // there (docs/cluster.md).
+  if (auto leader = stream_leader(param); leader && *leader != config_.node) {
+    return forward_websocket(req, *leader, reject);
+  }
   auto stream = find_stream(param);
   if (!stream) {
     reject = http::Response::problem(404, "Not Found", "no stream '" + param.substr(0, 100) + "'");

@@ -694,7 +694,7 @@ TEST(Config, ClusterSection) {
       minimal(R"({"listen": "0.0.0.0:8443", "tls": {"cert": "api.crt", "key": "api.key"}})",
               R"(, "cluster": {"etcd": ["https://etcd-1.example:2379", "https://10.0.0.2:2379"],
                    "etcd_ca_file": "etcd-ca.crt", "prefix": "/acme/prod/", "lease_ttl": "3s",
-                   "etcd_timeout": "500ms", "advertise_host": "n1.acme.example"})"),
+                   "etcd_timeout": "500ms", "advertise_host": "n1.acme.example", "api_ca_file": "acme-ca.crt"})"),
       "/etc/entente");
   ASSERT_TRUE(full.ok()) << full.error().message;
   const ClusterConfig& f = full->cluster;
@@ -704,6 +704,7 @@ TEST(Config, ClusterSection) {
   EXPECT_EQ(f.lease_ttl_ms, 3000);
   EXPECT_EQ(f.etcd_timeout_ms, 500);
   EXPECT_EQ(f.advertise_host, "n1.acme.example");
+  EXPECT_EQ(f.api_ca_file, "/etc/entente/acme-ca.crt");
 }
 
 TEST(Config, ClusterErrorsNameTheKey) {
@@ -733,6 +734,10 @@ TEST(Config, ClusterErrorsNameTheKey) {
                              R"(, "cluster": {"etcd": ["http://a:1"]})")),
             "cluster.advertise_host: required when api.listen is a wildcard address (0.0.0.0): the address the "
             "other nodes reach this one at");
+  EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:8443", "tls": {"cert": "a", "key": "b"}})",
+                             R"(, "cluster": {"etcd": ["http://a:1"]})")),
+            "cluster.api_ca_file: required when the API uses TLS and there is no federation.ca_file: the CA that "
+            "verifies the other nodes' API certificates when requests are forwarded to them");
 }
 
 }  // namespace

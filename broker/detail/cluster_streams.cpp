@@ -1,0 +1,345 @@
+// The domain's streams in a cluster (docs/cluster.md, "Streams in a domain
+// of several nodes"): each stream has one leader node, where it is appended
+// and its log kept; the domain's catalog in etcd says which. Any node
+// answers for any stream: it forwards what belongs to the leader.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "broker/detail/ingest.h"
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "http/upstream.h"
+#include "cluster/catalog.h"
+#include "cluster/membership.h"
+#include "engine/schema.h"
+#include "rapidjson/document.h"
+
+namespace entente::broker::detail {
+namespace {
+
+// The header a forwarded request carries: the nodes it passed, in order.
+// A request is forwarded at most kMaxHops times, so two nodes whose views
+// of the catalog disagree cannot bounce it forever.
+constexpr const char* kForwardedHeader = "entente-forwarded-by";
+constexpr size_t kMaxHops = 2;
+
+size_t hops_of(const http::Request& req) {
+  auto h = req.header(kForwardedHeader);
+  if (!h || h->empty()) return 0;
+  return static_cast<size_t>(std::count(h->begin(), h->end(), ',')) + 1;
+}
+
+std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
+
+// A stream's catalog entry: {"node": LEADER, "meta": <its stored form>}.
+std::string stream_entry_json(const StreamMeta& meta, const std::string& node) {
+  JsonOut j;
+  j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta)).end_object();
+  return j.take();
+}
+
+struct StreamEntry {
+  std::string node;
+  StreamMeta meta;
+};
+
+Result<StreamEntry> stream_entry_from_json(std::string_view json) {
+  rapidjson::Document d;
+  d.Parse(json.data(), json.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("node") || !d["node"].IsString() ||
+      !d.HasMember("meta") || !d["meta"].IsObject()) {
+    return make_error(Errc::corrupt, "a stream's catalog entry is not {\"node\", \"meta\"}");
+  }
+  StreamEntry e;
+  e.node = d["node"].GetString();
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  d["meta"].Accept(w);
+  ENTENTE_ASSIGN_OR_RETURN(e.meta, stream_meta_from_json({sb.GetString(), sb.GetSize()}));
+  return e;
+}
+
+// A stream led by another node, as listed here: what the catalog says,
+// without the positions only its leader knows (GET /v1/streams/{name},
+// forwarded there, has them).
+std::string remote_stream_json(const StreamEntry& e) {
+  JsonOut j;
+  j.begin_object().key("name").str(e.meta.name);
+  j.key("schema").raw(engine::schema_to_json(*e.meta.schema));
+  j.key("event_time");
+  if (e.meta.event_time.empty()) j.null();
+  else j.str(e.meta.event_time);
+  j.key("producer").str(e.meta.producer).key("node").str(e.node).end_object();
+  return j.take();
+}
+
+http::Response catalog_unavailable(const cluster::Catalog& catalog, std::string_view what) {
+  http::Response r = http::Response::problem(
+      503, "Service Unavailable",
+      std::string(what) + " waits for the domain's catalog in etcd, which this node cannot read now (" +
+          catalog.problem() + "); tuples keep flowing meanwhile");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+}  // namespace
+
+std::optional<std::string> NodeImpl::stream_leader(const std::string& stream) const {
+  if (!catalog_) return std::nullopt;
+  auto e = catalog_->get(stream_key_of(stream));
+  if (!e) return std::nullopt;
+  auto parsed = stream_entry_from_json(e->value);
+  if (!parsed.ok()) return std::nullopt;
+  return parsed->node;
+}
+
+bool NodeImpl::forward_if_elsewhere(const http::Request& req, const RouteInfo& route, const PathParams& params,
+                                    const http::Respond& answer) {
+  if (!catalog_ || params.empty()) return false;
+  const std::string_view path = route.path;
+  if (!path.starts_with("/v1/streams/{name}")) return false;
+  auto leader = stream_leader(params[0]);
+  if (!leader || *leader == config_.node) return false;
+  if (hops_of(req) >= kMaxHops) {
+    answer(http::Response::problem(508, "Loop Detected",
+                                   "stream '" + params[0] + "' is led by " + *leader +
+                                       " in this node's catalog, but the request was forwarded here by " +
+                                       std::string(*req.header(kForwardedHeader)) + "; the nodes' catalogs "
+                                       "disagree for now (retry)"));
+    return true;
+  }
+  forward(req, *leader, answer);
+  return true;
+}
+
+void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respond& answer) {
+  std::string node;
+  auto spec = parse_stream_spec(req.body, config_, &node);
+  if (!spec.ok()) {
+    answer(http::Response::problem(400, "Bad Request", spec.error().message));
+    return;
+  }
+  StreamMeta meta = std::move(spec).value();
+  if (!catalog_->synced()) {
+    answer(catalog_unavailable(*catalog_, "creating a stream"));
+    return;
+  }
+  if (auto leader = stream_leader(meta.name)) {
+    answer(http::Response::problem(409, "Conflict", "stream '" + meta.name + "' exists in domain " +
+                                                        config_.domain + " (led by " + *leader + ")"));
+    return;
+  }
+  const cluster::MembershipView view = membership_->view();
+  if (!node.empty()) {
+    auto it = std::find_if(view.members.begin(), view.members.end(),
+                           [&](const cluster::Member& m) { return m.record.node == node; });
+    if (it == view.members.end()) {
+      std::string known;
+      for (const auto& m : view.members) known += (known.empty() ? "" : ", ") + m.record.node;
+      answer(http::Response::problem(400, "Bad Request", "$.node: " + node.substr(0, 63) +
+                                                             " is not a node of domain " + config_.domain +
+                                                             " (its nodes: " + known + ")"));
+      return;
+    }
+    if (!it->up) {
+      http::Response r = http::Response::problem(503, "Service Unavailable",
+                                                 "$.node: " + node + " is down; a stream it is to lead "
+                                                 "cannot be created until it is back");
+      r.headers.emplace_back("Retry-After", "1");
+      answer(std::move(r));
+      return;
+    }
+  } else if (view.is_controller) {
+    // The controller places: the node that leads the fewest streams and
+    // runs the fewest fragments; then the one using the least CPU.
+    const cluster::Member* best = nullptr;
+    auto weight = [](const cluster::Member& m) {
+      return m.load ? m.load->streams_led.size() + m.load->fragments.size() : 0;
+    };
+    for (const auto& m : view.members) {
+      if (!m.up) continue;
+      if (!best || weight(m) < weight(*best) ||
+          (weight(m) == weight(*best) && m.load && best->load && m.load->cpu < best->load->cpu)) {
+        best = &m;
+      }
+    }
+    node = best ? best->record.node : config_.node;
+  } else if (view.controller.empty()) {
+    http::Response r = http::Response::problem(503, "Service Unavailable",
+                                               "domain " + config_.domain + " has no controller at the moment to "
+                                               "place the stream (give \"node\" to place it yourself)");
+    r.headers.emplace_back("Retry-After", "1");
+    answer(std::move(r));
+    return;
+  } else {
+    // The controller decides where.
+    if (hops_of(req) >= kMaxHops) {
+      answer(http::Response::problem(508, "Loop Detected", "the request to create stream '" + meta.name +
+                                                               "' was forwarded too many times"));
+      return;
+    }
+    forward(req, view.controller, answer);
+    return;
+  }
+  if (node != config_.node) {
+    // Forwarded with the placement written in, so the leader creates it.
+    rapidjson::Document d;
+    d.Parse(req.body.data(), req.body.size());
+    d.RemoveMember("node");
+    d.AddMember("node", rapidjson::Value(node.c_str(), d.GetAllocator()), d.GetAllocator());
+    rapidjson::StringBuffer sb;
+    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+    d.Accept(w);
+    forward(req, node, answer, std::string(sb.GetString(), sb.GetSize()));
+    return;
+  }
+  // This node leads it: the catalog entry first (the domain's one truth:
+  // two nodes creating the same name cannot both win), then the stream.
+  auto rev = catalog_->create(stream_key_of(meta.name), stream_entry_json(meta, config_.node));
+  if (!rev.ok()) {
+    if (rev.error().code == Errc::unavailable) answer(catalog_unavailable(*catalog_, "creating a stream"));
+    else answer(problem_for(rev.error()));
+    return;
+  }
+  auto s = create_stream(std::move(meta));
+  if (!s.ok()) {
+    (void)catalog_->erase(stream_key_of(spec->name), *rev);
+    answer(problem_for(s.error()));
+    return;
+  }
+  catalog_->wait_for(*rev, config_.cluster.etcd_timeout_ms);
+  http::Response r = http::Response::json(201, stream_json(*this, *s));
+  r.headers.emplace_back("Location", "/v1/streams/" + (*s)->meta().name);
+  answer(std::move(r));
+}
+
+void NodeImpl::cluster_list_streams(const http::Request&, const http::Respond& answer) {
+  JsonOut j;
+  j.begin_object().key("streams").begin_array();
+  std::set<std::string> listed;
+  for (auto& s : list_streams()) {
+    j.raw(stream_json(*this, s));
+    listed.insert(s->meta().name);
+  }
+  for (const auto& e : catalog_->list("streams/")) {
+    auto parsed = stream_entry_from_json(e.value);
+    if (!parsed.ok() || listed.count(parsed->meta.name) || parsed->node == config_.node) continue;
+    j.raw(remote_stream_json(*parsed));
+  }
+  j.end_array();
+  if (!catalog_->synced()) {
+    j.key("catalog").begin_object().key("current").boolean(false).key("problem").str(catalog_->problem());
+    j.end_object();
+  }
+  j.end_object();
+  answer(http::Response::json(200, j.take()));
+}
+
+Status NodeImpl::cluster_delete_stream(const std::string& name) {
+  // The local checks first (a stream read by a query, or a query's output,
+  // is not deleted), then the catalog entry, then the log.
+  StreamPtr s = find_stream(name);
+  // What delete_stream refuses, it refuses with its own message.
+  if (!s || s->meta().producer != "api" || !readers_of(name).empty()) return delete_stream(name);
+  auto e = catalog_->get(stream_key_of(name));
+  if (e) {
+    if (!catalog_->synced()) {
+      return make_error(Errc::unavailable, "deleting a stream waits for the domain's catalog in etcd: " +
+                                               catalog_->problem());
+    }
+    auto rev = catalog_->erase(stream_key_of(name), e->mod_revision);
+    if (!rev.ok() && rev.error().code != Errc::not_found) return rev.error();
+  }
+  return delete_stream(name);
+}
+
+void NodeImpl::reconcile_streams() {
+  if (!catalog_ || !catalog_->synced()) return;
+  for (const auto& s : list_streams()) {
+    const StreamMeta& m = s->meta();
+    if (m.producer == "import" || catalog_->get(stream_key_of(m.name))) continue;
+    auto rev = catalog_->create(stream_key_of(m.name), stream_entry_json(m, config_.node));
+    if (!rev.ok() && rev.error().code == Errc::already_exists) {
+      std::fprintf(stderr,
+                   "entente: stream '%s' of this node is led by another node in the domain's catalog; this "
+                   "node's copy is not reachable through the others until one of the two is deleted\n",
+                   m.name.c_str());
+    }
+  }
+  for (const auto& e : catalog_->list("streams/")) {
+    auto parsed = stream_entry_from_json(e.value);
+    if (!parsed.ok() || parsed->node != config_.node || parsed->meta.producer != "api") continue;
+    if (find_stream(parsed->meta.name)) continue;
+    // In the catalog as led here, but not here: this node stopped between
+    // the two writes of its creation.
+    auto s = create_stream(parsed->meta);
+    if (s.ok()) std::fprintf(stderr, "entente: stream '%s' created from the domain's catalog\n", parsed->meta.name.c_str());
+  }
+}
+
+Result<http::UpstreamTarget> NodeImpl::target_of(const std::string& node) const {
+  const cluster::MembershipView view = membership_->view();
+  auto it = std::find_if(view.members.begin(), view.members.end(),
+                         [&](const cluster::Member& m) { return m.record.node == node; });
+  if (it == view.members.end()) {
+    return make_error(Errc::unavailable, "node " + node + " of domain " + config_.domain +
+                                             " is not in this node's view of the domain yet");
+  }
+  const std::string& url = it->record.api_url;
+  http::UpstreamTarget t;
+  t.tls = url.starts_with("https://");
+  const std::string hostport = url.substr(t.tls ? 8 : 7);
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos) return make_error(Errc::corrupt, "node " + node + "'s API address is " + url);
+  t.host = hostport.substr(0, colon);
+  if (t.host.size() > 2 && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
+  t.port = static_cast<uint16_t>(std::strtoul(hostport.c_str() + colon + 1, nullptr, 10));
+  t.ca_file = config_.cluster.api_ca_file;
+  return t;
+}
+
+http::ForwardOptions NodeImpl::forward_options(const http::Request& req) const {
+  http::ForwardOptions o;
+  o.pass_headers = {"entente-producer-id", "entente-producer-seq"};
+  auto prior = req.header(kForwardedHeader);
+  o.extra_headers.emplace_back(kForwardedHeader,
+                               prior && !prior->empty() ? std::string(*prior) + "," + config_.node : config_.node);
+  return o;
+}
+
+void NodeImpl::forward(const http::Request& req, const std::string& node, const http::Respond& answer,
+                       std::optional<std::string> body) {
+  auto target = target_of(node);
+  if (!target.ok()) {
+    answer(problem_for(target.error()));
+    return;
+  }
+  if (!body) {
+    http::forward_request(*upstream_, *target, req, answer, forward_options(req));
+    return;
+  }
+  http::Request copy = req;
+  copy.body = std::move(*body);
+  http::forward_request(*upstream_, *target, copy, answer, forward_options(req));
+}
+
+std::shared_ptr<http::WebSocketSession> NodeImpl::forward_websocket(const http::Request& req,
+                                                                    const std::string& node,
+                                                                    http::Response& reject) {
+  if (hops_of(req) >= kMaxHops) {
+    reject = http::Response::problem(508, "Loop Detected", "the WebSocket was forwarded too many times; the "
+                                                           "nodes' catalogs disagree for now (retry)");
+    return nullptr;
+  }
+  auto target = target_of(node);
+  if (!target.ok()) {
+    reject = problem_for(target.error());
+    return nullptr;
+  }
+  return http::make_websocket_proxy(*upstream_, *target, req, forward_options(req));
+}
+
+}  // namespace entente::broker::detail
