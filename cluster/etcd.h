@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -67,6 +68,18 @@ struct TxnOp {
   std::string value;    // put
   int64_t lease = 0;    // put
   bool prefix = false;  // erase, get: every key starting with `key`
+
+  // Spelled out, since brace-initialising some members only trips
+  // -Wmissing-field-initializers.
+  static TxnOp put_op(std::string key, std::string value, int64_t lease = 0) {
+    return TxnOp{Kind::put, std::move(key), std::move(value), lease, false};
+  }
+  static TxnOp erase_op(std::string key, bool prefix = false) {
+    return TxnOp{Kind::erase, std::move(key), {}, 0, prefix};
+  }
+  static TxnOp get_op(std::string key, bool prefix = false) {
+    return TxnOp{Kind::get, std::move(key), {}, 0, prefix};
+  }
 };
 
 struct TxnResult {

@@ -2,8 +2,9 @@
 // io_context that only the calling thread runs: an operation starts an async
 // Beast operation and runs the context until it completes or its deadline
 // passes. Deadlines on the HTTP client close the connection; the WebSocket
-// client's receive() deadline does not: the read stays pending and the next
-// receive() resumes it, so a timeout leaves the connection usable.
+// client's receive() deadline and a streamed response's read_stream()
+// deadline do not: the read stays pending and the next call resumes it, so
+// a timeout leaves the connection usable.
 
 #include "http/client.h"
 
@@ -22,7 +23,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
-constexpr size_t kMaxResponseBody = 256u << 20;
 constexpr uint32_t kMaxResponseHeader = 1u << 20;
 constexpr size_t kWsMaxMessage = 256u << 20;
 // Client frames are masked through a buffer of this size; the default (4 KB)
@@ -178,8 +178,69 @@ struct Client::Impl {
   std::optional<TlsStream> tls;
   beast::flat_buffer buffer;
   bool closed = false;  // by the server (Connection: close) or after an error
+  // A streamed response (start_stream): its parser writes the body into
+  // `piece`. The read outlives a read_stream() that timed out; its result
+  // waits in stream_done / stream_ec.
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> stream;
+  std::vector<char> piece;
+  bool stream_pending = false;
+  bool stream_done = false;
+  error_code stream_ec;
 
   beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+
+  // Why the connection cannot take a request now, if it cannot.
+  Status check_free() const {
+    if (closed) return make_error(Errc::io_error, "the connection to " + where(options) + " is closed");
+    if (stream) {
+      return make_error(Errc::io_error,
+                        "a streamed response from " + where(options) + " is still being read");
+    }
+    return {};
+  }
+
+  // Ends the streamed response: the connection serves requests again if
+  // the server keeps it alive.
+  BodyPiece end_stream(BodyPiece piece_out) {
+    if (!stream->get().keep_alive()) closed = true;
+    stream.reset();
+    piece_out.end = true;
+    return piece_out;
+  }
+
+  // Checks and writes one request (keep-alive); returns its verb.
+  Result<bhttp::verb> send_request(std::string_view method, std::string_view target,
+                                   std::string_view body, std::string_view content_type,
+                                   const std::vector<std::pair<std::string, std::string>>& headers) {
+    if (!is_token(method)) return make_error(Errc::invalid_argument, "invalid method");
+    if (!is_target(target)) return make_error(Errc::invalid_argument, "invalid request target");
+    if (!is_header_safe(content_type)) return make_error(Errc::invalid_argument, "invalid content type");
+    ENTENTE_RETURN_IF_ERROR(check_headers(headers));
+    ENTENTE_RETURN_IF_ERROR(check_free());
+    bhttp::request<bhttp::string_body> req;
+    const bhttp::verb verb = bhttp::string_to_verb(method);
+    if (verb == bhttp::verb::unknown) {
+      req.method_string(method);
+    } else {
+      req.method(verb);
+    }
+    req.target(target);
+    req.version(11);
+    req.set(bhttp::field::host, options.host + ":" + std::to_string(options.port));
+    req.set(bhttp::field::user_agent, "entente-client");
+    if (!body.empty() && !content_type.empty()) req.set(bhttp::field::content_type, content_type);
+    req.keep_alive(true);  // before the caller's headers, which may say "Connection: close"
+    for (const auto& [name, value] : headers) req.set(name, value);
+    req.body() = std::string(body);
+    req.prepare_payload();
+    const error_code ec =
+        run([&](auto& stream, auto& handler) { bhttp::async_write(stream, req, handler); });
+    if (ec) {
+      closed = true;
+      return io_error(options, "send the request to", ec);
+    }
+    return verb;
+  }
 
   // Runs one async operation on whichever stream is open, under the deadline.
   template <class Op>
@@ -202,7 +263,7 @@ struct Client::Impl {
 
   Result<ClientResponse> read_response(bool head) {
     bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(kMaxResponseBody);
+    parser.body_limit(options.max_body_bytes);
     parser.header_limit(kMaxResponseHeader);
     parser.skip(head);
     const error_code ec = run([&](auto& stream, auto& handler) {
@@ -224,6 +285,8 @@ Client::~Client() {
   if (!impl_) return;
   error_code ec;
   impl_->lowest().socket().close(ec);
+  // A streamed read still pending refers to the parser: let it report.
+  if (impl_->stream_pending) finish(impl_->ioc, impl_->stream_done);
 }
 
 Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
@@ -243,44 +306,91 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
 Result<ClientResponse> Client::request(
     std::string_view method, std::string_view target, std::string_view body,
     std::string_view content_type, const std::vector<std::pair<std::string, std::string>>& headers) {
+  ENTENTE_ASSIGN_OR_RETURN(const bhttp::verb verb,
+                           impl_->send_request(method, target, body, content_type, headers));
+  return impl_->read_response(verb == bhttp::verb::head);
+}
+
+Result<ClientResponse> Client::start_stream(
+    std::string_view method, std::string_view target, std::string_view body,
+    std::string_view content_type, const std::vector<std::pair<std::string, std::string>>& headers) {
   Impl& c = *impl_;
-  if (!is_token(method)) return make_error(Errc::invalid_argument, "invalid method");
-  if (!is_target(target)) return make_error(Errc::invalid_argument, "invalid request target");
-  if (!is_header_safe(content_type)) return make_error(Errc::invalid_argument, "invalid content type");
-  ENTENTE_RETURN_IF_ERROR(check_headers(headers));
-  if (c.closed) {
-    return make_error(Errc::io_error, "the connection to " + where(c.options) + " is closed");
-  }
-  bhttp::request<bhttp::string_body> req;
-  const bhttp::verb verb = bhttp::string_to_verb(method);
-  if (verb == bhttp::verb::unknown) {
-    req.method_string(method);
-  } else {
-    req.method(verb);
-  }
-  req.target(target);
-  req.version(11);
-  req.set(bhttp::field::host, c.options.host + ":" + std::to_string(c.options.port));
-  req.set(bhttp::field::user_agent, "entente-client");
-  if (!body.empty() && !content_type.empty()) req.set(bhttp::field::content_type, content_type);
-  req.keep_alive(true);  // before the caller's headers, which may say "Connection: close"
-  for (const auto& [name, value] : headers) req.set(name, value);
-  req.body() = std::string(body);
-  req.prepare_payload();
-  const error_code ec =
-      c.run([&](auto& stream, auto& handler) { bhttp::async_write(stream, req, handler); });
+  ENTENTE_ASSIGN_OR_RETURN(const bhttp::verb verb,
+                           c.send_request(method, target, body, content_type, headers));
+  c.stream.emplace();
+  c.stream->header_limit(kMaxResponseHeader);
+  c.stream->body_limit(boost::none);  // the body may never end; each piece is bounded
+  c.stream->skip(verb == bhttp::verb::head);
+  const error_code ec = c.run([&](auto& stream, auto& handler) {
+    bhttp::async_read_header(stream, c.buffer, *c.stream, handler);
+  });
   if (ec) {
     c.closed = true;
-    return io_error(c.options, "send the request to", ec);
+    c.stream.reset();
+    return io_error(c.options, "read the response from", ec);
   }
-  return c.read_response(verb == bhttp::verb::head);
+  c.lowest().expires_never();  // read_stream() keeps its own deadlines
+  ClientResponse out;
+  out.status = c.stream->get().result_int();
+  for (const auto& field : c.stream->get()) {
+    out.headers.emplace_back(to_lower(field.name_string()), std::string(field.value()));
+  }
+  return out;
+}
+
+Result<BodyPiece> Client::read_stream(int64_t timeout_ms, size_t max_bytes) {
+  Impl& c = *impl_;
+  if (!c.stream) {
+    return make_error(Errc::invalid_argument,
+                      "no streamed response from " + where(c.options) + " is being read");
+  }
+  const auto deadline = deadline_after(std::max<int64_t>(timeout_ms, 0));
+  for (;;) {
+    if (c.stream->is_done()) return c.end_stream({});
+    if (!c.stream_pending) {
+      // A read_some completes after one successful parse step, which may
+      // be a chunk header alone: loop until body bytes or the end come.
+      c.piece.resize(std::max<size_t>(max_bytes, 1));
+      auto& body = c.stream->get().body();
+      body.data = c.piece.data();
+      body.size = c.piece.size();
+      body.more = true;
+      c.stream_pending = true;
+      auto handler = [&c](error_code e, std::size_t) {
+        c.stream_pending = false;
+        c.stream_done = true;
+        c.stream_ec = e;
+      };
+      if (c.tls) {
+        bhttp::async_read_some(*c.tls, c.buffer, *c.stream, handler);
+      } else {
+        bhttp::async_read_some(*c.plain, c.buffer, *c.stream, handler);
+      }
+    }
+    if (!run_until(c.ioc, c.stream_done, deadline)) {
+      return make_error(Errc::unavailable, "no data from " + where(c.options) + " within " +
+                                               std::to_string(timeout_ms) + " ms");
+    }
+    c.stream_done = false;
+    error_code ec = c.stream_ec;
+    if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full
+    if (ec) {
+      c.closed = true;
+      c.stream.reset();
+      return io_error(c.options, "read the response from", ec);
+    }
+    const size_t n = c.piece.size() - c.stream->get().body().size;
+    if (n > 0) {
+      BodyPiece out{std::string(c.piece.data(), n), false};
+      if (c.stream->is_done()) return c.end_stream(std::move(out));
+      return out;
+    }
+  }
 }
 
 Result<ClientResponse> Client::raw(std::string_view bytes) {
   Impl& c = *impl_;
-  if (c.closed) {
-    return make_error(Errc::io_error, "the connection to " + where(c.options) + " is closed");
-  }
+  ENTENTE_RETURN_IF_ERROR(c.check_free());
   const error_code ec = c.run([&](auto& stream, auto& handler) {
     net::async_write(stream, net::buffer(bytes.data(), bytes.size()), handler);
   });

@@ -23,6 +23,16 @@ struct ClientOptions {
   bool verify_peer = true;    // false: accept any certificate (tests of bad certs)
   std::string server_name;    // SNI / host check; empty: host
   int64_t timeout_ms = 10'000;
+  // The largest response body request() reads; a larger one is io_error
+  // and closes the connection. (A streamed body is read piece by piece:
+  // its pieces are bounded, the whole is not.)
+  uint64_t max_body_bytes = 256u << 20;
+};
+
+// A piece of a streamed response body (Client::read_stream).
+struct BodyPiece {
+  std::string data;
+  bool end = false;  // the body is complete: the connection is free again
 };
 
 struct ClientResponse {
@@ -49,6 +59,22 @@ class Client final {
                                  const std::vector<std::pair<std::string, std::string>>& headers = {});
   // Writes raw bytes and reads one response: for malformed-request tests.
   Result<ClientResponse> raw(std::string_view bytes);
+
+  // A response read incrementally, for bodies that come in pieces and may
+  // never end (a chunked stream of JSON objects, e.g. an etcd watch).
+  // start_stream() sends the request and reads the status and headers
+  // (within timeout_ms); the returned body is empty. read_stream() then
+  // returns the next bytes of the body (at most `max_bytes`), or `end`;
+  // Errc::unavailable when nothing came within `timeout_ms`: the read stays
+  // pending and the connection usable, so the caller may check a stop flag
+  // and call again. io_error when the connection broke. Until `end`, the
+  // connection serves nothing else (request() fails); a stream left
+  // unfinished leaves the connection unusable.
+  Result<ClientResponse> start_stream(
+      std::string_view method, std::string_view target, std::string_view body = {},
+      std::string_view content_type = "application/json",
+      const std::vector<std::pair<std::string, std::string>>& headers = {});
+  Result<BodyPiece> read_stream(int64_t timeout_ms, size_t max_bytes = 64u << 10);
 
  private:
   struct Impl;

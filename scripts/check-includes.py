@@ -37,7 +37,8 @@ import sys
 # Which module may include which: keep in sync with the picture and the table
 # of docs/architecture.md, "Modules and dependencies". A module may always
 # include its own headers.
-LIBRARIES = ["base", "engine", "store", "net", "certs", "http", "contracts", "federation", "broker"]
+LIBRARIES = ["base", "engine", "store", "net", "certs", "http", "cluster", "contracts", "federation",
+             "broker"]
 ALLOWED = {
     "base": set(),
     "engine": {"base"},
@@ -45,9 +46,11 @@ ALLOWED = {
     "net": {"base"},  # Asio, OpenSSL; base for Result and OpenSSL errors
     "certs": {"base"},
     "http": {"net", "base"},
+    "cluster": {"http", "net", "base"},  # etcd over the HTTP client
     "contracts": {"certs", "store", "engine", "base"},
     "federation": {"contracts", "engine", "store", "certs", "net", "base"},
-    "broker": {"federation", "http", "contracts", "engine", "store", "certs", "net", "base"},
+    "broker": {"federation", "cluster", "http", "contracts", "engine", "store", "certs", "net",
+               "base"},
     "bench": set(LIBRARIES),
     "tests": set(LIBRARIES) | {"bench"},
 }

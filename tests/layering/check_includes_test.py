@@ -141,9 +141,16 @@ class CheckIncludes(unittest.TestCase):
 
     def test_an_unknown_folder_must_join_the_table_first(self):
         self.assert_one_problem(
-            {"cluster/etcd.cpp": '#include "base/result.h"\n'},
-            "cluster/etcd.cpp:1: folder cluster/ is not in the module table of "
+            {"scheduler/plan.cpp": '#include "base/result.h"\n'},
+            "scheduler/plan.cpp:1: folder scheduler/ is not in the module table of "
             "scripts/check-includes.py (nor, then, of docs/architecture.md)")
+
+    def test_the_cluster_sits_on_http_and_under_the_broker(self):
+        self.assert_one_problem(
+            {"cluster/etcd.cpp": '#include "http/client.h"\n#include "broker/node.h"\n',
+             "broker/cluster.cpp": '#include "cluster/etcd.h"\n'},
+            "cluster/etcd.cpp:2: module cluster may not include module broker "
+            "(broker/node.h; allowed: base, http, net)")
 
     def test_a_link_against_the_direction_fails(self):
         self.assert_one_problem(
@@ -155,8 +162,8 @@ class CheckIncludes(unittest.TestCase):
 
     def test_a_link_to_an_unknown_target_must_join_the_table(self):
         self.assert_one_problem(
-            {"http/CMakeLists.txt": "target_link_libraries(entente_http PUBLIC entente_cluster)\n"},
-            "http/CMakeLists.txt:1: entente_cluster is not in the target table of "
+            {"http/CMakeLists.txt": "target_link_libraries(entente_http PUBLIC entente_scheduler)\n"},
+            "http/CMakeLists.txt:1: entente_scheduler is not in the target table of "
             "scripts/check-includes.py")
 
 if __name__ == "__main__":
