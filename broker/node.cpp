@@ -217,6 +217,8 @@ void NodeImpl::stop() {
   if (server_) server_->stop_accepting();
   flush();
   if (server_) server_->stop();
+  // Forwarded requests and relayed WebSockets end with the API.
+  if (upstream_) upstream_->stop();
   // Peer links: importers re-open from what they stored when the node is
   // back; nothing they have not acknowledged is released.
   if (peering_) peering_->stop();

@@ -497,6 +497,11 @@ void NodeImpl::list_queries_route(const Request&, const PathParams&, const Respo
   JsonOut j;
   j.begin_object().key("queries").begin_array();
   for (auto& q : list_queries()) j.raw(query_json(q, placement, peering_.get()));
+  if (catalog_) {
+    std::vector<std::string> others;
+    cluster_list_queries(others);
+    for (const auto& o : others) j.raw(o);
+  }
   j.end_array().end_object();
   answer(Response::json(200, j.take()));
 }
@@ -510,9 +515,29 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
     answer(Response::problem(400, "Bad Request", p->message(), diagnostics_members(diag)));
     return;
   }
-  auto deploy = [this, body = req.body, answer]() {
+  auto placement = read_placement(req.body);
+  if (!placement.ok()) {
+    answer(problem_for(placement.error()));
+    return;
+  }
+  if (!catalog_ && !placement->node.empty() && placement->node != config_.node) {
+    answer(Response::problem(400, "Bad Request", "$.placement.node: domain " + config_.domain +
+                                                     " is one node, " + config_.node + " (no cluster section)"));
+    return;
+  }
+  if (catalog_) {
+    // Where it runs: a network the engine refuses is answered below, here.
+    Diagnostics ignored;
+    auto net = engine::QueryNetwork::parse(placement->network_json, ignored);
+    if (net.ok() && !cluster_place_query(req, *placement, *net, answer)) return;
+  }
+  auto deploy = [this, body = placement->network_json, answer]() {
     Diagnostics diag;
     auto q = deploy_query(body, diag);
+    if (catalog_) {
+      Diagnostics names;
+      if (auto net = engine::QueryNetwork::parse(body, names); net.ok()) cluster_query_deployed(net->name(), q);
+    }
     if (!q.ok()) {
       if (!diag.ok())
         answer(Response::problem(400, "Bad Request",
@@ -538,7 +563,7 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
   std::vector<Remote> remote;
   if (peering_) {
     Diagnostics ignored;
-    auto net = engine::QueryNetwork::parse(req.body, ignored);
+    auto net = engine::QueryNetwork::parse(placement->network_json, ignored);
     if (net.ok()) {
       for (size_t i = 0; i < net->inputs().size(); ++i) {
         const auto& in = net->inputs()[i];
@@ -558,8 +583,16 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
   };
   auto join = std::make_shared<Join>();
   join->left = remote.size();
+  // A deploy that fails before it starts gives its placement back.
+  auto undo_placement = [this, body = placement->network_json](const Error& e) {
+    if (!catalog_) return;
+    Diagnostics names;
+    if (auto net = engine::QueryNetwork::parse(body, names); net.ok()) {
+      cluster_query_deployed(net->name(), Result<std::shared_ptr<QueryRunner>>(e));
+    }
+  };
   for (const auto& r : remote) {
-    peering_->create_import(r.stream, r.schema, [join, deploy, answer, path = r.path](Result<ImportInfo> res) {
+    peering_->create_import(r.stream, r.schema, [join, deploy, answer, undo_placement, path = r.path](Result<ImportInfo> res) {
       bool last = false;
       {
         std::lock_guard lock(join->mu);
@@ -573,6 +606,7 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
       if (!res.ok() && res.error().code != Errc::already_exists) {
         Error e = res.error();
         e.message = path + ": " + e.message;
+        undo_placement(e);
         answer(problem_for(e));
         return;
       }
@@ -581,15 +615,17 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
   }
 }
 
-void NodeImpl::get_query(const Request&, const PathParams& params, const Respond& answer) {
+void NodeImpl::get_query(const Request& req, const PathParams& params, const Respond& answer) {
   const std::string& name = params.at(0);
+  if (forward_query_if_elsewhere(req, name, answer)) return;
   auto q = find_query(name);
   if (!q) answer(Response::problem(404, "Not Found", "no query '" + name.substr(0, 100) + "'"));
   else answer(Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
 }
 
-void NodeImpl::delete_query_route(const Request&, const PathParams& params, const Respond& answer) {
-  Status st = delete_query(params.at(0));
+void NodeImpl::delete_query_route(const Request& req, const PathParams& params, const Respond& answer) {
+  if (forward_query_if_elsewhere(req, params.at(0), answer)) return;
+  Status st = catalog_ ? cluster_delete_query(params.at(0)) : delete_query(params.at(0));
   if (!st.ok()) answer(problem_for(st.error()));
   else answer(Response{204, "application/json", "", {}});
 }

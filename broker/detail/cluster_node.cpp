@@ -13,6 +13,7 @@
 #include "cluster/etcd.h"
 #include "cluster/membership.h"
 #include "federation/peering.h"
+#include "http/upstream.h"
 
 namespace entente::broker::detail {
 namespace {
@@ -86,6 +87,15 @@ Status NodeImpl::start_cluster() {
   eo.ca_file = c.etcd_ca_file;
   eo.timeout_ms = c.etcd_timeout_ms;
   ENTENTE_ASSIGN_OR_RETURN(etcd_, cluster::Etcd::create(std::move(eo)));
+  // Forwarded requests wait for the other node as long as an API client
+  // would wait for this one.
+  http::UpstreamOptions uo;
+  uo.request_timeout_ms = std::max<int64_t>(config_.limits.read_timeout_ms, 30'000);
+  uo.ws_max_message_bytes = config_.limits.ws_max_message_bytes;
+  uo.ws_send_buffer_bytes = config_.limits.ws_send_buffer_bytes;
+  uo.ws_ping_interval_ms = config_.limits.ws_ping_interval_ms;
+  uo.max_response_bytes = std::max<size_t>(config_.limits.max_body_bytes, 16u << 20);
+  ENTENTE_ASSIGN_OR_RETURN(upstream_, http::Upstream::create(uo));
   cluster::NodeRecord self;
   self.node = config_.node;
   self.api_url = std::string(config_.tls ? "https://" : "http://") + host_port(c.advertise_host, port());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "broker/detail/ingest.h"
@@ -14,7 +15,7 @@
 #include "http/upstream.h"
 #include "cluster/catalog.h"
 #include "cluster/membership.h"
-#include "engine/schema.h"
+#include "engine/codec.h"
 #include "rapidjson/document.h"
 
 namespace entente::broker::detail {
@@ -33,13 +34,6 @@ size_t hops_of(const http::Request& req) {
 }
 
 std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
-
-// A stream's catalog entry: {"node": LEADER, "meta": <its stored form>}.
-std::string stream_entry_json(const StreamMeta& meta, const std::string& node) {
-  JsonOut j;
-  j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta)).end_object();
-  return j.take();
-}
 
 struct StreamEntry {
   std::string node;
@@ -76,16 +70,65 @@ std::string remote_stream_json(const StreamEntry& e) {
   return j.take();
 }
 
-http::Response catalog_unavailable(const cluster::Catalog& catalog, std::string_view what) {
+http::Response catalog_unavailable(const std::string& why, std::string_view what) {
   http::Response r = http::Response::problem(
       503, "Service Unavailable",
-      std::string(what) + " waits for the domain's catalog in etcd, which this node cannot read now (" +
-          catalog.problem() + "); tuples keep flowing meanwhile");
+      std::string(what) + " waits for the domain's catalog in etcd, which this node cannot reach now (" + why +
+          "); tuples keep flowing meanwhile");
   r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 
 }  // namespace
+
+std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node) {
+  JsonOut j;
+  j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta)).end_object();
+  return j.take();
+}
+
+std::optional<std::string> NodeImpl::etcd_problem() const {
+  if (!catalog_->synced()) return catalog_->problem();
+  // A paused or partitioned etcd leaves the watch silent rather than
+  // broken: the membership's ticks notice first.
+  if (auto v = membership_->view(); v.etcd_error) return *v.etcd_error;
+  return std::nullopt;
+}
+
+std::string NodeImpl::least_loaded_node(const cluster::MembershipView& view) const {
+  // By the catalog, which is current to the last write the controller's
+  // watch saw (the members' load reports lag a tick): the up node that
+  // leads the fewest streams and runs the fewest queries; then the one
+  // using the least CPU; then by name.
+  std::map<std::string, size_t> weight;
+  for (const auto& m : view.members) {
+    if (m.up) weight[m.record.node] = 0;
+  }
+  for (const auto& e : catalog_->list("streams/")) {
+    if (auto parsed = stream_entry_from_json(e.value); parsed.ok() && weight.count(parsed->node)) {
+      weight[parsed->node]++;
+    }
+  }
+  for (const auto& e : catalog_->list("queries/")) {
+    rapidjson::Document d;
+    d.Parse(e.value.data(), e.value.size());
+    if (d.IsObject() && d.HasMember("node") && d["node"].IsString() && weight.count(d["node"].GetString())) {
+      weight[d["node"].GetString()]++;
+    }
+  }
+  std::string best;
+  double best_cpu = 0;
+  for (const auto& m : view.members) {
+    if (!m.up) continue;
+    const double cpu = m.load ? m.load->cpu : 0;
+    const std::string& n = m.record.node;
+    if (best.empty() || weight[n] < weight[best] || (weight[n] == weight[best] && cpu < best_cpu)) {
+      best = n;
+      best_cpu = cpu;
+    }
+  }
+  return best.empty() ? config_.node : best;
+}
 
 std::optional<std::string> NodeImpl::stream_leader(const std::string& stream) const {
   if (!catalog_) return std::nullopt;
@@ -123,8 +166,8 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
     return;
   }
   StreamMeta meta = std::move(spec).value();
-  if (!catalog_->synced()) {
-    answer(catalog_unavailable(*catalog_, "creating a stream"));
+  if (auto why = etcd_problem()) {
+    answer(catalog_unavailable(*why, "creating a stream"));
     return;
   }
   if (auto leader = stream_leader(meta.name)) {
@@ -153,20 +196,7 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
       return;
     }
   } else if (view.is_controller) {
-    // The controller places: the node that leads the fewest streams and
-    // runs the fewest fragments; then the one using the least CPU.
-    const cluster::Member* best = nullptr;
-    auto weight = [](const cluster::Member& m) {
-      return m.load ? m.load->streams_led.size() + m.load->fragments.size() : 0;
-    };
-    for (const auto& m : view.members) {
-      if (!m.up) continue;
-      if (!best || weight(m) < weight(*best) ||
-          (weight(m) == weight(*best) && m.load && best->load && m.load->cpu < best->load->cpu)) {
-        best = &m;
-      }
-    }
-    node = best ? best->record.node : config_.node;
+    node = least_loaded_node(view);
   } else if (view.controller.empty()) {
     http::Response r = http::Response::problem(503, "Service Unavailable",
                                                "domain " + config_.domain + " has no controller at the moment to "
@@ -198,9 +228,9 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
   }
   // This node leads it: the catalog entry first (the domain's one truth:
   // two nodes creating the same name cannot both win), then the stream.
-  auto rev = catalog_->create(stream_key_of(meta.name), stream_entry_json(meta, config_.node));
+  auto rev = catalog_->create(stream_key_of(meta.name), stream_catalog_entry(meta, config_.node));
   if (!rev.ok()) {
-    if (rev.error().code == Errc::unavailable) answer(catalog_unavailable(*catalog_, "creating a stream"));
+    if (rev.error().code == Errc::unavailable) answer(catalog_unavailable(rev.error().message, "creating a stream"));
     else answer(problem_for(rev.error()));
     return;
   }
@@ -246,9 +276,8 @@ Status NodeImpl::cluster_delete_stream(const std::string& name) {
   if (!s || s->meta().producer != "api" || !readers_of(name).empty()) return delete_stream(name);
   auto e = catalog_->get(stream_key_of(name));
   if (e) {
-    if (!catalog_->synced()) {
-      return make_error(Errc::unavailable, "deleting a stream waits for the domain's catalog in etcd: " +
-                                               catalog_->problem());
+    if (auto why = etcd_problem()) {
+      return make_error(Errc::unavailable, "deleting a stream waits for the domain's catalog in etcd: " + *why);
     }
     auto rev = catalog_->erase(stream_key_of(name), e->mod_revision);
     if (!rev.ok() && rev.error().code != Errc::not_found) return rev.error();
@@ -258,10 +287,29 @@ Status NodeImpl::cluster_delete_stream(const std::string& name) {
 
 void NodeImpl::reconcile_streams() {
   if (!catalog_ || !catalog_->synced()) return;
+  // Queries placed here that are not here, once deployed (an entry with
+  // outputs): deleted while etcd could not be told.
+  for (const auto& e : catalog_->list("queries/")) {
+    rapidjson::Document d;
+    d.Parse(e.value.data(), e.value.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("node") || !d["node"].IsString() ||
+        d["node"].GetString() != config_.node) {
+      continue;
+    }
+    const std::string name = e.key.substr(std::string("queries/").size());
+    {
+      // Being deployed right now: its entry is not stale.
+      std::lock_guard lock(deploying_mu_);
+      if (deploying_.count(name)) continue;
+    }
+    // Also an entry whose write timed out but was applied later, the
+    // deploy having answered 503 meanwhile.
+    if (!find_query(name)) (void)catalog_->erase(e.key, e.mod_revision);
+  }
   for (const auto& s : list_streams()) {
     const StreamMeta& m = s->meta();
     if (m.producer == "import" || catalog_->get(stream_key_of(m.name))) continue;
-    auto rev = catalog_->create(stream_key_of(m.name), stream_entry_json(m, config_.node));
+    auto rev = catalog_->create(stream_key_of(m.name), stream_catalog_entry(m, config_.node));
     if (!rev.ok() && rev.error().code == Errc::already_exists) {
       std::fprintf(stderr,
                    "entente: stream '%s' of this node is led by another node in the domain's catalog; this "
@@ -271,8 +319,12 @@ void NodeImpl::reconcile_streams() {
   }
   for (const auto& e : catalog_->list("streams/")) {
     auto parsed = stream_entry_from_json(e.value);
-    if (!parsed.ok() || parsed->node != config_.node || parsed->meta.producer != "api") continue;
-    if (find_stream(parsed->meta.name)) continue;
+    if (!parsed.ok() || parsed->node != config_.node || find_stream(parsed->meta.name)) continue;
+    if (parsed->meta.producer != "api") {
+      // The output of a query deleted here while etcd could not be told.
+      (void)catalog_->erase(e.key, e.mod_revision);
+      continue;
+    }
     // In the catalog as led here, but not here: this node stopped between
     // the two writes of its creation.
     auto s = create_stream(parsed->meta);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@ class Catalog;
 class Etcd;
 class Membership;
 struct NodeLoad;
+struct MembershipView;
 }  // namespace entente::cluster
 
 namespace entente::federation {
@@ -74,6 +76,13 @@ const std::vector<RouteInfo>& api_routes();
 // percent-encoded), in table order: all with the same template, or none.
 // `params` receives the decoded {param} segments.
 std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& params);
+
+// A query body's "placement" (docs/cluster.md), and the body without it,
+// which is the query network the engine reads.
+struct QueryPlacement {
+  std::string node;  // empty: the controller decides
+  std::string network_json;
+};
 
 class NodeImpl final : public http::Handler {
  public:
@@ -226,6 +235,22 @@ class NodeImpl final : public http::Handler {
                std::optional<std::string> body = std::nullopt);
   std::shared_ptr<http::WebSocketSession> forward_websocket(const http::Request& req, const std::string& node,
                                                             http::Response& reject);
+  // --- the domain's queries (cluster_queries.cpp)
+  // Decides where a query runs; true when here (its catalog entry is
+  // then written), false when it answered or forwarded the request.
+  bool cluster_place_query(const http::Request& req, const QueryPlacement& placement,
+                           const engine::QueryNetwork& net, const http::Respond& answer);
+  // After a local deploy placed by cluster_place_query: the catalog entry
+  // completed (or removed when the deploy failed) and the outputs listed.
+  void cluster_query_deployed(const std::string& name, const Result<std::shared_ptr<QueryRunner>>& q);
+  bool forward_query_if_elsewhere(const http::Request& req, const std::string& name, const http::Respond& answer);
+  // The queries of other nodes, as {"name", "node"} objects.
+  void cluster_list_queries(std::vector<std::string>& extra_json) const;
+  Status cluster_delete_query(const std::string& name);
+  // Why the domain's catalog cannot be changed now; nullopt when it can.
+  std::optional<std::string> etcd_problem() const;
+  // The controller's choice for a new stream or query with no placement.
+  std::string least_loaded_node(const cluster::MembershipView& view) const;
   // Where `node`'s API is, from the membership view.
   Result<http::UpstreamTarget> target_of(const std::string& node) const;
   http::ForwardOptions forward_options(const http::Request& req) const;
@@ -251,6 +276,10 @@ class NodeImpl final : public http::Handler {
   std::unique_ptr<cluster::Etcd> etcd_;
   std::unique_ptr<cluster::Membership> membership_;
   std::unique_ptr<cluster::Catalog> catalog_;
+  // Queries this node is deploying after cluster_place_query (their
+  // catalog entries say "deploying": reconcile_streams leaves them be).
+  std::mutex deploying_mu_;
+  std::set<std::string> deploying_;  // REQUIRES: deploying_mu_
   // Forwards requests and WebSockets to the other nodes (its own threads).
   std::unique_ptr<http::Upstream> upstream_;
   // CPU time and wall clock at the last node_load().
@@ -281,6 +310,12 @@ int64_t wall_clock_ms();
 
 // The API's JSON form of a stream of this node (GET /v1/streams/{name}).
 std::string stream_json(const NodeImpl& node, const StreamPtr& s);
+// A stream's entry in the domain's catalog: {"node": LEADER, "meta": ...}.
+std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node);
+
+Result<QueryPlacement> read_placement(std::string_view body);
+// `network_json` with "placement": {"node": NODE}.
+std::string with_placement(std::string_view network_json, const std::string& node);
 
 // The API's answer for an error: 404, 409, 403, 503 (Retry-After), 500 or 400.
 http::Response problem_for(const Error& e);
