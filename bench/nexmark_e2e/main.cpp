@@ -523,6 +523,10 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   for (int s : q.feeds) publish[static_cast<size_t>(s)] = true;
   uint64_t expected = 0;
   for (const Batch& b : engine.output) expected += b.rows();
+  // No rows would make the comparison say nothing and the end unknowable.
+  if (expected == 0)
+    return make_error(Errc::invalid_argument, q.name + ": the engine alone produced no rows over " +
+                                                  std::to_string(f.events.total()) + " events; give more --events");
 
   clean(ep, query_name);
   ENTENTE_RETURN_IF_ERROR(create_streams(ep, publish));
