@@ -59,11 +59,14 @@ JSON
   done
   port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$dir/$name/out")
   [[ -n $port ]] || { echo "node $name ($mode) did not start:" >&2; cat "$dir/$name/err" >&2; exit 1; }
+  # The node's own process (under perf, perf's child), for its CPU time.
+  node_pid=${pids[-1]}
+  if [[ ${#run[@]} -gt 0 ]]; then node_pid=$(pgrep -P "$node_pid" -x entente || echo "$node_pid"); fi
 }
 
 status=0
 for mode in ${MODES:-fsync process}; do
   start_node "$mode" "$mode"
-  "$build/bench/nexmark_e2e" --port "$port" --token "$token" "$@" || status=$?
+  "$build/bench/nexmark_e2e" --port "$port" --node-pid "$node_pid" --token "$token" "$@" || status=$?
 done
 exit $status

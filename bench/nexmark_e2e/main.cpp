@@ -87,6 +87,7 @@ struct Args {
   int repeat = 3;          // engine-only runs; the fastest counts
   double timeout_s = 300;  // for the whole output to arrive
   bool inputs_only = false;
+  int node_pid = 0;  // --node-pid: the node's process, for its CPU time (same machine)
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
@@ -117,6 +118,29 @@ double loadavg_1m() {
   in >> l;
   return l;
 }
+
+// CPU seconds (user + system, every thread) of process `pid` so far, from
+// /proc/PID/stat; -1 when it cannot be read. On a loaded machine the wall
+// clock says little, the CPU time per event says what the node costs.
+double process_cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  const size_t close = line.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  // Fields 3.. follow the name; utime and stime are fields 14 and 15.
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// This process's CPU seconds (every thread).
+double self_cpu_seconds() { return process_cpu_seconds(static_cast<int>(::getpid())); }
 
 std::string json_escape(std::string_view s) {
   rapidjson::StringBuffer buf;
@@ -514,6 +538,8 @@ struct E2eRun {
   double publish_seconds = 0;  // first publish .. last publish answer
   uint64_t rows = 0;
   std::string mismatch;  // "" when the rows equal the engine-only rows
+  double node_cpu_s = -1;  // the node's CPU time over `seconds` (--node-pid)
+  double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
 };
 
 Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const Feed& f, const EngineRun& engine) {
@@ -537,11 +563,15 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   ENTENTE_RETURN_IF_ERROR(sub.start());
   Publisher pub(ep, publish, a.window);
   E2eRun run;
+  const double node_cpu0 = a.node_pid > 0 ? process_cpu_seconds(a.node_pid) : -1;
+  const double bench_cpu0 = self_cpu_seconds();
   const auto t0 = Clock::now();
   Status s = pub.run(f);
   run.publish_seconds = seconds_between(t0, Clock::now());
   if (!s.ok()) return s.error();
   sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
+  if (node_cpu0 >= 0) run.node_cpu_s = process_cpu_seconds(a.node_pid) - node_cpu0;
+  run.bench_cpu_s = self_cpu_seconds() - bench_cpu0;
   sub.stop();
   run.rows = sub.rows();
   if (!sub.error().empty()) run.mismatch = "subscriber: " + sub.error();
@@ -558,7 +588,7 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
 int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
-               "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only]\n");
+               "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID]\n");
   return 2;
 }
 
@@ -592,6 +622,7 @@ int main(int argc, char** argv) {
     else if (n == "--repeat") a.repeat = r.integer();
     else if (n == "--timeout") a.timeout_s = r.number();
     else if (n == "--inputs-only") a.inputs_only = true;
+    else if (n == "--node-pid") a.node_pid = r.integer();
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
@@ -649,10 +680,12 @@ int main(int argc, char** argv) {
         "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"ingest_durability\":\"%s\",\"events\":%llu,"
         "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
         "\"e2e_events_per_s\":%.0f,\"engine_events_per_s\":%.0f,\"ratio\":%.3f,\"target_events_per_s\":%s,"
+        "\"node_cpu_s\":%.3f,\"node_cpu_us_per_event\":%.3f,\"bench_cpu_s\":%.3f,"
         "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s}\n",
         q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(feed->events.total()),
         a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e->seconds,
         e2e->publish_seconds, e2e_rate, engine_rate, e2e_rate / engine_rate, q.name == "q5" ? "1000000" : "null",
+        e2e->node_cpu_s, e2e->node_cpu_s < 0 ? -1.0 : e2e->node_cpu_s * 1e6 / n, e2e->bench_cpu_s,
         match ? "true" : "false", static_cast<unsigned long long>(outputs),
         static_cast<unsigned long long>(e2e->rows), load, match ? "" : ",\"mismatch\":",
         match ? "" : json_escape(e2e->mismatch).c_str());
