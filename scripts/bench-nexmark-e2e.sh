@@ -6,8 +6,8 @@
 # node's mode), and stops them.
 #   scripts/bench-nexmark-e2e.sh [nexmark_e2e options, e.g. --events 5000000 --queries q5,q8]
 # Environment: BUILD_DIR (default build), NETWORK_THREADS (default 2),
-# MODES (default "fsync process"), PERF=1: record the fsync node with
-# `perf record -g` into $PERF_OUT (default /tmp/nexmark-e2e.perf.data).
+# MODES (default "fsync process"), PERF=1: record each node with
+# `perf record -g` into $PERF_OUT.MODE (default /tmp/nexmark-e2e.perf.data.MODE).
 #
 # The nodes accept a query falling behind by any number of tuples
 # (limits.query_max_lag_tuples 2^40) and 1 GiB of ingest queue: the bench
@@ -48,8 +48,8 @@ start_node() {
 }
 JSON
   local run=()
-  if [[ ${PERF:-0} == 1 && $mode == fsync ]]; then
-    run=(perf record -g -o "${PERF_OUT:-/tmp/nexmark-e2e.perf.data}" --)
+  if [[ ${PERF:-0} == 1 ]]; then
+    run=(perf record -g -o "${PERF_OUT:-/tmp/nexmark-e2e.perf.data}.$mode" --)
   fi
   "${run[@]}" "$build/broker/entente" broker --config "$dir/$name/node.json" >"$dir/$name/out" 2>"$dir/$name/err" &
   pids+=($!)
