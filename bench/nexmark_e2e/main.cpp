@@ -685,17 +685,23 @@ int main(int argc, char** argv) {
     const double n = static_cast<double>(feed->events.total());
     const double e2e_rate = n / e2e->seconds, engine_rate = n / engine->seconds;
     const bool match = e2e->mismatch.empty();
+    // A run whose output did not all arrive has no end-to-end figure.
+    char rate[32] = "null", ratio[32] = "null";
+    if (match) {
+      std::snprintf(rate, sizeof rate, "%.0f", e2e_rate);
+      std::snprintf(ratio, sizeof ratio, "%.3f", e2e_rate / engine_rate);
+    }
     uint64_t published = 0;
     for (int s = 0; s < kStreams; ++s) published += feed->bytes[s];
     std::printf(
         "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"ingest_durability\":\"%s\",\"events\":%llu,"
         "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
-        "\"e2e_events_per_s\":%.0f,\"engine_events_per_s\":%.0f,\"ratio\":%.3f,\"target_events_per_s\":%s,"
+        "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
         "\"node_cpu_s\":%.3f,\"node_cpu_us_per_event\":%.3f,\"bench_cpu_s\":%.3f,"
         "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s}\n",
         q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(feed->events.total()),
         a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e->seconds,
-        e2e->publish_seconds, e2e_rate, engine_rate, e2e_rate / engine_rate, q.name == "q5" ? "1000000" : "null",
+        e2e->publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null",
         e2e->node_cpu_s, e2e->node_cpu_s < 0 ? -1.0 : e2e->node_cpu_s * 1e6 / n, e2e->bench_cpu_s,
         match ? "true" : "false", static_cast<unsigned long long>(outputs),
         static_cast<unsigned long long>(e2e->rows), load, match ? "" : ",\"mismatch\":",
