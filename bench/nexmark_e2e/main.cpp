@@ -612,10 +612,9 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
+// Reads the command line into `a`; 0, or the exit status (2) on bad
+// arguments, with a message on stderr.
+int parse_args(int argc, char** argv, Args& a) {
   std::vector<uint16_t> ports;
   bench::ArgReader r(kProg, argc, argv);
   while (r.next()) {
@@ -651,6 +650,52 @@ int main(int argc, char** argv) {
     n.port = p;
     a.nodes.push_back(n);
   }
+  return 0;
+}
+
+// The query's JSON line; a figure that does not exist is null (the
+// end-to-end rate of a run whose output differs or did not all arrive, the
+// node's CPU without --node-pid).
+void print_line(const Args& a, const Endpoints& ep, const std::string& mode, const Query& q, const Feed& f,
+                const EngineRun& engine, const E2eRun& e2e, double load) {
+  uint64_t outputs = 0;
+  for (const Batch& b : engine.output) outputs += b.rows();
+  const double n = static_cast<double>(f.events.total());
+  const double e2e_rate = n / e2e.seconds, engine_rate = n / engine.seconds;
+  const bool match = e2e.mismatch.empty();
+  char rate[32] = "null", ratio[32] = "null", cpu[32] = "null", cpu_per_event[32] = "null";
+  if (match) {
+    std::snprintf(rate, sizeof rate, "%.0f", e2e_rate);
+    std::snprintf(ratio, sizeof ratio, "%.3f", e2e_rate / engine_rate);
+  }
+  if (e2e.node_cpu_s >= 0) {
+    std::snprintf(cpu, sizeof cpu, "%.3f", e2e.node_cpu_s);
+    std::snprintf(cpu_per_event, sizeof cpu_per_event, "%.3f", e2e.node_cpu_s * 1e6 / n);
+  }
+  // The bytes of the streams published (all three, or the query's inputs).
+  uint64_t published = 0;
+  for (int s = 0; s < kStreams; ++s)
+    if (!a.inputs_only || std::find(q.feeds.begin(), q.feeds.end(), s) != q.feeds.end()) published += f.bytes[s];
+  std::printf(
+      "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"ingest_durability\":\"%s\",\"events\":%llu,"
+      "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
+      "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
+      "\"node_cpu_s\":%s,\"node_cpu_us_per_event\":%s,\"bench_cpu_s\":%.3f,"
+      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s}\n",
+      q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(f.events.total()),
+      a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e.seconds,
+      e2e.publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null", cpu, cpu_per_event,
+      e2e.bench_cpu_s, match ? "true" : "false", static_cast<unsigned long long>(outputs),
+      static_cast<unsigned long long>(e2e.rows), load, match ? "" : ",\"mismatch\":",
+      match ? "" : json_escape(e2e.mismatch).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (int bad = parse_args(argc, argv, a)) return bad;
   const Endpoints ep(a.nodes);
   std::vector<Query> queries;
   for (const std::string& name : a.queries) {
@@ -680,36 +725,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), e2e.error().message.c_str());
       return 1;
     }
-    uint64_t outputs = 0;
-    for (const Batch& b : engine->output) outputs += b.rows();
-    const double n = static_cast<double>(feed->events.total());
-    const double e2e_rate = n / e2e->seconds, engine_rate = n / engine->seconds;
-    const bool match = e2e->mismatch.empty();
-    // A run whose output did not all arrive has no end-to-end figure.
-    char rate[32] = "null", ratio[32] = "null";
-    if (match) {
-      std::snprintf(rate, sizeof rate, "%.0f", e2e_rate);
-      std::snprintf(ratio, sizeof ratio, "%.3f", e2e_rate / engine_rate);
-    }
-    // The bytes of the streams published (all three, or the query's inputs).
-    uint64_t published = 0;
-    for (int s = 0; s < kStreams; ++s)
-      if (!a.inputs_only || std::find(q.feeds.begin(), q.feeds.end(), s) != q.feeds.end()) published += feed->bytes[s];
-    std::printf(
-        "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"ingest_durability\":\"%s\",\"events\":%llu,"
-        "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
-        "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
-        "\"node_cpu_s\":%.3f,\"node_cpu_us_per_event\":%.3f,\"bench_cpu_s\":%.3f,"
-        "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s}\n",
-        q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(feed->events.total()),
-        a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e->seconds,
-        e2e->publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null",
-        e2e->node_cpu_s, e2e->node_cpu_s < 0 ? -1.0 : e2e->node_cpu_s * 1e6 / n, e2e->bench_cpu_s,
-        match ? "true" : "false", static_cast<unsigned long long>(outputs),
-        static_cast<unsigned long long>(e2e->rows), load, match ? "" : ",\"mismatch\":",
-        match ? "" : json_escape(e2e->mismatch).c_str());
-    std::fflush(stdout);
-    if (!match) status = 1;
+    print_line(a, ep, mode, q, *feed, *engine, *e2e, load);
+    if (!e2e->mismatch.empty()) status = 1;
   }
   return status;
 }
