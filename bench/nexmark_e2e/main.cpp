@@ -32,8 +32,8 @@
 // End of stream. The API has no "finish": windows close when the watermark
 // passes them. After the events the bench publishes one end marker per
 // stream, an hour of event time past the last event, with ids that match
-// nothing (-1 for ids and numbers, empty strings); its watermark closes every
-// window that holds events. The engine-only run pushes the same markers and
+// nothing (-1, -2, -3 for the ids and numbers of persons, auctions, bids;
+// empty strings); its watermark closes every window that holds events. The engine-only run pushes the same markers and
 // does not call finish(), so both runs compute the same thing.
 //
 // Nodes. Every request goes to an endpoint chosen by `Endpoints` (where to
@@ -161,16 +161,17 @@ std::string schema_json(const engine::Schema& s) {
 
 // ------------------------------------------------------------- the events
 
-// One stream's end marker: event time `t`, ids and numbers -1 (no person,
-// auction or seller has them), timestamps t, strings empty.
-Batch end_marker(const engine::SchemaPtr& schema, engine::EventTime t) {
+// One stream's end marker: event time `t`, ids and numbers `id` (negative:
+// no person, auction or seller has one; a different one per stream, so that
+// the markers do not join each other), timestamps t, strings empty.
+Batch end_marker(const engine::SchemaPtr& schema, engine::EventTime t, int64_t id) {
   engine::BatchBuilder bb(schema);
   for (size_t c = 0; c < schema->size(); ++c) {
     engine::Column& col = bb.column(c);
     switch (schema->field(c).type) {
-      case engine::Type::Int64: col.ints.push_back(-1); break;
+      case engine::Type::Int64: col.ints.push_back(id); break;
       case engine::Type::Timestamp: col.ints.push_back(t); break;
-      case engine::Type::Double: col.doubles.push_back(-1); break;
+      case engine::Type::Double: col.doubles.push_back(static_cast<double>(id)); break;
       case engine::Type::Bool: col.bools.push_back(0); break;
       case engine::Type::String: col.append_str(""); break;
     }
@@ -199,9 +200,9 @@ Result<Feed> make_feed(const Args& a) {
   ENTENTE_ASSIGN_OR_RETURN(f.events, nexmark::generate(config));
   nexmark::Generator g(config);
   const engine::EventTime end = g.time_of(a.events) + 3'600'000;
-  f.markers.persons = end_marker(nexmark::person_schema(), end);
-  f.markers.auctions = end_marker(nexmark::auction_schema(), end);
-  f.markers.bids = end_marker(nexmark::bid_schema(), end);
+  f.markers.persons = end_marker(nexmark::person_schema(), end, -1);
+  f.markers.auctions = end_marker(nexmark::auction_schema(), end, -2);
+  f.markers.bids = end_marker(nexmark::bid_schema(), end, -3);
   for (int s = 0; s < kStreams; ++s) {
     for (const Chunk& c : f.events.chunks) {
       const Batch& b = c.*kStreamOf[s];
