@@ -124,7 +124,8 @@ class Etcd final {
   // Watches `key` (or every key under it when `prefix`) from
   // `start_revision` (0: from now), blocking the calling thread: each
   // batch of events goes to `on_events` with the revision it completes.
-  // Returns OK when `stop` becomes true (checked at least every 200 ms) or
+  // Returns OK when `stop` becomes true (checked at least every 200 ms once
+  // the watch is open; opening it is bounded by timeout_ms) or
   // `on_events` returns false; Errc::unavailable when the connection broke
   // or etcd is unreachable (the caller re-watches from the last revision
   // + 1); Errc::conflict when `start_revision` was compacted away (the
