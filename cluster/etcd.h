@@ -7,7 +7,8 @@
 //
 // Threading: every member may be called from any thread; each call borrows
 // one of a few pooled connections. A call that fails on one endpoint (connect
-// refused, timeout, connection closed) is retried once on the next endpoint;
+// refused, timeout, connection closed, or an answer that the member cannot
+// serve: gRPC UNAVAILABLE, "no leader") is retried once on the next endpoint;
 // when every endpoint failed it returns Errc::unavailable with the reasons.
 // An answer from etcd that is an error (a gRPC status in the JSON body)
 // becomes invalid_argument / not_found / ... with etcd's message.
