@@ -548,7 +548,14 @@ struct Etcd::Impl {
       const std::string where = endpoints[e].name + " " + std::string(path);
       rapidjson::Document doc;
       const auto problem = base::read_json(r->body, doc);
-      if (r->status != 200) return etcd_error(where, r->status, problem ? nullptr : &doc, r->body);
+      if (r->status != 200) {
+        Error error = etcd_error(where, r->status, problem ? nullptr : &doc, r->body);
+        // A member that cannot serve ("no leader", shutting down): another may.
+        if (error.code != Errc::unavailable) return error;
+        if (!reasons.empty()) reasons += "; ";
+        reasons += error.message;
+        continue;
+      }
       if (problem) return bad_answer(where, problem->message());
       if (!doc.IsObject()) return bad_answer(where, "not a JSON object");
       return doc;

@@ -7,7 +7,8 @@
 //
 // Threading: every member may be called from any thread; each call borrows
 // one of a few pooled connections. A call that fails on one endpoint (connect
-// refused, timeout, connection closed) is retried once on the next endpoint;
+// refused, timeout, connection closed, or an answer that the member cannot
+// serve: gRPC UNAVAILABLE, "no leader") is retried once on the next endpoint;
 // when every endpoint failed it returns Errc::unavailable with the reasons.
 // An answer from etcd that is an error (a gRPC status in the JSON body)
 // becomes invalid_argument / not_found / ... with etcd's message.
@@ -124,7 +125,8 @@ class Etcd final {
   // Watches `key` (or every key under it when `prefix`) from
   // `start_revision` (0: from now), blocking the calling thread: each
   // batch of events goes to `on_events` with the revision it completes.
-  // Returns OK when `stop` becomes true (checked at least every 200 ms) or
+  // Returns OK when `stop` becomes true (checked at least every 200 ms once
+  // the watch is open; opening it is bounded by timeout_ms) or
   // `on_events` returns false; Errc::unavailable when the connection broke
   // or etcd is unreachable (the caller re-watches from the last revision
   // + 1); Errc::conflict when `start_revision` was compacted away (the

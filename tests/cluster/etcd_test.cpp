@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "http/client.h"
+#include "http/server.h"
 #include "tests/support/etcd_process.h"
 
 namespace entente::cluster {
@@ -108,6 +109,85 @@ TEST(EtcdUnreachable, IsUnavailablePromptly) {
   auto w = etcd->watch("k", false, 0, [](const auto&, int64_t) { return true; }, stop);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.error().code, Errc::unavailable);
+}
+
+// A stand-in for an etcd member that answers every request with the same
+// status and body: a member without a leader, or one that speaks nonsense.
+class FakeMember final : public http::Handler {
+ public:
+  FakeMember(unsigned status, std::string body) : status_(status), body_(std::move(body)) {
+    http::ServerOptions o;
+    o.tls = false;
+    auto server = http::Server::create(o, *this);
+    EXPECT_TRUE(server.ok()) << server.error().message;
+    if (!server.ok()) return;
+    server_ = std::move(*server);
+    auto started = server_->start();
+    EXPECT_TRUE(started.ok()) << started.error().message;
+  }
+  ~FakeMember() override {
+    if (server_) server_->stop();
+  }
+  void handle(http::Request&&, http::Respond respond) override {
+    requests.fetch_add(1);
+    respond(http::Response::json(status_, body_));
+  }
+  std::shared_ptr<http::WebSocketSession> upgrade(const http::Request&, http::Response& reject) override {
+    reject = http::Response::json(404, "{}");
+    return nullptr;
+  }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+
+  std::atomic<int> requests{0};
+
+ private:
+  unsigned status_;
+  std::string body_;
+  std::unique_ptr<http::Server> server_;
+};
+
+constexpr const char* kNoLeader =
+    R"({"error":"etcdserver: no leader","message":"etcdserver: no leader","code":14})";
+
+TEST(EtcdAnswers, AMemberWithoutALeaderIsUnavailableWithEtcdsMessage) {
+  FakeMember member(503, kNoLeader);
+  auto etcd = make_etcd({member.endpoint()});
+  ASSERT_TRUE(etcd);
+  auto r = etcd->put("k", "v");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable);
+  EXPECT_NE(r.error().message.find("etcdserver: no leader"), std::string::npos) << r.error().message;
+  EXPECT_EQ(member.requests.load(), 1);
+}
+
+TEST(EtcdAnswers, AnswersOfTheWrongShapeAreCorrupt) {
+  for (const std::string body :
+       {R"(not json)", R"([1,2])", R"({"kvs":"no"})", R"({"kvs":[{"key":"!!notbase64"}]})",
+        R"({"count":"12x"})", R"({"kvs":[{"key":"YQ==","version":{"a":1}}]})"}) {
+    FakeMember member(200, body);
+    auto etcd = make_etcd({member.endpoint()});
+    ASSERT_TRUE(etcd);
+    auto r = etcd->get_prefix("a");
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.error().code, Errc::corrupt) << body << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find("/v3/kv/range"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(EtcdAnswers, EtcdsErrorCodesBecomeErrcs) {
+  const std::pair<int, Errc> cases[] = {{3, Errc::invalid_argument}, {5, Errc::not_found},
+                                        {7, Errc::permission_denied}, {8, Errc::limit_exceeded},
+                                        {11, Errc::conflict}, {12, Errc::unsupported}};
+  for (const auto& [code, errc] : cases) {
+    FakeMember member(400, R"({"error":"etcdserver: boom","message":"etcdserver: boom","code":)" +
+                               std::to_string(code) + "}");
+    auto etcd = make_etcd({member.endpoint()});
+    ASSERT_TRUE(etcd);
+    auto r = etcd->erase("k");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, errc) << code << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find("etcdserver: boom"), std::string::npos) << r.error().message;
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -547,6 +627,19 @@ TEST_F(EtcdTest, FailsOverFromADeadEndpoint) {
   w.join();
   EXPECT_TRUE(w.result.ok()) << w.result.error().message;
   EXPECT_EQ(w.count(), 1u);
+}
+
+TEST_F(EtcdTest, FailsOverFromAMemberWithoutALeader) {
+  FakeMember member(503, kNoLeader);
+  auto etcd = make_etcd({member.endpoint(), process_->endpoint()});
+  ASSERT_TRUE(etcd);
+  auto p = etcd->put(key("k"), "v");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(member.requests.load(), 1);
+  // The endpoint that answered is tried first from now on.
+  ASSERT_TRUE(etcd->get(key("k")).ok());
+  EXPECT_EQ(member.requests.load(), 1);
+  EXPECT_EQ(value_of(key("k")), "v");
 }
 
 TEST_F(EtcdTest, ConcurrentCallsShareThePool) {

@@ -180,8 +180,15 @@ class EtcdProcess {
   }
 
   // SIGSTOP / SIGCONT: a node that hangs, its sockets open and unanswered.
+  // pause() returns once every thread of etcd has stopped (kill() returns
+  // before that; a request sent in between would still be answered).
   void pause() {
-    if (pid_ > 0 && ::kill(pid_, SIGSTOP) == 0) paused_ = true;
+    if (pid_ <= 0 || ::kill(pid_, SIGSTOP) != 0) return;
+    paused_ = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!all_threads_stopped() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
   void resume() {
     if (pid_ > 0 && ::kill(pid_, SIGCONT) == 0) paused_ = false;
@@ -223,6 +230,24 @@ class EtcdProcess {
       if (text[from - 1] == '\n') ++n;
     }
     return text.substr(from);
+  }
+
+  // True when every thread of the process is in state T (stopped), from
+  // /proc/PID/task/*/stat.
+  bool all_threads_stopped() const {
+    std::error_code ec;
+    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat;
+      std::getline(in, stat);
+      // "TID (comm) S ...": the state follows the last ')'.
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'T') {
+        return false;
+      }
+    }
+    return !ec;
   }
 
   // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0,
