@@ -147,9 +147,11 @@ TEST_F(ClusterMembership, EveryNodeListsTheDomainWithOneController) {
 }
 
 TEST_F(ClusterMembership, StreamsLedShowWhereEachStreamLives) {
-  const std::string stream =
-      R"({"name":"bids","schema":[{"name":"price","type":"int64"}]})";
-  ASSERT_EQ(nodes_[2]->request("POST", "/v1/streams", stream).status, 201u);
+  ASSERT_TRUE(eventually(20, [&] { return !agreed_controller({"n1", "n2", "n3"}).empty(); }));
+  // Led by n3, created through n1.
+  const std::string stream = R"({"name":"bids","schema":[{"name":"price","type":"int64"}],"node":"n3"})";
+  auto created = nodes_[0]->request("POST", "/v1/streams", stream);
+  ASSERT_EQ(created.status, 201u) << created.body;
   ASSERT_TRUE(eventually(20, [&] {
     auto r = nodes_[0]->try_request("GET", "/v1/nodes", {}, kReaderToken);
     if (!r.ok()) return false;
@@ -218,7 +220,7 @@ TEST_F(ClusterMembership, EtcdStoppedTheNodesKeepServingAndConverge) {
   std::string controller;
   ASSERT_TRUE(eventually(20, [&] { return !(controller = agreed_controller({"n1", "n2", "n3"})).empty(); }));
   ASSERT_EQ(nodes_[0]->request("POST", "/v1/streams",
-                               R"({"name":"bids","schema":[{"name":"price","type":"int64"}]})")
+                               R"({"name":"bids","schema":[{"name":"price","type":"int64"}],"node":"n1"})")
                 .status,
             201u);
   etcd_->pause();  // SIGSTOP: connections hang rather than being refused

@@ -94,6 +94,7 @@ class ClusterStreams : public ::testing::Test {
       if (!r.ok() || r->status != 200) return "";
       auto d = parse(r->body);
       if (!d.IsObject() || !d["controller"].IsString() || !d["etcd"]["reachable"].GetBool()) return "";
+      if (d["nodes"].Size() != nodes_.size()) return "";  // every node registered, in every view
       for (const auto& m : d["nodes"].GetArray()) {
         const bool running = node(m["node"].GetString()).pid() > 0;
         if (running != (std::string(m["state"].GetString()) == "up")) return "";
