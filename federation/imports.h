@@ -120,6 +120,9 @@ class Imports final {
   void on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);
   void on_reset(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);
   void on_data(const ImportPtr& imp, const Channel& ch, std::string_view payload);
+  // RESET moved: OPEN at the node it names (dialed if need be), at most
+  // kMaxMoves times before an OPEN_OK; else the import is refused.
+  void on_moved(const ImportPtr& imp, const Channel& ch, const std::string& reason, detail::Deferred& later);
   // DATA's rows once checked (numbered first..last, ascending, of the
   // mirror's schema); an error names what is wrong.
   Result<engine::Batch> checked_rows(const Import& imp, const Data& d) const;
