@@ -1,7 +1,9 @@
 #pragma once
 // Importer side of shared streams (docs/federation.md, "The importer
 // imports", "Delivery"): one import per mirror stream, named DOMAIN/NAME.
-// OPEN to the first node of the owner's domain whose link is up; on
+// OPEN to the first node of the owner's domain whose link is up (or to the
+// node a RESET moved named: docs/federation.md, "Imports from a domain of
+// several nodes"); on
 // OPEN_OK the mirror is created with the owner's schema; each DATA is
 // appended to the mirror durably (HostStream::append_at) and only then
 // acknowledged (ACK); credit goes back as soon as the write is queued.

@@ -3,7 +3,8 @@
 // one mutually authenticated TLS 1.3 connection per pair of nodes, carrying
 // frames for every channel.
 //
-// LinkManager owns a listener, one dialer per configured peer address, and
+// LinkManager owns a listener, one dialer per configured peer address (and
+// per dial target added at run time, add_dial_target), and
 // every link that completes the handshake. A connection is refused, before
 // any frame is read, when the peer's certificate fails TrustStore::verify
 // (for a dialed peer also when its identity is not the one configured); the
