@@ -780,6 +780,11 @@ class Connection final : public ConnectionBase {
         ws_core_->inflight_bytes = 0;
       }
     }
+    // The peer's close frame: the one it began with, or its answer to ours.
+    if (const auto& cr = ws_->reason(); cr.code != websocket::close_code::none) {
+      const std::string_view reason(cr.reason.data(), cr.reason.size());
+      guarded("on_close_received", [&] { session_->on_close_received(cr.code, reason); });
+    }
     guarded("on_close", [&] { session_->on_close(); });
     session_.reset();
     core_.counters.websockets_open.fetch_sub(1);

@@ -91,6 +91,10 @@ class WebSocketSession {
   // Return false to stop reading further messages until
   // WebSocket::resume_reading() (a publisher with too much in flight).
   virtual bool on_message(std::string_view data, bool binary) = 0;
+  // The client's close frame (its code, 1000-4999, and reason), just before
+  // on_close; not called when the connection ended without one. For a proxy
+  // that passes the close on (http/upstream.h).
+  virtual void on_close_received(uint16_t /*code*/, std::string_view /*reason*/) {}
   virtual void on_close() = 0;
 };
 

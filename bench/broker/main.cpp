@@ -52,18 +52,7 @@ struct Args {
   uint16_t process_port = 0;       // a second node, for the latency of the other mode
 };
 
-// The node's ingest_durability, from the entente_ingest_durability{mode=...}
-// gauge of its /metrics; "unknown" when it does not say (an older node).
-std::string durability_mode(const Args& a) {
-  auto r = bench::call(a.node, "GET", "/metrics");
-  if (!r.ok() || r->status != 200) return "unknown";
-  const std::string key = "entente_ingest_durability{mode=\"";
-  const size_t at = r->body.find(key);
-  if (at == std::string::npos) return "unknown";
-  const size_t end = r->body.find('"', at + key.size());
-  if (end == std::string::npos || end - at - key.size() > 16) return "unknown";
-  return r->body.substr(at + key.size(), end - at - key.size());
-}
+std::string durability_mode(const Args& a) { return bench::durability_mode(a.node); }
 
 std::string ndjson_body(int rows, int64_t base) {
   std::string s;

@@ -29,6 +29,17 @@ Result<http::ClientResponse> call(const Node& node, const std::string& method, c
   return (*c)->request(method, target, body, "application/json", auth(node));
 }
 
+std::string durability_mode(const Node& node) {
+  auto r = call(node, "GET", "/metrics");
+  if (!r.ok() || r->status != 200) return "unknown";
+  const std::string key = "entente_ingest_durability{mode=\"";
+  const size_t at = r->body.find(key);
+  if (at == std::string::npos) return "unknown";
+  const size_t end = r->body.find('"', at + key.size());
+  if (end == std::string::npos || end - at - key.size() > 16) return "unknown";
+  return r->body.substr(at + key.size(), end - at - key.size());
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();

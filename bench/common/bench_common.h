@@ -34,6 +34,10 @@ std::vector<std::pair<std::string, std::string>> auth(const Node& node);
 // One JSON request on a connection of its own.
 Result<http::ClientResponse> call(const Node& node, const std::string& method, const std::string& target,
                                           const std::string& body = {});
+// The node's ingest_durability ("fsync" or "process"), from the
+// entente_ingest_durability{mode=...} gauge of its /metrics; "unknown" when
+// it does not say (an older node).
+std::string durability_mode(const Node& node);
 
 // Wall-clock nanoseconds: what tuples are stamped with to measure latency
 // across processes on one machine.

@@ -1,0 +1,733 @@
+// nexmark_e2e: NEXMark end to end through the broker, the figure a user of
+// the product gets (docs/nexmark.md, "End to end through the broker").
+//
+//   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
+//               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
+//               [--repeat N] [--timeout S] [--inputs-only]
+//
+// Per query, on the node(s) given:
+//   1. the engine alone runs the query over the generated events in this
+//      process (the baseline, measured in the same run: the machine is
+//      noisy), keeping its output rows;
+//   2. the bench creates the persons, auctions and bids streams, deploys the
+//      query over the API, subscribes (binary WebSocket) to its output
+//      stream, and publishes every event over one binary WebSocket publisher
+//      per stream (durable ingest, producer-named batches), in the
+//      generator's order: per chunk, persons, auctions, then bids;
+//   3. the figure is events / (first publish .. the subscriber holds as many
+//      output rows as the engine-only run produced); the rows must then equal
+//      the engine-only rows one by one (values and event times).
+// One JSON line per query. Exit status 1 when a query's rows differ, the
+// output did not complete within --timeout, or the node refused something;
+// 2 for bad arguments.
+//
+// Order. Each stream's events reach its log in the generator's order (one
+// socket per stream, answered in order). Across the three streams the broker
+// promises nothing (three logs, one group commit, a runner that reads its
+// inputs round robin), and the query does not need it: a box with several
+// inputs orders rows by event time, releasing them once every input's
+// watermark has passed (docs/engine.md, "Determinism"), so the output is the
+// same however the streams interleave.
+//
+// End of stream. The API has no "finish": windows close when the watermark
+// passes them. After the events the bench publishes one end marker per
+// stream, an hour of event time past the last event, with ids that match
+// nothing (-1, -2, -3 for the ids and numbers of persons, auctions, bids;
+// empty strings); its watermark closes every window that holds events. The engine-only run pushes the same markers and
+// does not call finish(), so both runs compute the same thing.
+//
+// Nodes. Every request goes to an endpoint chosen by `Endpoints` (where to
+// create, publish, deploy, subscribe). With one --port all go to that node;
+// spreading them over a domain of several nodes is for when the domain has
+// them (issue 13) and is refused for now.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/common/bench_common.h"
+#include "bench/nexmark/generator.h"
+#include "bench/nexmark/runner.h"
+#include "engine/codec.h"
+#include "engine/network.h"
+#include "http/client.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+using namespace entente;
+using bench::Clock;
+using engine::Batch;
+using nexmark::Chunk;
+
+namespace {
+
+constexpr const char* kProg = "nexmark_e2e";
+constexpr int kStreams = 3;
+const char* const kStreamNames[kStreams] = {"persons", "auctions", "bids"};
+Batch Chunk::* const kStreamOf[kStreams] = {&Chunk::persons, &Chunk::auctions, &Chunk::bids};
+
+struct Args {
+  std::vector<bench::Node> nodes;  // one per --port
+  bench::Node proto;               // --host, --token, --tls, --ca for every node
+  uint64_t events = 2'000'000;
+  uint32_t chunk = 8192;
+  uint64_t seed = 1;
+  int window = 16;         // messages in flight per publisher socket
+  int repeat = 3;          // engine-only runs; the fastest counts
+  double timeout_s = 300;  // for the whole output to arrive
+  bool inputs_only = false;
+  int node_pid = 0;  // --node-pid: the node's process, for its CPU time (same machine)
+  std::vector<std::string> queries = {"q5", "q8"};
+};
+
+// Which node each part of a run talks to. One node: all of them. A domain of
+// several nodes answers every call for the whole domain (issue 13), so a
+// three-node run will publish each stream through its own node, subscribe
+// through a third, and deploy with a placement that cuts the query across
+// them; that is where it slots in.
+class Endpoints final {
+ public:
+  explicit Endpoints(std::vector<bench::Node> nodes) : nodes_(std::move(nodes)) {}
+  size_t size() const { return nodes_.size(); }
+  const bench::Node& admin() const { return nodes_[0]; }
+  const bench::Node& publish(int stream) const { return nodes_[static_cast<size_t>(stream) % nodes_.size()]; }
+  const bench::Node& subscribe() const { return nodes_.back(); }
+
+ private:
+  std::vector<bench::Node> nodes_;
+};
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double loadavg_1m() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  in >> l;
+  return l;
+}
+
+// CPU seconds (user + system, every thread) of process `pid` so far, from
+// /proc/PID/stat; -1 when it cannot be read. On a loaded machine the wall
+// clock says little, the CPU time per event says what the node costs.
+double process_cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  const size_t close = line.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  // Fields 3.. follow the name; utime and stime are fields 14 and 15.
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// This process's CPU seconds (every thread).
+double self_cpu_seconds() { return process_cpu_seconds(static_cast<int>(::getpid())); }
+
+std::string json_escape(std::string_view s) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+  return buf.GetString();
+}
+
+std::string schema_json(const engine::Schema& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ",";
+    out += "{\"name\":\"" + s.field(i).name + "\",\"type\":\"" + std::string(engine::type_name(s.field(i).type)) + "\"}";
+  }
+  return out + "]";
+}
+
+// ------------------------------------------------------------- the events
+
+// One stream's end marker: event time `t`, ids and numbers `id` (negative:
+// no person, auction or seller has one; a different one per stream, so that
+// the markers do not join each other), timestamps t, strings empty.
+Batch end_marker(const engine::SchemaPtr& schema, engine::EventTime t, int64_t id) {
+  engine::BatchBuilder bb(schema);
+  for (size_t c = 0; c < schema->size(); ++c) {
+    engine::Column& col = bb.column(c);
+    switch (schema->field(c).type) {
+      case engine::Type::Int64: col.ints.push_back(id); break;
+      case engine::Type::Timestamp: col.ints.push_back(t); break;
+      case engine::Type::Double: col.doubles.push_back(static_cast<double>(id)); break;
+      case engine::Type::Bool: col.bools.push_back(0); break;
+      case engine::Type::String: col.append_str(""); break;
+    }
+  }
+  bb.event_time().push_back(t);
+  bb.seq().push_back(0);
+  return bb.finish();
+}
+
+// The events as the publishers send them: per chunk one binary message per
+// stream (empty batches are not sent), then the end markers.
+struct Feed {
+  nexmark::Events events;
+  Chunk markers;
+  std::vector<std::string> messages[kStreams];  // encoded, in order, markers last
+  uint64_t bytes[kStreams] = {0, 0, 0};
+};
+
+Result<Feed> make_feed(const Args& a) {
+  nexmark::GeneratorConfig config;
+  config.events = a.events;
+  config.seed = a.seed;
+  config.chunk_events = a.chunk;
+  ENTENTE_RETURN_IF_ERROR(config.validate());
+  Feed f;
+  ENTENTE_ASSIGN_OR_RETURN(f.events, nexmark::generate(config));
+  nexmark::Generator g(config);
+  const engine::EventTime end = g.time_of(a.events) + 3'600'000;
+  f.markers.persons = end_marker(nexmark::person_schema(), end, -1);
+  f.markers.auctions = end_marker(nexmark::auction_schema(), end, -2);
+  f.markers.bids = end_marker(nexmark::bid_schema(), end, -3);
+  for (int s = 0; s < kStreams; ++s) {
+    for (const Chunk& c : f.events.chunks) {
+      const Batch& b = c.*kStreamOf[s];
+      if (b.empty()) continue;
+      std::string m;
+      engine::encode_batch(b, m);
+      f.bytes[s] += m.size();
+      f.messages[s].push_back(std::move(m));
+    }
+    std::string m;
+    engine::encode_batch(f.markers.*kStreamOf[s], m);
+    f.messages[s].push_back(std::move(m));
+  }
+  return f;
+}
+
+// ------------------------------------------------------ engine-only run
+
+struct Query {
+  std::string name;  // "q5"
+  std::string text;  // the query network as the API takes it
+  engine::QueryNetwork net;
+  std::vector<int> feeds;  // stream index per network input
+};
+
+Result<Query> load_query(const std::string& name) {
+  nexmark::RunOptions ro;
+  ENTENTE_ASSIGN_OR_RETURN(std::string text, nexmark::load_query_text(name, ro.query_dir));
+  Diagnostics diag;
+  auto net = engine::QueryNetwork::parse(text, diag);
+  if (!net.ok()) return make_error(Errc::invalid_argument, name + ".json: " + diag.to_string());
+  if (net->outputs().size() != 1) return make_error(Errc::invalid_argument, name + ".json must have one output");
+  Query q{name, std::move(text), std::move(*net), {}};
+  for (const auto& in : q.net.inputs()) {
+    int s = 0;
+    while (s < kStreams && in.name != kStreamNames[s]) ++s;
+    if (s == kStreams)
+      return make_error(Errc::invalid_argument, name + ".json: input '" + in.name + "' is not persons, auctions or bids");
+    q.feeds.push_back(s);
+  }
+  return q;
+}
+
+// The query over the events and the markers, on the calling thread, as
+// runner.cpp pushes them (per chunk persons, auctions, bids), without
+// finish(); the fastest of `repeat` runs, whose outputs must all agree.
+struct EngineRun {
+  double seconds = 0;
+  std::vector<Batch> output;
+};
+
+Result<EngineRun> run_engine(const Query& q, const Feed& f, int repeat) {
+  EngineRun run;
+  std::vector<size_t> order(q.feeds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return q.feeds[x] < q.feeds[y]; });
+  for (int r = 0; r < repeat; ++r) {
+    std::vector<Batch> out;
+    auto exec = engine::Executor::create(q.net, [&out](size_t, const Batch& b) { out.push_back(b); });
+    if (!exec.ok()) return exec.error();
+    const auto t0 = Clock::now();
+    auto push = [&](const Chunk& c) {
+      for (size_t i : order) {
+        const Batch& b = c.*kStreamOf[q.feeds[i]];
+        if (!b.empty()) (*exec)->push(i, b);
+      }
+    };
+    for (const Chunk& c : f.events.chunks) push(c);
+    push(f.markers);
+    const double secs = seconds_between(t0, Clock::now());
+    if (r == 0) {
+      run.seconds = secs;
+      run.output = std::move(out);
+    } else {
+      run.seconds = std::min(run.seconds, secs);
+      if (out != run.output) return make_error(Errc::conflict, "engine-only runs of " + q.name + " disagree");
+    }
+  }
+  return run;
+}
+
+// ------------------------------------------------------- the comparison
+
+bool cell_equal(const engine::Column& x, size_t i, const engine::Column& y, size_t j) {
+  switch (x.type) {
+    case engine::Type::Int64:
+    case engine::Type::Timestamp: return x.ints[i] == y.ints[j];
+    case engine::Type::Double: return std::memcmp(&x.doubles[i], &y.doubles[j], sizeof(double)) == 0;
+    case engine::Type::Bool: return x.bools[i] == y.bools[j];
+    case engine::Type::String: return x.str(i) == y.str(j);
+  }
+  return false;
+}
+
+// "" when `got` holds the rows of `want` in order (schema, values, event
+// times; sequence numbers differ: the node numbers its stream from 1), else
+// the first difference.
+std::string compare_rows(const std::vector<Batch>& want, const std::vector<Batch>& got) {
+  uint64_t nw = 0, ng = 0;
+  for (const Batch& b : want) nw += b.rows();
+  for (const Batch& b : got) ng += b.rows();
+  if (nw != ng) return "engine-only " + std::to_string(nw) + " rows, end to end " + std::to_string(ng);
+  size_t gb = 0, gr = 0;
+  uint64_t row = 0;
+  for (const Batch& w : want) {
+    for (size_t wr = 0; wr < w.rows(); ++wr, ++gr, ++row) {
+      while (gr >= got[gb].rows()) ++gb, gr = 0;
+      const Batch& g = got[gb];
+      if (!(*g.schema == *w.schema))
+        return "schema: engine-only " + w.schema->to_string() + ", end to end " + g.schema->to_string();
+      if (w.event_time[wr] != g.event_time[gr])
+        return "row " + std::to_string(row) + ": event time " + std::to_string(w.event_time[wr]) + " against " +
+               std::to_string(g.event_time[gr]);
+      for (size_t c = 0; c < w.columns.size(); ++c)
+        if (!cell_equal(w.column(c), wr, g.column(c), gr))
+          return "row " + std::to_string(row) + ", field '" + w.schema->field(c).name + "' differs";
+    }
+  }
+  return {};
+}
+
+// ------------------------------------------------------------ the broker
+
+// Removes what an earlier run left (the query first: it pins its inputs).
+void clean(const Endpoints& ep, const std::string& query_name) {
+  (void)bench::call(ep.admin(), "DELETE", "/v1/queries/" + query_name);
+  for (const char* s : kStreamNames) (void)bench::call(ep.admin(), "DELETE", std::string("/v1/streams/") + s);
+}
+
+Status expect(const Result<http::ClientResponse>& r, unsigned status, const std::string& what) {
+  if (!r.ok()) return make_error(Errc::io_error, what + ": " + r.error().message);
+  if (r->status != status)
+    return make_error(Errc::invalid_argument, what + ": HTTP " + std::to_string(r->status) + " " + r->body);
+  return Status::Ok();
+}
+
+// The streams, with the generator's schemas, event time date_time, and no
+// retention bound on count or bytes (a run must not lose what the query has
+// not read yet).
+Status create_streams(const Endpoints& ep, const std::vector<bool>& publish) {
+  const engine::SchemaPtr schemas[kStreams] = {nexmark::person_schema(), nexmark::auction_schema(),
+                                               nexmark::bid_schema()};
+  for (int s = 0; s < kStreams; ++s) {
+    if (!publish[static_cast<size_t>(s)]) continue;
+    const std::string body = std::string("{\"name\":\"") + kStreamNames[s] + "\",\"schema\":" +
+                             schema_json(*schemas[s]) +
+                             ",\"event_time\":\"date_time\",\"retention\":{\"max_tuples\":0,\"max_bytes\":0}}";
+    ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.admin(), "POST", "/v1/streams", body), 201,
+                                   std::string("creating stream ") + kStreamNames[s]));
+  }
+  return Status::Ok();
+}
+
+// The query document under the bench's names: query `query_name`, output
+// stream `output`.
+Result<std::string> deployable(const Query& q, const std::string& query_name, const std::string& output) {
+  rapidjson::Document d;
+  d.Parse(q.text.data(), q.text.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("outputs") || !d["outputs"].IsArray() ||
+      d["outputs"].Size() != 1)
+    return make_error(Errc::invalid_argument, q.name + ".json: expected an object with one output");
+  d["name"].SetString(query_name.c_str(), static_cast<rapidjson::SizeType>(query_name.size()), d.GetAllocator());
+  d["outputs"][0]["name"].SetString(output.c_str(), static_cast<rapidjson::SizeType>(output.size()),
+                                    d.GetAllocator());
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  d.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+// Reads the output stream on its own thread until it holds `expected` rows,
+// then a little longer to see that no more come. Resumes after a close
+// (e.g. 4001, slow consumer) from the next sequence number.
+class Subscriber final {
+ public:
+  Subscriber(const bench::Node& node, std::string stream, uint64_t expected)
+      : node_(node), stream_(std::move(stream)), expected_(expected) {}
+  ~Subscriber() { stop(); }
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  // Connects (so that nothing published afterwards is missed) and starts
+  // reading.
+  Status start() {
+    auto ws = connect(0);
+    if (!ws.ok()) return ws.error();
+    thread_ = std::thread([this, w = std::move(*ws)]() mutable { loop(std::move(w)); });
+    return Status::Ok();
+  }
+  // Waits until the expected rows are in, an error, or `deadline`.
+  // (A condition variable, not polling: on two shared cores a polling
+  // waiter would take CPU from the node it measures.)
+  void wait(Clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    cv_.wait_until(lock, deadline, [this] { return complete_.load() || failed_.load(); });
+  }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  bool complete() const { return complete_.load(); }
+  Clock::time_point completed_at() const { return completed_at_; }  // REQUIRES: complete()
+  uint64_t rows() const { return rows_.load(); }
+  // REQUIRES: stop() returned.
+  const std::vector<Batch>& batches() const { return batches_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  Result<std::unique_ptr<http::WsClient>> connect(uint64_t from) {
+    return http::WsClient::connect(bench::client_options(node_),
+                                   "/v1/streams/" + stream_ + "/subscribe?format=binary&from=" + std::to_string(from),
+                                   bench::auth(node_));
+  }
+  void fail(std::string why) {
+    error_ = std::move(why);
+    std::lock_guard lock(mu_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+  void loop(std::unique_ptr<http::WsClient> ws) {
+    uint64_t next = 0;  // the sequence number to resume from
+    // After the last expected row: how long to keep listening for extra ones.
+    Clock::time_point linger_until{};
+    while (!stop_) {
+      if (complete_ && Clock::now() >= linger_until) return;
+      auto m = ws->receive(50);
+      if (!m.ok() && m.error().code == Errc::unavailable) continue;
+      if (!m.ok() || m->closed) {
+        // A slow consumer is closed (4001) and resumes; anything else ends.
+        if (m.ok() && m->close_code == 4001) {
+          auto again = connect(next);
+          if (again.ok()) {
+            ws = std::move(*again);
+            continue;
+          }
+        }
+        return fail(m.ok() ? "closed " + std::to_string(m->close_code) + " " + m->close_reason
+                           : m.error().message);
+      }
+      std::string_view in = m->data;
+      auto b = engine::decode_batch(in);
+      if (!b.ok()) return fail("decoding an output batch: " + b.error().message);
+      if (!b->empty()) next = b->seq[b->rows() - 1] + 1;
+      const uint64_t n = rows_ += b->rows();
+      batches_.push_back(std::move(*b));
+      if (n >= expected_ && !complete_) {
+        completed_at_ = Clock::now();
+        linger_until = completed_at_ + std::chrono::milliseconds(300);
+        std::lock_guard lock(mu_);
+        complete_ = true;
+        cv_.notify_all();
+      }
+    }
+  }
+
+  bench::Node node_;
+  std::string stream_;
+  uint64_t expected_;
+  std::thread thread_;
+  std::mutex mu_;  // with cv_: wakes wait() on complete_ or failed_
+  std::condition_variable cv_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> complete_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> rows_{0};
+  Clock::time_point completed_at_{};  // written before complete_
+  std::vector<Batch> batches_;        // read after stop()
+  std::string error_;                 // written before failed_
+};
+
+// One publisher socket per stream, `window` messages in flight on each.
+// A refused batch ends the run: sending it again after the ones behind it
+// were stored would put its stream out of event-time order (the script
+// configures the node so that back-pressure does not refuse: see
+// scripts/bench-nexmark-e2e.sh).
+class Publisher final {
+ public:
+  Publisher(const Endpoints& ep, const std::vector<bool>& publish, int window) : window_(window) {
+    const std::string producer = "nexmark-e2e-" + std::to_string(::getpid()) + "-";
+    for (int s = 0; s < kStreams; ++s) {
+      if (!publish[static_cast<size_t>(s)]) continue;
+      auto ws = http::WsClient::connect(bench::client_options(ep.publish(s)),
+                                        std::string("/v1/streams/") + kStreamNames[s] + "/publish?producer_id=" +
+                                            producer + kStreamNames[s] + "&producer_seq=1",
+                                        bench::auth(ep.publish(s)));
+      if (!ws.ok()) {
+        error_ = std::string("publish ") + kStreamNames[s] + ": " + ws.error().message;
+        return;
+      }
+      socks_[s] = std::move(*ws);
+    }
+  }
+  const std::string& error() const { return error_; }
+
+  // Sends every message of `feed`, chunk by chunk in stream order, and
+  // waits for every answer.
+  Status run(const Feed& feed) {
+    if (!error_.empty()) return make_error(Errc::io_error, error_);
+    size_t at[kStreams] = {0, 0, 0};
+    // Messages interleave as the generator produced them: a chunk's
+    // persons, auctions, bids (empty batches were not encoded, so each
+    // stream advances by its own count of messages per chunk).
+    for (const Chunk& c : feed.events.chunks) {
+      for (int s = 0; s < kStreams; ++s)
+        if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));
+    }
+    for (int s = 0; s < kStreams; ++s)
+      if (socks_[s]) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));  // the end marker
+    for (int s = 0; s < kStreams; ++s)
+      while (socks_[s] && in_flight_[s] > 0) ENTENTE_RETURN_IF_ERROR(read_answer(s));
+    for (int s = 0; s < kStreams; ++s)
+      if (socks_[s]) (void)socks_[s]->close();
+    return Status::Ok();
+  }
+
+ private:
+  Status send(int s, const std::string& message) {
+    if (in_flight_[s] >= window_) ENTENTE_RETURN_IF_ERROR(read_answer(s));
+    ENTENTE_RETURN_IF_ERROR(socks_[s]->send(message, /*binary=*/true));
+    ++in_flight_[s];
+    return Status::Ok();
+  }
+  Status read_answer(int s) {
+    auto m = socks_[s]->receive(60000);
+    if (!m.ok()) return make_error(Errc::io_error, std::string("publish ") + kStreamNames[s] + ": " + m.error().message);
+    if (m->closed)
+      return make_error(Errc::io_error, std::string("publish ") + kStreamNames[s] + ": closed " +
+                                            std::to_string(m->close_code) + " " + m->close_reason);
+    rapidjson::Document d;
+    d.Parse(m->data.data(), m->data.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("ack"))
+      return make_error(Errc::unavailable, std::string("publish ") + kStreamNames[s] + " refused a batch: " + m->data);
+    --in_flight_[s];
+    return Status::Ok();
+  }
+
+  int window_;
+  std::unique_ptr<http::WsClient> socks_[kStreams];
+  int in_flight_[kStreams] = {0, 0, 0};
+  std::string error_;
+};
+
+struct E2eRun {
+  double seconds = 0;          // first publish .. last expected output row received
+  double publish_seconds = 0;  // first publish .. last publish answer
+  uint64_t rows = 0;
+  std::string mismatch;  // "" when the rows equal the engine-only rows
+  double node_cpu_s = -1;  // the node's CPU time over `seconds` (--node-pid)
+  double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
+};
+
+Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const Feed& f, const EngineRun& engine) {
+  const std::string query_name = "nexmark-e2e-" + q.name;
+  const std::string output = "nexmark-e2e-" + q.name + "-out";
+  std::vector<bool> publish(kStreams, !a.inputs_only);
+  for (int s : q.feeds) publish[static_cast<size_t>(s)] = true;
+  uint64_t expected = 0;
+  for (const Batch& b : engine.output) expected += b.rows();
+  // No rows would make the comparison say nothing and the end unknowable.
+  if (expected == 0)
+    return make_error(Errc::invalid_argument, q.name + ": the engine alone produced no rows over " +
+                                                  std::to_string(f.events.total()) + " events; give more --events");
+
+  clean(ep, query_name);
+  ENTENTE_RETURN_IF_ERROR(create_streams(ep, publish));
+  ENTENTE_ASSIGN_OR_RETURN(std::string doc, deployable(q, query_name, output));
+  ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.admin(), "POST", "/v1/queries", doc), 201, "deploying " + q.name));
+
+  Subscriber sub(ep.subscribe(), output, expected);
+  ENTENTE_RETURN_IF_ERROR(sub.start());
+  Publisher pub(ep, publish, a.window);
+  E2eRun run;
+  const double node_cpu0 = a.node_pid > 0 ? process_cpu_seconds(a.node_pid) : -1;
+  const double bench_cpu0 = self_cpu_seconds();
+  const auto t0 = Clock::now();
+  Status s = pub.run(f);
+  run.publish_seconds = seconds_between(t0, Clock::now());
+  if (!s.ok()) return s.error();
+  sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
+  if (node_cpu0 >= 0) run.node_cpu_s = process_cpu_seconds(a.node_pid) - node_cpu0;
+  run.bench_cpu_s = self_cpu_seconds() - bench_cpu0;
+  sub.stop();
+  run.rows = sub.rows();
+  if (!sub.error().empty()) run.mismatch = "subscriber: " + sub.error();
+  else if (!sub.complete())
+    run.mismatch = "only " + std::to_string(sub.rows()) + " of " + std::to_string(expected) + " output rows within " +
+                   std::to_string(a.timeout_s) + " s";
+  else
+    run.mismatch = compare_rows(engine.output, sub.batches());
+  run.seconds = seconds_between(t0, sub.complete() ? sub.completed_at() : Clock::now());
+  clean(ep, query_name);  // frees the disk for the next query
+  return run;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
+               "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID]\n");
+  return 2;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Reads the command line into `a`; 0, or the exit status (2) on bad
+// arguments, with a message on stderr.
+int parse_args(int argc, char** argv, Args& a) {
+  std::vector<uint16_t> ports;
+  bench::ArgReader r(kProg, argc, argv);
+  while (r.next()) {
+    const std::string& n = r.name();
+    if (n == "--host") a.proto.host = r.value();
+    else if (n == "--port") ports.push_back(r.port());
+    else if (n == "--token") a.proto.token = r.value();
+    else if (n == "--tls") a.proto.tls = true;
+    else if (n == "--ca") a.proto.ca_file = r.value();
+    else if (n == "--events") a.events = static_cast<uint64_t>(std::atoll(r.value().c_str()));
+    else if (n == "--queries") a.queries = split(r.value());
+    else if (n == "--chunk") a.chunk = static_cast<uint32_t>(r.integer());
+    else if (n == "--seed") a.seed = static_cast<uint64_t>(std::atoll(r.value().c_str()));
+    else if (n == "--window") a.window = r.integer();
+    else if (n == "--repeat") a.repeat = r.integer();
+    else if (n == "--timeout") a.timeout_s = r.number();
+    else if (n == "--inputs-only") a.inputs_only = true;
+    else if (n == "--node-pid") a.node_pid = r.integer();
+    else return usage();
+  }
+  if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
+      !(a.timeout_s > 0) || a.queries.empty()) {
+    std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
+    return usage();
+  }
+  if (ports.size() > 1) {
+    std::fprintf(stderr, "%s: several nodes need a domain of several nodes (issue 13); give one --port for now\n",
+                 kProg);
+    return 2;
+  }
+  for (uint16_t p : ports) {
+    bench::Node n = a.proto;
+    n.port = p;
+    a.nodes.push_back(n);
+  }
+  return 0;
+}
+
+// The query's JSON line; a figure that does not exist is null (the
+// end-to-end rate of a run whose output differs or did not all arrive, the
+// node's CPU without --node-pid).
+void print_line(const Args& a, const Endpoints& ep, const std::string& mode, const Query& q, const Feed& f,
+                const EngineRun& engine, const E2eRun& e2e, double load) {
+  uint64_t outputs = 0;
+  for (const Batch& b : engine.output) outputs += b.rows();
+  const double n = static_cast<double>(f.events.total());
+  const double e2e_rate = n / e2e.seconds, engine_rate = n / engine.seconds;
+  const bool match = e2e.mismatch.empty();
+  char rate[32] = "null", ratio[32] = "null", cpu[32] = "null", cpu_per_event[32] = "null";
+  if (match) {
+    std::snprintf(rate, sizeof rate, "%.0f", e2e_rate);
+    std::snprintf(ratio, sizeof ratio, "%.3f", e2e_rate / engine_rate);
+  }
+  if (e2e.node_cpu_s >= 0) {
+    std::snprintf(cpu, sizeof cpu, "%.3f", e2e.node_cpu_s);
+    std::snprintf(cpu_per_event, sizeof cpu_per_event, "%.3f", e2e.node_cpu_s * 1e6 / n);
+  }
+  // The bytes of the streams published (all three, or the query's inputs).
+  uint64_t published = 0;
+  for (int s = 0; s < kStreams; ++s)
+    if (!a.inputs_only || std::find(q.feeds.begin(), q.feeds.end(), s) != q.feeds.end()) published += f.bytes[s];
+  std::printf(
+      "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"ingest_durability\":\"%s\",\"events\":%llu,"
+      "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
+      "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
+      "\"node_cpu_s\":%s,\"node_cpu_us_per_event\":%s,\"bench_cpu_s\":%.3f,"
+      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s}\n",
+      q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(f.events.total()),
+      a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e.seconds,
+      e2e.publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null", cpu, cpu_per_event,
+      e2e.bench_cpu_s, match ? "true" : "false", static_cast<unsigned long long>(outputs),
+      static_cast<unsigned long long>(e2e.rows), load, match ? "" : ",\"mismatch\":",
+      match ? "" : json_escape(e2e.mismatch).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (int bad = parse_args(argc, argv, a)) return bad;
+  const Endpoints ep(a.nodes);
+  std::vector<Query> queries;
+  for (const std::string& name : a.queries) {
+    auto q = load_query(name);
+    if (!q.ok()) {
+      std::fprintf(stderr, "%s: %s\n", kProg, q.error().message.c_str());
+      return 2;
+    }
+    queries.push_back(std::move(*q));
+  }
+  auto feed = make_feed(a);
+  if (!feed.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProg, feed.error().message.c_str());
+    return 2;
+  }
+  const std::string mode = bench::durability_mode(ep.admin());
+  int status = 0;
+  for (const Query& q : queries) {
+    auto engine = run_engine(q, *feed, a.repeat);
+    if (!engine.ok()) {
+      std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), engine.error().message.c_str());
+      return 1;
+    }
+    const double load = loadavg_1m();
+    auto e2e = run_e2e(a, ep, q, *feed, *engine);
+    if (!e2e.ok()) {
+      std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), e2e.error().message.c_str());
+      return 1;
+    }
+    print_line(a, ep, mode, q, *feed, *engine, *e2e, load);
+    if (!e2e->mismatch.empty()) status = 1;
+  }
+  return status;
+}
