@@ -5,13 +5,19 @@
 // node whose configuration lists acme/n2 alone. acme/bids is led by n1:
 // n2 answers beta's OPEN with RESET moved, beta dials n1 at the address the
 // catalog gives and imports from it. Every tuple arrives once, and GET
-// /v1/imports shows the import served by n1.
+// /v1/imports shows the import served by n1. And a moved grants no trust: a
+// node that names an address where an impostor listens gets its importer
+// nowhere.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
+
+#include "federation/messages.h"
 
 #include "rapidjson/document.h"
 #include "tests/integration/support/federation.h"
@@ -140,6 +146,70 @@ TEST_F(ClusterImports, AnImportReachesTheStreamsLeaderThroughANodeThatDoesNotLea
                                                 acme(1).federation_address() + " leads acme/bids"),
             std::string::npos)
       << beta_->process().stderr_text();
+}
+
+
+// acme/n2, played by the test, answers every OPEN with RESET moved naming
+// acme/n1 at `address`.
+class Redirector final : public federation::LinkHandler {
+ public:
+  explicit Redirector(std::string reason) : reason_(std::move(reason)) {}
+  void attach(federation::LinkManager* links) { links_.store(links); }
+  void on_link_up(const certs::Identity&) override {}
+  void on_link_down(const certs::Identity&, std::string_view) override {}
+  void on_frame(const certs::Identity& peer, federation::FrameType type, uint32_t channel,
+                std::string_view) override {
+    if (type != federation::FrameType::open) return;
+    ++opens;
+    if (auto* l = links_.load()) {
+      (void)l->send(peer, federation::FrameType::reset, channel,
+                    federation::encode(federation::Reset{federation::WireError::moved, reason_}));
+    }
+  }
+  std::atomic<int> opens{0};
+
+ private:
+  const std::string reason_;
+  std::atomic<federation::LinkManager*> links_{nullptr};
+};
+
+TEST(ClusterImportsTrust, AMovedToWhereAnImpostorListensLinksNothingAndImportsNothing) {
+  Federation fed;
+  FedNode& beta = fed.add("beta", "n1");
+  FedNode& n2 = fed.add("acme", "n2");
+  // Claims acme/n1, with a certificate of a CA that is not acme's.
+  FedNode& impostor = fed.add_impostor("acme", "n1");
+  impostor.pins(beta, "", beta.ca_file());
+  beta.pins(n2, "", n2.ca_file());  // acme's CA; n2 dials beta
+  ASSERT_TRUE(fed.start_all()) << fed.last_error();
+
+  Redirector redirector("n1@" + impostor.federation_address());
+  auto started = hand_link(n2, beta, redirector);
+  ASSERT_TRUE(started.ok()) << started.error().message;
+  std::unique_ptr<federation::LinkManager> links = std::move(*started);
+  redirector.attach(links.get());
+
+  // beta follows the move, dials the address, and refuses what answers
+  // there: its certificate does not chain to acme's pinned CA.
+  const http::ClientResponse r = post_slow(beta, "/v1/imports", R"({"stream":"acme/bids"})");
+  EXPECT_EQ(r.status, 503u) << r.body;
+  EXPECT_NE(problem_detail(r.body).find("waiting for the link to entente://acme/n1 at " +
+                                        impostor.federation_address()),
+            std::string::npos)
+      << r.body;
+  EXPECT_GE(redirector.opens.load(), 1);
+  PeersView v;
+  EXPECT_TRUE(eventually(10s, [&] {
+    v = get_peers(beta.process());
+    auto it = v.refusals.find("untrusted_chain");
+    return it != v.refusals.end() && it->second >= 1;
+  })) << v.body;
+  EXPECT_NE(v.state_of("entente://acme/n1"), "up") << v.body;
+  EXPECT_EQ(beta.process().stderr_text().find("link up with entente://acme/n1"), std::string::npos)
+      << beta.process().stderr_text();
+  // Nothing was imported.
+  EXPECT_EQ(get_import(beta.process(), "acme/bids").status, 404u);
+  links->stop();
 }
 
 }  // namespace
