@@ -818,6 +818,8 @@ void Imports::tick() {
                       std::to_string(std::chrono::seconds(kMovedLinkWait).count()) +
                       " s; asking the configured nodes of " + imp->domain + " again";
         host_.log("federation: " + imp->name + ": " + imp->reason);
+        // Not dialed forever: a later move may name it again.
+        wire_.remove_dial_target(*imp->moved_to);
         imp->moved_to.reset();
         imp->node_index = 0;
         imp->retry_at = now;

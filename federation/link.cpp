@@ -1292,6 +1292,23 @@ bool LinkManager::is_up(const certs::Identity& peer) const {
   return current_link(*impl_, peer.uri()) != nullptr;
 }
 
+void LinkManager::remove_dial_target(const certs::Identity& peer) {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  Impl& m = *impl_;
+  std::shared_ptr<net::steady_timer> wake;
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.peers.find(peer.uri());
+    if (it == m.peers.end() || !it->second.runtime || it->second.link) return;
+    // The dialer ends when it finds its timer replaced and no config.
+    it->second.config.reset();
+    it->second.runtime = false;
+    wake = std::exchange(it->second.dial_wake, nullptr);
+  }
+  m.log("federation: no longer dialing " + peer.uri() + " (added at run time, not reached)");
+  if (wake) net::post(m.io, [wake] { wake->cancel(); });
+}
+
 uint16_t LinkManager::version(const certs::Identity& peer) const {
   auto link = current_link(*impl_, peer.uri());
   return link ? link->version : 0;

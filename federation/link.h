@@ -183,6 +183,10 @@ class LinkManager {
   // limit_exceeded when the domain has max_dial_targets_per_domain such
   // targets already; invalid_argument without an address.
   Status add_dial_target(const PeerConfig& peer);
+  // Stops dialing a target add_dial_target added whose link is not up (it
+  // was not reached in time); its status stays in peers(). A configured
+  // peer, or one whose link is up, stays as it is.
+  void remove_dial_target(const certs::Identity& peer);
 
   // Every configured peer, and every accepted peer seen since start.
   std::vector<PeerStatus> peers() const;

@@ -95,6 +95,10 @@ Status Peering::LinkWire::add_dial_target(const certs::Identity& peer, const std
   return l->add_dial_target(PeerConfig{peer, host, port});
 }
 
+void Peering::LinkWire::remove_dial_target(const certs::Identity& peer) {
+  if (LinkManager* l = links.load(std::memory_order_acquire)) l->remove_dial_target(peer);
+}
+
 // ---------------------------------------------------------------------------
 
 Peering::Peering(Host& host, certs::Identity self, const FederationConfig& config)

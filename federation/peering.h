@@ -122,6 +122,7 @@ class Peering final : public LinkHandler {
     bool is_up(const certs::Identity& peer) const override;
     uint16_t version(const certs::Identity& peer) const override;
     Status add_dial_target(const certs::Identity& peer, const std::string& host, uint16_t port) override;
+    void remove_dial_target(const certs::Identity& peer) override;
     std::atomic<LinkManager*> links{nullptr};
   };
 

@@ -39,6 +39,8 @@ class Wire {
     (void)port;
     return make_error(Errc::unsupported, "cannot dial " + peer.uri() + " from here");
   }
+  // Stops dialing what add_dial_target added, unless its link is up.
+  virtual void remove_dial_target(const certs::Identity& peer) { (void)peer; }
 };
 
 }  // namespace entente::federation

@@ -311,6 +311,16 @@ TEST_F(LinkTest, ADialTargetAddedAtRunTimeLinksOnlyWithTheIdentityNamed) {
   ASSERT_TRUE(eventually([&] { return refusals(*b, "identity") >= 1; }));
   EXPECT_FALSE(b->is_up({"acme", "n1"}));
   EXPECT_TRUE(rb.ups_.empty());
+  // Removed (not reached in time, as the importer decides): no more dials,
+  // and the peer's status still says why.
+  b->remove_dial_target({"acme", "n1"});
+  std::this_thread::sleep_for(300ms);  // a dial in flight finishes
+  const uint64_t refused = refusals(*b, "identity");
+  std::this_thread::sleep_for(600ms);  // several backoffs of 20..200 ms
+  EXPECT_EQ(refusals(*b, "identity"), refused);
+  auto gone = status_of(*b, "entente://acme/n1");
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->state, "refused");
 
   // The right address: the same target, moved, links.
   ASSERT_TRUE(b->add_dial_target({{"acme", "n1"}, "127.0.0.1", n1->port()}).ok());
