@@ -88,8 +88,7 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
   }
   HostStreamPtr stream = host_.find_stream(name);
   if (!stream) {
-    refuse(peer, channel, open->stream,
-           {WireError::not_found, "no stream " + open->stream + " on " + self.uri(), false});
+    refuse(peer, channel, open->stream, not_here(peer, open->stream, name));
     return;
   }
   ExportSender::Terms terms;
@@ -111,6 +110,32 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
   ok.next_seq = std::max<uint64_t>(at.head, ok.first_seq);
   if (!ctx_.wire.send(peer, FrameType::open_ok, channel, encode(ok)).ok()) return;
   start_sender(peer, channel, open->stream, std::move(stream), std::move(terms), at.from, open->credit);
+}
+
+// Asked only once the OPEN is permitted, so that where a stream lives is
+// told only to a domain it is shared with.
+Exports::Refusal Exports::not_here(const certs::Identity& peer, const std::string& stream,
+                                   const std::string& name) const {
+  const certs::Identity& self = options_.self;
+  Refusal none{WireError::not_found, "no stream " + stream + " on " + self.uri(), false};
+  const std::optional<StreamLocation> where = host_.locate_stream(name);
+  if (!where || where->node == self.node) return none;
+  // The catalog's "host:port" in the form a moved RESET carries, checked
+  // as the importer will check it.
+  const std::string reason = where->node + "@" + where->peer_address;
+  if (auto moved = parse_moved(reason); !moved.ok()) {
+    host_.log("federation: " + stream + " is led by " + where->node + ", but its peer address cannot be sent: " +
+              moved.error().message);
+    return none;
+  }
+  if (ctx_.wire.version(peer) >= 2) return Refusal{WireError::moved, reason, false};
+  // A version-1 importer does not know `moved`: not_found sends it to its
+  // next configured node, and the reason tells its admin which one to add.
+  return Refusal{WireError::not_found,
+                 "no stream " + stream + " on " + self.uri() + ": it is led by node " + where->node +
+                     ", whose peer link is at " + where->peer_address +
+                     " (list that node in federation.peers, or upgrade the importing node to protocol version 2)",
+                 false};
 }
 
 void Exports::refuse(const certs::Identity& peer, uint32_t channel, const std::string& stream, const Refusal& r) {

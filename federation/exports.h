@@ -103,6 +103,10 @@ class Exports final {
                                    const std::string& stream_name, ExportSender::Terms& out);
   std::optional<Refusal> position_for(const HostStream& stream, const std::string& stream_name,
                                       uint64_t from_seq, Position& out) const;
+  // A stream this node does not have: RESET moved when another node of the
+  // domain leads it (not_found naming that node to a peer speaking version
+  // 1), else not_found.
+  Refusal not_here(const certs::Identity& peer, const std::string& stream, const std::string& name) const;
   void refuse(const certs::Identity& peer, uint32_t channel, const std::string& stream, const Refusal& r);
   void start_sender(const certs::Identity& peer, uint32_t channel, const std::string& stream_name,
                     HostStreamPtr stream, ExportSender::Terms terms, uint64_t from, uint64_t credit);

@@ -22,7 +22,8 @@
 
 namespace entente::federation {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+// The highest version this node speaks (Hello::kMaxVersion).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kFrameHeaderSize = 9;
 // Payload bound until both HELLOs are exchanged.
 inline constexpr uint32_t kHandshakeMaxFrame = 64 * 1024;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/metrics.h"
@@ -85,6 +86,13 @@ class HostStream {
 };
 using HostStreamPtr = std::shared_ptr<HostStream>;
 
+// Where another node of this domain leads a stream (a domain of several
+// nodes, docs/cluster.md): its name and its peer link's "host:port".
+struct StreamLocation {
+  std::string node;
+  std::string peer_address;
+};
+
 class Host {
  public:
   virtual ~Host() = default;
@@ -108,6 +116,16 @@ class Host {
   // queue); `done` runs once it is durable. unavailable when the queue is
   // full.
   virtual Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) = 0;
+
+  // In a domain of several nodes: the node that leads `name` (a stream of
+  // this domain this node does not have) and where its peer link listens,
+  // so that an OPEN for it is answered with where it is. nullopt when no
+  // other node leads it (a one-node domain, an unknown stream, a leader
+  // without a peer link).
+  virtual std::optional<StreamLocation> locate_stream(std::string_view name) const {
+    (void)name;
+    return std::nullopt;
+  }
 };
 
 }  // namespace entente::federation

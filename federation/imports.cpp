@@ -44,6 +44,14 @@ std::string feed_end_cause(const std::string& domain, const std::string& owner_r
   return "refused by " + domain + ": " + owner_reason;
 }
 
+// RESET moved (docs/federation.md, "Imports from a domain of several
+// nodes"): moves followed before an OPEN_OK, beyond which the import is
+// refused; how long a named node's link may take to come up before the
+// configured nodes are tried again; when a refused mirror tries again.
+constexpr uint32_t kMaxMoves = 3;
+constexpr auto kMovedLinkWait = std::chrono::seconds(10);
+constexpr auto kMovesRetry = std::chrono::seconds(10);
+
 Errc errc_for(WireError code) {
   switch (code) {
     case WireError::not_exported: return Errc::permission_denied;
@@ -74,6 +82,14 @@ struct Imports::Import {
   uint64_t ended_generation = 0;
   bool asked_from_start = false;  // REQUIRES: mu; OPEN had from_seq 0
   size_t node_index = 0;          // REQUIRES: mu; next node of the domain to try
+  // REQUIRES: mu. The node a RESET moved named: OPENs go there while it is
+  // set, whether or not it is configured; `moved_since` is when it was
+  // named or its link went down (kMovedLinkWait).
+  std::optional<certs::Identity> moved_to;
+  std::string moved_address;             // REQUIRES: mu; its host:port
+  Clock::time_point moved_since{};       // REQUIRES: mu
+  uint32_t moves = 0;                    // REQUIRES: mu; followed since the last OPEN_OK
+  std::string route;                     // REQUIRES: mu; "n2 -> n1", for a refusal
   uint64_t next_expected = 0;     // REQUIRES: mu; next owner seq to accept (incl. in flight)
   // REQUIRES: mu. The owner filtered tuples out: the mirror's numbers are
   // its own, and the owner's position is kept under import-pos/NAME.
@@ -260,9 +276,19 @@ void Imports::open(const ImportPtr& imp) {
   const auto peers = options_.peers();
   const PeerDomainConfig* domain = domain_config(*peers, imp->domain);
   if (domain == nullptr) return;
-  // The first node of the domain, from node_index on, whose link is up.
+  // The node a RESET moved named, once its link is up; else the first
+  // node of the domain, from node_index on, whose link is up.
   std::optional<certs::Identity> owner;
-  for (size_t i = imp->node_index; i < domain->nodes.size(); ++i) {
+  if (imp->moved_to) {
+    if (!wire_.is_up(*imp->moved_to)) {
+      imp->state = "connecting";
+      imp->reason = "waiting for the link to " + imp->moved_to->uri() + " at " + imp->moved_address +
+                    ", which leads " + imp->name + " (route " + imp->route + ")";
+      return;
+    }
+    owner = imp->moved_to;
+  }
+  for (size_t i = imp->node_index; !owner && i < domain->nodes.size(); ++i) {
     certs::Identity id{imp->domain, domain->nodes[i].node};
     if (wire_.is_up(id)) {
       owner = id;
@@ -403,6 +429,8 @@ void Imports::on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_vi
     imp->mirror = *mirror;
   }
   if (imp->asked_from_start) imp->next_expected = ok->first_seq;
+  imp->moves = 0;
+  imp->route.clear();
   imp->state = "active";
   imp->reason.clear();
   host_.log("federation: importing " + imp->name + " from " + ch.owner.uri() + " at " +
@@ -416,6 +444,12 @@ void Imports::on_reset(const ImportPtr& imp, const Channel& ch, std::string_view
   const std::string reason = r.ok() ? r->reason : r.error().message;
   imp->ended_generation = ch.generation;
   drop_channel(*imp, ch);
+  if (code == WireError::moved) {
+    on_moved(imp, ch, reason, later);
+    return;
+  }
+  // The node a move named no longer has it: back to the configured nodes.
+  if (imp->moved_to && *imp->moved_to == ch.owner && code == WireError::not_found) imp->moved_to.reset();
   // Another node of the domain may serve the stream.
   if (code == WireError::not_found) {
     const auto peers = options_.peers();
@@ -443,6 +477,53 @@ void Imports::on_reset(const ImportPtr& imp, const Channel& ch, std::string_view
     });
   }
   refuse(imp, Error{errc_for(code), why}, later);
+}
+
+void Imports::on_moved(const ImportPtr& imp, const Channel& ch, const std::string& reason, Deferred& later) {
+  // decode_reset checked the form; the address is only where to dial: the
+  // node there must still prove it is DOMAIN/NODE under DOMAIN's pinned CA.
+  auto where = parse_moved(reason);
+  if (!where.ok()) {
+    imp->state = "connecting";
+    imp->reason = imp->domain + " refused " + imp->name + ": " + where.error().message;
+    imp->retry_at = Clock::now() + std::chrono::seconds(1);
+    return;
+  }
+  const certs::Identity to{imp->domain, where->node};
+  const std::string address = where->host.find(':') != std::string::npos
+                                  ? "[" + where->host + "]:" + std::to_string(where->port)
+                                  : where->host + ":" + std::to_string(where->port);
+  imp->route += (imp->route.empty() ? ch.owner.node : std::string()) + " -> " + where->node;
+  std::string problem;
+  if (to == ch.owner) {
+    problem = ch.owner.uri() + " named itself";
+  } else if (imp->moves >= kMaxMoves) {
+    problem = "moved " + std::to_string(imp->moves + 1) + " times without reaching the node that leads it";
+  } else if (Status s = wire_.add_dial_target(to, where->host, where->port); !s.ok() && !wire_.is_up(to)) {
+    problem = "cannot dial " + to.uri() + " at " + address + ": " + s.error().message;
+  }
+  if (!problem.empty()) {
+    const std::string why = imp->domain + " refused " + imp->name + ": " + problem + " (route " + imp->route +
+                            "); trying the configured nodes again in " +
+                            std::to_string(std::chrono::seconds(kMovesRetry).count()) + " s";
+    imp->moved_to.reset();
+    imp->moves = 0;
+    imp->route.clear();
+    imp->node_index = 0;
+    host_.log("federation: " + why);
+    refuse(imp, Error{Errc::unavailable, why}, later);
+    if (imp->mirror) imp->retry_at = Clock::now() + kMovesRetry;
+    return;
+  }
+  ++imp->moves;
+  imp->moved_to = to;
+  imp->moved_address = address;
+  imp->moved_since = Clock::now();
+  imp->state = "connecting";
+  imp->reason = ch.owner.uri() + " says " + to.uri() + " at " + address + " leads " + imp->name;
+  host_.log("federation: " + imp->name + ": " + imp->reason);
+  // Opens there at the next tick if its link is up; else when it comes up.
+  imp->retry_at = Clock::now();
 }
 
 Result<engine::Batch> Imports::checked_rows(const Import& imp, const Data& d) const {
@@ -660,6 +741,8 @@ void Imports::on_link_down(const certs::Identity& peer, std::string_view reason)
   for (auto& imp : imports_of(peer.domain)) {
     std::lock_guard lock(imp->mu);
     if (imp->owner && *imp->owner == peer) imp->ended_generation = 0;
+    // The node a move named has kMovedLinkWait to come back.
+    if (imp->moved_to && *imp->moved_to == peer) imp->moved_since = Clock::now();
   }
   for (auto& imp : imports) {
     std::lock_guard lock(imp->mu);
@@ -726,6 +809,20 @@ void Imports::tick() {
         later.add([done = std::move(it->done), e] { done(e); });
         it = imp->pending.erase(it);
         forget = !imp->mirror;
+      }
+      // The node a move named did not link in time (unreachable, or not
+      // who it was said to be): the configured nodes are asked again.
+      if (imp->channel == 0 && imp->moved_to && now - imp->moved_since >= kMovedLinkWait &&
+          !wire_.is_up(*imp->moved_to)) {
+        imp->reason = imp->moved_to->uri() + " at " + imp->moved_address + " was not reached in " +
+                      std::to_string(std::chrono::seconds(kMovedLinkWait).count()) +
+                      " s; asking the configured nodes of " + imp->domain + " again";
+        host_.log("federation: " + imp->name + ": " + imp->reason);
+        // Not dialed forever: a later move may name it again.
+        wire_.remove_dial_target(*imp->moved_to);
+        imp->moved_to.reset();
+        imp->node_index = 0;
+        imp->retry_at = now;
       }
       if (imp->channel == 0 && imp->retry_at != Clock::time_point{} && imp->retry_at <= now) {
         imp->retry_at = {};

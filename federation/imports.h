@@ -1,7 +1,9 @@
 #pragma once
 // Importer side of shared streams (docs/federation.md, "The importer
 // imports", "Delivery"): one import per mirror stream, named DOMAIN/NAME.
-// OPEN to the first node of the owner's domain whose link is up; on
+// OPEN to the first node of the owner's domain whose link is up (or to the
+// node a RESET moved named: docs/federation.md, "Imports from a domain of
+// several nodes"); on
 // OPEN_OK the mirror is created with the owner's schema; each DATA is
 // appended to the mirror durably (HostStream::append_at) and only then
 // acknowledged (ACK); credit goes back as soon as the write is queued.
@@ -120,6 +122,9 @@ class Imports final {
   void on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);
   void on_reset(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);
   void on_data(const ImportPtr& imp, const Channel& ch, std::string_view payload);
+  // RESET moved: OPEN at the node it names (dialed if need be), at most
+  // kMaxMoves times before an OPEN_OK; else the import is refused.
+  void on_moved(const ImportPtr& imp, const Channel& ch, const std::string& reason, detail::Deferred& later);
   // DATA's rows once checked (numbered first..last, ascending, of the
   // mirror's schema); an error names what is wrong.
   Result<engine::Batch> checked_rows(const Import& imp, const Data& d) const;

@@ -275,6 +275,8 @@ class Link;
 struct PeerEntry {
   PeerStatus status;
   std::optional<PeerConfig> config;
+  // `config` was added at run time (add_dial_target), not configured.
+  bool runtime = false;
   std::shared_ptr<Link> link;  // the link that is up, if any
   // Totals of links that ended, so counters survive reconnects.
   uint64_t bytes_in = 0, bytes_out = 0, frames_in = 0, frames_out = 0;
@@ -391,6 +393,7 @@ struct LinkManager::Impl {
   // Sends this node's HELLO and reads the peer's (within `deadline`).
   struct HelloExchange {
     std::optional<Hello> theirs;
+    uint16_t version = 0;  // negotiated, once `theirs` is checked
     std::string problem;  // empty when `theirs` arrived well formed
     WireError problem_code = WireError::protocol;
     // In TLS 1.3 the client's handshake ends before the server checks the
@@ -527,6 +530,8 @@ class Link : public std::enable_shared_from_this<Link> {
   std::atomic<uint64_t> bytes_in{0}, bytes_out{0}, frames_in{0}, frames_out{0};
   std::atomic<int64_t> rtt_us{-1};
   std::atomic<int64_t> last_heartbeat_ms{0};
+  // The protocol version negotiated in HELLO; set before install().
+  uint16_t version = 1;
 
  private:
   bool closing_flag() {
@@ -862,6 +867,7 @@ net::awaitable<void> LinkManager::Impl::run_connection(tcp::socket socket,
   handshaking.erase(handshake_id);
   auto link = std::make_shared<Link>(*this, std::move(stream), peer, dialed.has_value(), address,
                                      std::min(hello.theirs->max_frame, kMaxMaxFrame));
+  link->version = hello.version;
   if (!install(link)) {
     link->close_with(WireError::none, "duplicate link");
     co_await link->run(std::move(decoder));
@@ -971,12 +977,15 @@ void LinkManager::Impl::check_hello(HelloExchange& hello, const certs::Identity&
     hello.problem_code = WireError::identity;
     return;
   }
-  // One version exists; later versions branch on the negotiated one here.
+  // The link keeps the negotiated version: what a version added (RESET
+  // moved, version 2) goes only to peers that speak it (Wire::version).
   auto v = negotiate_version(my_hello(opt), *hello.theirs);
   if (!v) {
     hello.problem = v.error().message;
     hello.problem_code = WireError::version;
+    return;
   }
+  hello.version = *v;
 }
 
 net::awaitable<void> LinkManager::Impl::accept_loop() {
@@ -1283,6 +1292,91 @@ bool LinkManager::is_up(const certs::Identity& peer) const {
   return current_link(*impl_, peer.uri()) != nullptr;
 }
 
+void LinkManager::remove_dial_target(const certs::Identity& peer) {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  Impl& m = *impl_;
+  std::shared_ptr<net::steady_timer> wake;
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.peers.find(peer.uri());
+    if (it == m.peers.end() || !it->second.runtime || it->second.link) return;
+    // The dialer ends when it finds its timer replaced and no config.
+    it->second.config.reset();
+    it->second.runtime = false;
+    wake = std::exchange(it->second.dial_wake, nullptr);
+  }
+  m.log("federation: no longer dialing " + peer.uri() + " (added at run time, not reached)");
+  if (wake) net::post(m.io, [wake] { wake->cancel(); });
+}
+
+uint16_t LinkManager::version(const certs::Identity& peer) const {
+  auto link = current_link(*impl_, peer.uri());
+  return link ? link->version : 0;
+}
+
+Status LinkManager::add_dial_target(const PeerConfig& peer) {
+  if (!impl_ || !impl_->thread.joinable()) return make_error(Errc::unavailable, "federation: not running");
+  Impl& m = *impl_;
+  if (m.stopped.load()) return make_error(Errc::unavailable, "federation: stopping");
+  if (!certs::valid_name(peer.identity.domain) || !certs::valid_name(peer.identity.node) || peer.host.empty() ||
+      peer.port == 0) {
+    return make_error(Errc::invalid_argument, "federation: no address to dial " + peer.identity.uri() + " at");
+  }
+  const std::string uri = peer.identity.uri();
+  std::shared_ptr<net::steady_timer> wake;
+  bool spawn = false;
+  {
+    std::lock_guard lock(m.mu);
+    // Only a domain this node pins: the target is authenticated like any
+    // peer, by its domain's CA and exactly this identity.
+    if (!m.opt.trust || !m.opt.trust->pinned(peer.identity.domain)) {
+      return make_error(Errc::permission_denied,
+                        "federation: domain " + peer.identity.domain + " is not a pinned peer domain");
+    }
+    auto it = m.peers.find(uri);
+    if (it != m.peers.end() && it->second.config && !it->second.runtime && it->second.config->port != 0) {
+      return {};  // configured with an address: that one is dialed already
+    }
+    const bool known = it != m.peers.end() && it->second.config && it->second.runtime;
+    if (known && it->second.config->host == peer.host && it->second.config->port == peer.port) return {};
+    if (!known) {
+      size_t added = 0;
+      for (const auto& [u, e] : m.peers) {
+        if (e.runtime && e.config && e.config->identity.domain == peer.identity.domain) ++added;
+      }
+      if (added >= m.opt.max_dial_targets_per_domain) {
+        return make_error(Errc::limit_exceeded, "federation: domain " + peer.identity.domain + " has " +
+                                                    std::to_string(added) +
+                                                    " dial targets added at run time already (at most " +
+                                                    std::to_string(m.opt.max_dial_targets_per_domain) +
+                                                    "); list its nodes in federation.peers");
+      }
+    }
+    PeerEntry& e = m.peers[uri];
+    e.config = peer;
+    e.runtime = true;
+    e.status.identity = peer.identity;
+    if (!e.link && e.status.state.empty()) e.status.state = "down";
+    if (!e.dial_wake) {
+      e.dial_wake = std::make_shared<net::steady_timer>(m.io);
+      spawn = true;
+    }
+    wake = e.dial_wake;
+  }
+  m.log("federation: dialing " + uri + " at " + peer.host + ":" + std::to_string(peer.port) +
+                  " (added at run time)");
+  // The dialer reads the address from the entry: a new one dials now, a
+  // running one is woken to dial the new address.
+  net::post(m.io, [&m, peer, wake, spawn] {
+    if (spawn) {
+      net::co_spawn(m.io, m.dial_loop(peer, wake), net::detached);
+    } else {
+      wake->cancel();
+    }
+  });
+  return {};
+}
+
 std::vector<PeerStatus> LinkManager::peers() const {
   std::lock_guard lock(impl_->mu);
   std::vector<PeerStatus> out;
@@ -1358,6 +1452,8 @@ Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
       for (const PeerConfig& p : next.peers) wanted[p.identity.uri()] = &p;
       for (auto& [uri, e] : m.peers) {
         if (!e.config || wanted.count(uri)) continue;
+        // A dial target added at run time stays while its domain is pinned.
+        if (e.runtime && next.trust->pinned(e.config->identity.domain)) continue;
         // No longer configured: not dialed; its link (if any) closes.
         e.config.reset();
         if (e.dial_wake) to_wake.push_back(std::exchange(e.dial_wake, nullptr));
@@ -1368,8 +1464,12 @@ Status LinkManager::reload(LinkReload next, std::vector<std::string>& changes) {
         PeerEntry& e = m.peers[uri];
         const bool added = !e.config;
         const bool moved = !added && (e.config->host != p->host || e.config->port != p->port);
-        if (!added && !moved) continue;
+        if (!added && !moved) {
+          e.runtime = false;  // configured now
+          continue;
+        }
         e.config = *p;
+        e.runtime = false;
         e.status.identity = p->identity;
         if (added && !e.link && e.status.state.empty()) e.status.state = "down";
         const std::string where = p->port == 0 ? std::string("no address (accepted, not dialed)")

@@ -3,7 +3,8 @@
 // one mutually authenticated TLS 1.3 connection per pair of nodes, carrying
 // frames for every channel.
 //
-// LinkManager owns a listener, one dialer per configured peer address, and
+// LinkManager owns a listener, one dialer per configured peer address (and
+// per dial target added at run time, add_dial_target), and
 // every link that completes the handshake. A connection is refused, before
 // any frame is read, when the peer's certificate fails TrustStore::verify
 // (for a dialed peer also when its identity is not the one configured); the
@@ -69,6 +70,9 @@ struct LinkOptions {
   std::size_t max_connections = 256;
   std::size_t max_connections_per_address = 16;
   std::size_t max_handshaking_connections = 64;
+  // Nodes of one peer domain that add_dial_target may add beyond the
+  // configured ones (a RESET moved names them).
+  std::size_t max_dial_targets_per_domain = 8;
 
   // Where log lines go (one line each, no trailing newline); stderr when
   // empty.
@@ -166,6 +170,23 @@ class LinkManager {
   Result<uint32_t> new_channel(const certs::Identity& peer);
 
   bool is_up(const certs::Identity& peer) const;
+  // The protocol version negotiated on the link to `peer`; 0 when none is up.
+  uint16_t version(const certs::Identity& peer) const;
+
+  // Dials `peer` at its host:port from now on, as if it were configured
+  // (a RESET moved named it: docs/federation.md). It is authenticated as
+  // any dialed peer: its certificate must chain to the pinned CA of its
+  // domain and name exactly peer.identity; the address alone grants
+  // nothing. A peer configured with an address keeps that address. The
+  // target lasts until stop(), or a reload after which its domain is no
+  // longer pinned. permission_denied when the domain is not pinned;
+  // limit_exceeded when the domain has max_dial_targets_per_domain such
+  // targets already; invalid_argument without an address.
+  Status add_dial_target(const PeerConfig& peer);
+  // Stops dialing a target add_dial_target added whose link is not up (it
+  // was not reached in time); its status stays in peers(). A configured
+  // peer, or one whose link is up, stays as it is.
+  void remove_dial_target(const certs::Identity& peer);
 
   // Every configured peer, and every accepted peer seen since start.
   std::vector<PeerStatus> peers() const;

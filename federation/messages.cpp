@@ -104,7 +104,7 @@ class Reader {
 // Codes are only ever added together with a new protocol version, so an
 // unknown code from a peer speaking a version we negotiated is a broken
 // frame, not something to pass on.
-bool known_wire_error(uint16_t code) { return code <= static_cast<uint16_t>(WireError::bad_position); }
+bool known_wire_error(uint16_t code) { return code <= static_cast<uint16_t>(WireError::moved); }
 
 Result<WireError> read_code(Reader& r) {
   ENTENTE_ASSIGN_OR_RETURN(const uint16_t code, r.u16("code"));
@@ -170,6 +170,8 @@ std::string_view wire_error_name(WireError e) {
       return "internal";
     case WireError::bad_position:
       return "bad_position";
+    case WireError::moved:
+      return "moved";
   }
   return "unknown";
 }
@@ -360,6 +362,67 @@ Result<Reset> decode_reset(std::string_view payload) {
   ENTENTE_ASSIGN_OR_RETURN(m.code, read_code(r));
   ENTENTE_ASSIGN_OR_RETURN(m.reason, r.str("reason"));
   ENTENTE_RETURN_IF_ERROR(r.finish());
+  // A moved RESET's reason is an address the receiver may dial: malformed
+  // unless it is exactly the documented form.
+  if (m.code == WireError::moved) {
+    if (auto where = parse_moved(m.reason); !where.ok()) return r.invalid("reason", where.error().message);
+  }
+  return m;
+}
+
+std::string moved_reason(const Moved& m) {
+  const bool v6 = m.host.find(':') != std::string::npos;
+  return m.node + "@" + (v6 ? "[" + m.host + "]" : m.host) + ":" + std::to_string(m.port);
+}
+
+Result<Moved> parse_moved(std::string_view reason) {
+  auto bad = [&](const std::string& what) {
+    return make_error(Errc::parse_error, shown(reason) + " is not NODE@HOST:PORT: " + what);
+  };
+  if (reason.size() > kMaxMovedReason) return bad("longer than " + std::to_string(kMaxMovedReason) + " bytes");
+  const size_t at = reason.find('@');
+  const size_t colon = reason.rfind(':');
+  if (at == std::string_view::npos || colon == std::string_view::npos || colon < at) return bad("no '@' or ':'");
+  Moved m;
+  m.node = std::string(reason.substr(0, at));
+  if (!certs::valid_name(m.node)) return bad("the node is not [a-z][a-z0-9-]* of at most 63");
+  std::string_view host = reason.substr(at + 1, colon - at - 1);
+  const std::string_view port = reason.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    // An IPv6 address: hex digits, ':' and '.' (an embedded IPv4), at most 45.
+    host = host.substr(1, host.size() - 2);
+    const bool ok = !host.empty() && host.size() <= 45 && host.find(':') != std::string_view::npos &&
+                    std::all_of(host.begin(), host.end(), [](char c) {
+                      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+                             c == ':' || c == '.';
+                    });
+    if (!ok) return bad("the host in brackets is not an IPv6 address");
+  } else {
+    // A DNS name or an IPv4 address: dot-separated labels of letters,
+    // digits and '-', 1..63 each, not starting or ending with '-'.
+    bool ok = !host.empty() && host.size() <= 253;
+    size_t label = 0;
+    for (size_t i = 0; ok && i <= host.size(); ++i) {
+      if (i == host.size() || host[i] == '.') {
+        ok = label > 0 && label <= 63 && host[i - 1] != '-' && host[i - label] != '-';
+        label = 0;
+        continue;
+      }
+      const char c = host[i];
+      ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+      ++label;
+    }
+    if (!ok) return bad("the host is not a DNS name, an IPv4 address or a bracketed IPv6 address");
+  }
+  m.host = std::string(host);
+  uint32_t p = 0;
+  const bool digits = !port.empty() && port.size() <= 5 && port.front() != '0' &&
+                      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) {
+    for (char c : port) p = p * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (!digits || p == 0 || p > 65535) return bad("the port is not 1..65535 in decimal");
+  m.port = static_cast<uint16_t>(p);
   return m;
 }
 

@@ -5,6 +5,7 @@
 // more than the payload's size implies. Strings are u16 length + UTF-8
 // bytes; integers big-endian.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,6 +27,9 @@ enum class WireError : uint16_t {
   shutdown = 8,        // the node is stopping
   internal = 9,
   bad_position = 10,   // from_seq no longer retained (or in the future)
+  // Version 2: the stream is led by another node of the owner's domain;
+  // the reason is where, exactly as Moved below (docs/protocol.md §5.6).
+  moved = 11,
 };
 std::string_view wire_error_name(WireError e);
 
@@ -41,7 +45,8 @@ struct Hello {
   uint32_t heartbeat_ms = 0;
 
   static constexpr uint16_t kMinVersion = 1;
-  static constexpr uint16_t kMaxVersion = 1;
+  // 2: RESET moved (docs/protocol.md §12).
+  static constexpr uint16_t kMaxVersion = 2;
 };
 
 // Bounds a HELLO must respect (decode_hello refuses values outside them).
@@ -89,8 +94,25 @@ struct OpenOk {
 
 struct Reset {
   WireError code = WireError::none;
-  std::string reason;
+  std::string reason;  // with `moved`: moved_reason(Moved), and nothing else
 };
+
+// Where a stream is, in a RESET moved: a node of the owner's domain and the
+// address its peer link listens on. The reason holds exactly
+// NODE "@" HOST ":" PORT ("n1@10.0.0.7:7443", "n1@[::1]:7443"): NODE a
+// name (§2), HOST a DNS name or IPv4 address of at most 253 bytes or an
+// IPv6 address in brackets, PORT 1..65535 in decimal without leading zero.
+// Only the address is taken from it: the node dialed there must still
+// present the certificate entente://DOMAIN/NODE under DOMAIN's pinned CA.
+struct Moved {
+  std::string node;
+  std::string host;  // IPv6 without the brackets
+  uint16_t port = 0;
+};
+inline constexpr std::size_t kMaxMovedReason = 63 + 1 + 253 + 1 + 5;
+std::string moved_reason(const Moved& m);
+// parse_error saying what is wrong when `reason` is not exactly that form.
+Result<Moved> parse_moved(std::string_view reason);
 
 // Covers tuples first_seq .. first_seq + count - 1 of the channel's stream:
 // `body` (the engine's binary batch encoding, engine/codec.h) holds 0..count

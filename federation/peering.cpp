@@ -84,6 +84,21 @@ bool Peering::LinkWire::is_up(const certs::Identity& peer) const {
   return l != nullptr && l->is_up(peer);
 }
 
+uint16_t Peering::LinkWire::version(const certs::Identity& peer) const {
+  LinkManager* l = links.load(std::memory_order_acquire);
+  return l == nullptr ? 0 : l->version(peer);
+}
+
+Status Peering::LinkWire::add_dial_target(const certs::Identity& peer, const std::string& host, uint16_t port) {
+  LinkManager* l = links.load(std::memory_order_acquire);
+  if (l == nullptr) return make_error(Errc::unavailable, "federation is not running");
+  return l->add_dial_target(PeerConfig{peer, host, port});
+}
+
+void Peering::LinkWire::remove_dial_target(const certs::Identity& peer) {
+  if (LinkManager* l = links.load(std::memory_order_acquire)) l->remove_dial_target(peer);
+}
+
 // ---------------------------------------------------------------------------
 
 Peering::Peering(Host& host, certs::Identity self, const FederationConfig& config)

@@ -120,6 +120,9 @@ class Peering final : public LinkHandler {
                 std::string_view payload) override;
     Result<uint32_t> new_channel(const certs::Identity& peer) override;
     bool is_up(const certs::Identity& peer) const override;
+    uint16_t version(const certs::Identity& peer) const override;
+    Status add_dial_target(const certs::Identity& peer, const std::string& host, uint16_t port) override;
+    void remove_dial_target(const certs::Identity& peer) override;
     std::atomic<LinkManager*> links{nullptr};
   };
 

@@ -6,6 +6,7 @@
 
 #include "broker/detail/node_impl.h"
 #include "broker/detail/streams.h"
+#include "cluster/membership.h"
 
 namespace entente::broker::detail {
 namespace {
@@ -116,6 +117,20 @@ Result<federation::HostStreamPtr> FederationHost::create_mirror(const std::strin
 
 Status FederationHost::submit(store::WriteBatch batch, std::function<void(const Status&)> done) {
   return node_.gc().submit(std::move(batch), std::move(done), store::Admission::reject);
+}
+
+std::optional<federation::StreamLocation> FederationHost::locate_stream(std::string_view name) const {
+  if (!node_.membership_) return std::nullopt;  // a one-node domain
+  const std::optional<std::string> leader = node_.stream_leader(std::string(name));
+  if (!leader || *leader == node_.config().node) return std::nullopt;
+  // A leader that is down is still where the stream is: the importer waits
+  // for its link rather than being told the stream does not exist.
+  for (const auto& m : node_.membership_->view().members) {
+    if (m.record.node == *leader && !m.record.peer_address.empty()) {
+      return federation::StreamLocation{*leader, m.record.peer_address};
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace entente::broker::detail

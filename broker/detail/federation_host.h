@@ -8,7 +8,9 @@
 // in federation/.
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "federation/host.h"
@@ -28,6 +30,9 @@ class FederationHost final : public federation::Host {
   std::vector<federation::HostStreamPtr> mirrors() override;
   Result<federation::HostStreamPtr> create_mirror(const std::string& name, engine::SchemaPtr schema) override;
   Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) override;
+  // The catalog's leader of `name` and its peer address from the membership
+  // view, when it is another node of this domain.
+  std::optional<federation::StreamLocation> locate_stream(std::string_view name) const override;
 
  private:
   NodeImpl& node_;

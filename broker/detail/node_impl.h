@@ -166,6 +166,8 @@ class NodeImpl final : public http::Handler {
 
  private:
   friend const std::vector<RouteInfo>& api_routes();
+  // locate_stream reads the catalog and the membership view.
+  friend class FederationHost;
 
   // Route handlers (api.cpp), one per route of api_routes().
   void get_health(const http::Request& req, const PathParams& params, const http::Respond& answer);

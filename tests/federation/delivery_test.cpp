@@ -7,7 +7,8 @@
 // resume after a reconnect that loses frames in flight, and OPENs refused
 // with their reasons; and, under a stream contract, its predicate and
 // projection applied on the wire and its metering charging what the
-// importer acknowledged.
+// importer acknowledged. MovedTest: a domain of two owner nodes, where the
+// one the importer dials answers RESET moved and the importer follows it.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -16,7 +17,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/batch.h"
@@ -187,6 +190,10 @@ class TestHost final : public Host {
     streams[name] = s;
     return HostStreamPtr(s);
   }
+  std::optional<StreamLocation> locate_stream(std::string_view name) const override {
+    auto it = located.find(std::string(name));
+    return it == located.end() ? std::nullopt : std::optional<StreamLocation>(it->second);
+  }
   Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) override {
     auto writes = std::make_shared<store::WriteBatch>(std::move(batch));
     queue.push_back([this, writes, done = std::move(done)] {
@@ -208,6 +215,7 @@ class TestHost final : public Host {
 
   std::map<std::string, std::shared_ptr<MemStream>> streams;
   std::deque<std::function<void()>> queue;
+  std::map<std::string, StreamLocation> located;  // streams another node of the domain leads
   std::vector<std::string> lines;
 
  private:
@@ -620,6 +628,333 @@ TEST_F(DeliveryTest, UnderAStreamContractOnlyRowsItsPredicatePassesGoAndWhatIsAc
   ASSERT_TRUE(usage.ok());
   EXPECT_EQ(usage->tuples, 178u);
   EXPECT_TRUE(metering_->unbilled("bids", "beta").empty());
+}
+
+// ---------------------------------------------------------------------------
+// A domain of several nodes: acme is n1 and n2, and n1 leads bids. beta
+// lists only acme/n2 in its peers; n2 answers beta's OPEN with RESET moved
+// naming n1 and its address, beta dials n1 there and imports from it.
+
+// Frames between any of the nodes, and which links are up. A dial target
+// links only when the node at that address is the one named (as the TLS
+// identity check decides between real nodes).
+struct Net {
+  std::deque<Frame> frames;
+  std::set<std::pair<std::string, std::string>> up;  // URI pairs, both ways
+  std::map<std::string, certs::Identity> at;         // "host:port" -> the node listening there
+  std::map<std::string, uint16_t> versions;          // URI -> protocol version it speaks
+  std::vector<std::pair<std::string, std::string>> dialed;  // (URI, host:port) asked
+  std::deque<std::pair<certs::Identity, certs::Identity>> link_ups;  // (node, peer) to tell
+  uint32_t next_channel = 1;
+
+  void link(const certs::Identity& a, const certs::Identity& b) {
+    up.insert({a.uri(), b.uri()});
+    up.insert({b.uri(), a.uri()});
+  }
+  bool is_up(const certs::Identity& a, const certs::Identity& b) const { return up.count({a.uri(), b.uri()}) > 0; }
+  uint16_t version(const certs::Identity& id) const {
+    auto it = versions.find(id.uri());
+    return it == versions.end() ? kProtocolVersion : it->second;
+  }
+};
+
+class NetWire final : public Wire {
+ public:
+  NetWire(certs::Identity self, Net& net) : self_(std::move(self)), net_(net) {}
+  Status send(const certs::Identity& peer, FrameType type, uint32_t channel, std::string_view payload) override {
+    if (!is_up(peer)) return make_error(Errc::unavailable, "no link to " + peer.uri());
+    net_.frames.push_back({self_, peer, type, channel, std::string(payload)});
+    return {};
+  }
+  Result<uint32_t> new_channel(const certs::Identity& peer) override {
+    if (!is_up(peer)) return make_error(Errc::unavailable, "no link to " + peer.uri());
+    const uint32_t c = net_.next_channel;
+    net_.next_channel += 2;
+    return c;
+  }
+  bool is_up(const certs::Identity& peer) const override { return net_.is_up(self_, peer); }
+  uint16_t version(const certs::Identity& peer) const override {
+    return std::min(net_.version(self_), net_.version(peer));
+  }
+  Status add_dial_target(const certs::Identity& peer, const std::string& host, uint16_t port) override {
+    const std::string address = host + ":" + std::to_string(port);
+    net_.dialed.emplace_back(peer.uri(), address);
+    auto it = net_.at.find(address);
+    if (it != net_.at.end() && it->second == peer && !is_up(peer)) {
+      net_.link(self_, peer);
+      net_.link_ups.emplace_back(self_, peer);
+    }
+    return {};
+  }
+
+ private:
+  certs::Identity self_;
+  Net& net_;
+};
+
+const certs::Identity kAcme2{"acme", "n2"};
+
+class MovedTest : public ::testing::Test {
+ protected:
+  // One node of the owner's domain: its host, exports and wire.
+  struct Owner {
+    Owner(const certs::Identity& id, Net& net, const std::string& dir)
+        : host(dir), wire(id, net), acks(host.store()), metering(host.store(), [this](const std::string& l) {
+            host.log(l);
+          }) {
+      EXPECT_TRUE(acks.load().ok());
+      EXPECT_TRUE(metering.load().ok());
+      exports = std::make_unique<Exports>(host, ExportSender::Context{wire, metering, acks, traffic},
+                                          Exports::Options{id, {{"bids", {"beta"}, {}}}, 1u << 20});
+    }
+    TestHost host;
+    NetWire wire;
+    Traffic traffic;
+    Acknowledgements acks;
+    Metering metering;
+    std::unique_ptr<Exports> exports;
+  };
+
+  void SetUp() override {
+    for (const char* d : {"moved-n1", "moved-n2", "moved-beta"}) dirs_.push_back(entente::testing::make_temp_dir(d));
+    n1_ = std::make_unique<Owner>(kAcme, net_, dirs_[0]);
+    n2_ = std::make_unique<Owner>(kAcme2, net_, dirs_[1]);
+    importer_ = std::make_unique<TestHost>(dirs_[2]);
+    bids_ = std::make_shared<MemStream>("bids", bids_schema());
+    n1_->host.streams["bids"] = bids_;
+    // n2 knows from the domain's catalog that n1 leads bids.
+    n2_->host.located["bids"] = StreamLocation{"n1", "127.0.0.1:7001"};
+    net_.at["127.0.0.1:7001"] = kAcme;
+    net_.at["127.0.0.1:7002"] = kAcme2;
+    net_.link(kBeta, kAcme2);  // beta dials the one node it lists
+    set_peers({"n2"});
+  }
+  void TearDown() override {
+    imports_.reset();
+    n1_.reset();
+    n2_.reset();
+    importer_.reset();
+    std::error_code ec;
+    for (const auto& d : dirs_) std::filesystem::remove_all(d, ec);
+  }
+  void set_peers(const std::vector<std::string>& nodes) {
+    PeerDomainConfig acme{"acme", "", {}};
+    for (const auto& n : nodes) acme.nodes.push_back({n, "127.0.0.1", static_cast<uint16_t>(n == "n1" ? 7001 : 7002)});
+    peers_ = std::make_shared<const std::vector<PeerDomainConfig>>(std::vector<PeerDomainConfig>{acme});
+  }
+  void start_importer() {
+    imports_ = std::make_unique<Imports>(*importer_, importer_wire_, importer_traffic_,
+                                         Imports::Options{kBeta, 8u << 20, [this] { return peers_; }});
+    ASSERT_TRUE(imports_->load().ok());
+  }
+  // Delivers frames, link-ups, durable writes and the importer's timer
+  // until nothing moves.
+  void run() {
+    for (int round = 0; round < 100; ++round) {
+      bool moved = false;
+      while (!net_.frames.empty()) {
+        Frame f = std::move(net_.frames.front());
+        net_.frames.pop_front();
+        if (tamper_) tamper_(f);
+        seen_.push_back(f);
+        moved = true;
+        Owner* o = f.to == kAcme ? n1_.get() : f.to == kAcme2 ? n2_.get() : nullptr;
+        if (o == nullptr) {
+          (void)imports_->on_frame(f.from, f.type, f.channel, f.payload);
+        } else if (f.type == FrameType::open) {
+          o->exports->on_open(f.from, f.channel, f.payload);
+        } else {
+          (void)o->exports->on_frame(f.from, f.type, f.channel, f.payload);
+        }
+      }
+      while (!net_.link_ups.empty()) {
+        auto [self, peer] = net_.link_ups.front();
+        net_.link_ups.pop_front();
+        if (self == kBeta) imports_->on_link_up(peer);
+        moved = true;
+      }
+      if (importer_->commit() > 0) moved = true;
+      imports_->tick();
+      if (!moved && net_.frames.empty()) return;
+    }
+    FAIL() << "frames still moving after 100 rounds";
+  }
+  Result<ImportInfo> import_bids() {
+    std::optional<Result<ImportInfo>> answer;
+    imports_->create("acme/bids", nullptr, [&](Result<ImportInfo> r) { answer = std::move(r); },
+                     std::chrono::seconds(10));
+    run();
+    if (!answer) return make_error(Errc::unavailable, "no answer");
+    return std::move(*answer);
+  }
+  std::vector<Frame> seen(FrameType type, const certs::Identity& from) const {
+    std::vector<Frame> out;
+    for (const auto& f : seen_) {
+      if (f.type == type && f.from == from) out.push_back(f);
+    }
+    return out;
+  }
+  std::shared_ptr<MemStream> mirror() const {
+    auto it = importer_->streams.find("acme/bids");
+    return it == importer_->streams.end() ? nullptr : it->second;
+  }
+  static engine::Batch rows(size_t n, int64_t price) {
+    engine::BatchBuilder b(bids_schema());
+    for (size_t i = 0; i < n; ++i) {
+      b.column(0).ints.push_back(price + static_cast<int64_t>(i));
+      b.column(1).append_str("item-0000");
+      b.event_time().push_back(1000 + static_cast<int64_t>(i));
+      b.seq().push_back(0);
+    }
+    return b.finish();
+  }
+  static std::vector<uint64_t> one_to(uint64_t n) {
+    std::vector<uint64_t> v(n);
+    for (uint64_t i = 0; i < n; ++i) v[i] = i + 1;
+    return v;
+  }
+
+  std::vector<std::string> dirs_;
+  Net net_;
+  std::unique_ptr<Owner> n1_, n2_;
+  std::unique_ptr<TestHost> importer_;
+  std::shared_ptr<MemStream> bids_;
+  std::shared_ptr<const std::vector<PeerDomainConfig>> peers_;
+  NetWire importer_wire_{kBeta, net_};
+  Traffic importer_traffic_;
+  std::unique_ptr<Imports> imports_;
+  std::function<void(Frame&)> tamper_;
+  std::vector<Frame> seen_;
+};
+
+TEST_F(MovedTest, ANodeThatDoesNotLeadTheStreamAnswersMovedAndTheImporterGetsEveryTupleOnceFromTheLeader) {
+  for (int i = 0; i < 3; ++i) bids_->publish(rows(100, i * 100));  // 1..300
+  start_importer();
+  auto info = import_bids();
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(info->state, "active");
+  EXPECT_EQ(info->owner, "entente://acme/n1");
+
+  // n2 answered the OPEN with where the stream is, and nothing else.
+  const auto from_n2 = seen(FrameType::reset, kAcme2);
+  ASSERT_EQ(from_n2.size(), 1u);
+  auto reset = decode_reset(from_n2[0].payload);
+  ASSERT_TRUE(reset.ok()) << reset.error().message;
+  EXPECT_EQ(reset->code, WireError::moved);
+  EXPECT_EQ(reset->reason, "n1@127.0.0.1:7001");
+  EXPECT_TRUE(seen(FrameType::open_ok, kAcme2).empty());
+  // beta dialed n1 there, although its configuration lists only n2.
+  ASSERT_EQ(net_.dialed.size(), 1u);
+  EXPECT_EQ(net_.dialed[0], std::make_pair(std::string("entente://acme/n1"), std::string("127.0.0.1:7001")));
+  EXPECT_EQ(seen(FrameType::open, kBeta).size(), 2u);
+  EXPECT_EQ(mirror()->seqs(), one_to(300));
+
+  // Live tuples follow, every one once.
+  bids_->publish(rows(100, 300));
+  bids_->publish(rows(50, 400));
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(450));
+  EXPECT_EQ(imports_->info("acme/bids")->tuples, 450u);
+  EXPECT_EQ(n1_->acks.acked("bids", "beta"), std::optional<uint64_t>(450));
+  EXPECT_EQ(importer_traffic_.tuples("entente://acme/n1").first, 450u);
+
+  // After a link drop the import goes straight back to the leader.
+  net_.up.erase({kBeta.uri(), kAcme.uri()});
+  net_.up.erase({kAcme.uri(), kBeta.uri()});
+  n1_->exports->on_link_down(kBeta);
+  imports_->on_link_down(kAcme, "test cut");
+  bids_->publish(rows(25, 450));
+  net_.link(kBeta, kAcme);
+  imports_->on_link_up(kAcme);
+  run();
+  EXPECT_EQ(seen(FrameType::open, kBeta).back().to, kAcme);
+  EXPECT_EQ(mirror()->seqs(), one_to(475));
+  EXPECT_EQ(imports_->info("acme/bids")->state, "active");
+}
+
+TEST_F(MovedTest, MovesAreBoundedAndALoopIsRefusedWithTheRoute) {
+  // The nodes' catalogs disagree: each says the other leads bids.
+  n1_->host.streams.clear();
+  n1_->host.located["bids"] = StreamLocation{"n2", "127.0.0.1:7002"};
+  start_importer();
+  auto info = import_bids();
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.error().code, Errc::unavailable);
+  EXPECT_EQ(info.error().message,
+            "acme refused acme/bids: moved 4 times without reaching the node that leads it "
+            "(route n2 -> n1 -> n2 -> n1 -> n2); trying the configured nodes again in 10 s");
+  // Four OPENs, each answered moved; then no more.
+  EXPECT_EQ(seen(FrameType::open, kBeta).size(), 4u);
+  EXPECT_EQ(seen(FrameType::reset, kAcme).size() + seen(FrameType::reset, kAcme2).size(), 4u);
+  EXPECT_EQ(mirror(), nullptr);
+  EXPECT_FALSE(imports_->info("acme/bids").has_value());
+}
+
+TEST_F(MovedTest, ANodeNamingItselfIsRefusedAtOnce) {
+  start_importer();
+  // Exports never names this node itself: only a broken or hostile owner
+  // would, so the frame is forged here.
+  tamper_ = [](Frame& f) {
+    if (f.type == FrameType::reset) f.payload = encode(Reset{WireError::moved, "n2@127.0.0.1:7002"});
+  };
+  auto info = import_bids();
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.error().message,
+            "acme refused acme/bids: entente://acme/n2 named itself (route n2 -> n2); trying the configured "
+            "nodes again in 10 s");
+  EXPECT_TRUE(net_.dialed.empty());
+}
+
+TEST_F(MovedTest, AMalformedMovedIsAProtocolErrorAndTheImportTriesAgain) {
+  for (int i = 0; i < 2; ++i) bids_->publish(rows(10, i * 10));
+  start_importer();
+  int forged = 0;
+  tamper_ = [&forged](Frame& f) {
+    if (f.type == FrameType::reset && forged == 0) {
+      ++forged;
+      // Raw bytes: code 11 with a reason that is no address.
+      f.payload = std::string("\x00\x0b\x00\x0b", 4) + "n1@nowhere!";
+    }
+  };
+  imports_->create("acme/bids", nullptr, [](Result<ImportInfo>) {}, std::chrono::seconds(10));
+  run();
+  EXPECT_EQ(forged, 1);
+  // Nothing dialed, the channel is gone, the import waits to try again.
+  EXPECT_TRUE(net_.dialed.empty());
+  ASSERT_FALSE(imports_->info("acme/bids").has_value());  // no mirror yet
+  const auto resets = seen(FrameType::reset, kAcme2);
+  ASSERT_EQ(resets.size(), 1u);
+  EXPECT_FALSE(decode_reset(resets[0].payload).ok());
+
+  // The retry a second later reaches n2 again, which answers well this
+  // time: the import follows it to n1.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  run();
+  ASSERT_NE(mirror(), nullptr);
+  EXPECT_EQ(mirror()->seqs(), one_to(20));
+  EXPECT_EQ(imports_->info("acme/bids")->owner, "entente://acme/n1");
+}
+
+TEST_F(MovedTest, AVersionOneImporterGetsNotFoundNamingTheLeaderAndTriesItsNextNode) {
+  bids_->publish(rows(10, 0));
+  net_.versions[kBeta.uri()] = 1;  // beta speaks version 1 only
+  start_importer();
+  auto refused = import_bids();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::not_found);
+  EXPECT_EQ(refused.error().message,
+            "acme refused acme/bids: no stream acme/bids on entente://acme/n2: it is led by node n1, whose peer "
+            "link is at 127.0.0.1:7001 (list that node in federation.peers, or upgrade the importing node to "
+            "protocol version 2)");
+  EXPECT_TRUE(net_.dialed.empty());
+
+  // Its admin lists n1 too: not_found moves it on to n1, as before moves.
+  set_peers({"n2", "n1"});
+  net_.link(kBeta, kAcme);
+  auto info = import_bids();
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(info->owner, "entente://acme/n1");
+  EXPECT_EQ(mirror()->seqs(), one_to(10));
 }
 
 }  // namespace

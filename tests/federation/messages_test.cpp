@@ -64,7 +64,7 @@ TEST(MessageLayout, TheHelloFrameOfTheProtocolDocument) {
   std::string frame;
   append_frame(frame, FrameType::hello, 0, encode(valid_hello()));
   EXPECT_EQ(frame, bytes({0x00, 0x00, 0x00, 0x1b, 0x01, 0x00, 0x00, 0x00, 0x00,  //
-                          0x00, 0x01, 0x00, 0x01,                                //
+                          0x00, 0x01, 0x00, 0x02,                                //
                           0x00, 0x04, 0x61, 0x63, 0x6d, 0x65,                    //
                           0x00, 0x02, 0x6e, 0x31,                                //
                           0x00, 0x10, 0x00, 0x00,                                //
@@ -349,8 +349,76 @@ TEST(MessageDecode, HelloInvalidValues) {
 }
 
 TEST(MessageDecode, UnknownWireErrorCodesFail) {
-  expect_parse_error(error_of(decode_goaway(bytes({0, 11, 0, 0}))), "goaway.code: unknown code 11");
+  expect_parse_error(error_of(decode_goaway(bytes({0, 12, 0, 0}))), "goaway.code: unknown code 12");
   expect_parse_error(error_of(decode_reset(bytes({0xff, 0xff, 0, 0}))), "reset.code: unknown code 65535");
+}
+
+// RESET moved (version 2): the reason is exactly NODE@HOST:PORT, since the
+// receiver dials that address.
+TEST(MessageRoundTrip, MovedNamesANodeAndAnAddress) {
+  for (const Moved& m : std::vector<Moved>{{"n1", "10.0.0.7", 7443},
+                                           {"node-3", "peer.acme.example", 1},
+                                           {"n2", "::1", 65535},
+                                           {std::string(63, 'n'), std::string(63, 'h') + "." + std::string(63, 'h'), 9},
+                                           {"n1", "fe80::1:2:3:4", 443}}) {
+    const std::string reason = moved_reason(m);
+    auto r = decode_reset(encode(Reset{WireError::moved, reason}));
+    ASSERT_TRUE(r.ok()) << reason << ": " << r.error().message;
+    EXPECT_EQ(r->code, WireError::moved);
+    EXPECT_EQ(r->reason, reason);
+    auto back = parse_moved(r->reason);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->node, m.node);
+    EXPECT_EQ(back->host, m.host);
+    EXPECT_EQ(back->port, m.port);
+  }
+  EXPECT_EQ(moved_reason({"n1", "::1", 7443}), "n1@[::1]:7443");
+  EXPECT_EQ(moved_reason({"n1", "10.0.0.7", 7443}), "n1@10.0.0.7:7443");
+  // The layout: code 11, then the reason as any string.
+  EXPECT_EQ(encode(Reset{WireError::moved, "n@h:1"}), bytes({0, 11, 0, 5, 'n', '@', 'h', ':', '1'}));
+}
+
+TEST(MessageDecode, AMovedResetWhoseReasonIsNotNodeAtHostPortFails) {
+  const std::string longest_host(253, 'h');
+  for (const std::string& bad : std::vector<std::string>{
+           "",                          // empty
+           "n1",                        // no address
+           "n1@host",                   // no port
+           "@host:1",                   // no node
+           "N1@host:1",                 // not a name
+           "n1@:1",                     // no host
+           "n1@host:0",                 // port 0
+           "n1@host:65536",             // port too large
+           "n1@host:07443",             // leading zero
+           "n1@host:+1",                // not decimal
+           "n1@host:1 ",                // trailing byte
+           "n1@ho st:1",                // space in the host
+           "n1@-host:1",                // label starting with '-'
+           "n1@host-:1",                // label ending with '-'
+           "n1@a..b:1",                 // empty label
+           "n1@host.:1",                // trailing dot
+           "n1@" + std::string(64, 'a') + ":1",  // label over 63
+           "n1@[]:1",                   // empty brackets
+           "n1@[::g]:1",                // not hex
+           "n1@[1.2.3.4]:1",            // brackets without ':'
+           "n1@::1:7443",               // IPv6 without brackets
+           std::string("n1@h\0st:1", 9),  // a NUL byte
+           "n1@" + longest_host + "x.y:1",  // over the length bound
+           std::string(63, 'n') + "@" + std::string(300, 'h') + ":1",
+       }) {
+    auto r = decode_reset(encode(Reset{WireError::moved, bad}));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, Errc::parse_error);
+    EXPECT_EQ(r.error().message.rfind("reset.reason: ", 0), 0u) << r.error().message;
+    EXPECT_NE(r.error().message.find("is not NODE@HOST:PORT"), std::string::npos) << r.error().message;
+  }
+  // The same reason under another code is text for people, and is fine.
+  EXPECT_TRUE(decode_reset(encode(Reset{WireError::not_found, "n1@host"})).ok());
+  // Hostile bytes are escaped in the message, and it stays bounded.
+  auto r = decode_reset(encode(Reset{WireError::moved, std::string("n1@\x1b[31m:1") + std::string(2000, 'x')}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.find('\x1b'), std::string::npos);
+  EXPECT_LT(r.error().message.size(), 300u);
 }
 
 TEST(MessageDecode, OpenInvalidValues) {
@@ -403,11 +471,11 @@ TEST(MessageDecode, CreditOfZeroFails) {
 TEST(WireErrorName, NamesEveryCode) {
   const std::vector<std::string_view> names = {"none",     "protocol",  "version",      "frame_too_large",
                                                "identity", "not_found", "not_exported", "flow_control",
-                                               "shutdown", "internal",  "bad_position"};
+                                               "shutdown", "internal",  "bad_position", "moved"};
   for (std::size_t i = 0; i < names.size(); ++i) {
     EXPECT_EQ(wire_error_name(static_cast<WireError>(i)), names[i]);
   }
-  EXPECT_EQ(wire_error_name(static_cast<WireError>(11)), "unknown");
+  EXPECT_EQ(wire_error_name(static_cast<WireError>(12)), "unknown");
   EXPECT_EQ(wire_error_name(static_cast<WireError>(65535)), "unknown");
 }
 
@@ -439,12 +507,12 @@ TEST(Negotiation, PicksTheHighestCommonVersion) {
 TEST(Negotiation, DisjointRangesFailNamingBoth) {
   Hello mine = valid_hello();
   Hello theirs = valid_hello();
-  theirs.min_version = 2;
-  theirs.max_version = 3;
+  theirs.min_version = 3;
+  theirs.max_version = 4;
   auto v = negotiate_version(mine, theirs);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.error().code, Errc::unsupported);
-  EXPECT_EQ(v.error().message, "no common protocol version: this node speaks 1..1, the peer 2..3");
+  EXPECT_EQ(v.error().message, "no common protocol version: this node speaks 1..2, the peer 3..4");
 }
 
 TEST(Negotiation, MaxFrameIsTheSmallerLimit) {

@@ -220,6 +220,9 @@ int write_seeds(const std::string& dir) {
   const std::string credit = frame(FrameType::credit, 1, encode(Credit{4096}));
   const std::string reset = frame(FrameType::reset, 1, encode(Reset{WireError::not_exported, "no"}));
   const std::string goaway = frame(FrameType::goaway, 0, encode(GoAway{WireError::shutdown, "bye"}));
+  // Version 2: a RESET moved, whose reason is an address to dial.
+  const std::string moved = frame(FrameType::reset, 1, encode(Reset{WireError::moved, "n1@10.0.0.7:7443"})) +
+                            frame(FrameType::reset, 3, encode(Reset{WireError::moved, "node-2@[fe80::1]:1"}));
 
   // Config: 4096 before and after the first frame; reads of 8, 1, 64, all.
   const std::string_view cfg("\x02\x02\x07\x00\x3f\x00", 6);
@@ -234,6 +237,7 @@ int write_seeds(const std::string& dir) {
   ok &= write_seed(dir, "data", whole, data);
   ok &= write_seed(dir, "ack_credit", whole, ack + credit);
   ok &= write_seed(dir, "reset_goaway", whole, reset + goaway);
+  ok &= write_seed(dir, "reset_moved", whole, moved);
   // Errors: an oversized frame under the 32-byte limit, a length below 5
   // after a good frame, an unknown type.
   ok &= write_seed(dir, "too_large", std::string_view("\x00\x00\x01\x01\x01\x01", 6), data);
