@@ -1,0 +1,140 @@
+// Test support: runs the fragments of a cut query (engine/fragments.h)
+// chained in one process, each by its own Executor, as the broker runs them
+// across nodes: a batch a fragment writes to an internal stream is pushed
+// into every fragment that reads it, and the producer's output watermark
+// (Executor::output_watermark) is carried to the consumers' "manual"
+// inputs before each batch and after each call. Everything is synchronous,
+// so the boxes of every fragment see their batches and watermarks in the
+// order the whole network would give them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/codec.h"
+#include "engine/fragments.h"
+#include "engine/network.h"
+
+namespace entente::engine::fragment_test {
+
+class FragmentChain {
+ public:
+  explicit FragmentChain(const QueryCut& cut) : cut_(cut) {
+    stages_.resize(cut_.fragments.size());
+    for (size_t f = 0; f < cut_.fragments.size(); ++f) {
+      auto ex = Executor::create(cut_.fragments[f].network,
+                                 [this, f](size_t output, const Batch& b) { on_output(f, output, b); });
+      EXPECT_TRUE(ex.ok());
+      stages_[f].executor = std::move(ex).value();
+    }
+    // Where each fragment's internal outputs go.
+    for (size_t f = 0; f < cut_.fragments.size(); ++f) {
+      const QueryNetwork& net = cut_.fragments[f].network;
+      stages_[f].consumers.resize(net.outputs().size());
+      for (size_t o = 0; o < net.outputs().size(); ++o) {
+        for (size_t c = 0; c < cut_.fragments.size(); ++c) {
+          if (auto in = cut_.fragments[c].network.input_index(net.outputs()[o].name);
+              in && c != f && is_read(c, net.outputs()[o].name))
+            stages_[f].consumers[o].push_back({c, *in});
+        }
+      }
+    }
+  }
+
+  // Pushes `b` into query input `input` of every fragment that reads it,
+  // in pipeline order.
+  void push(const std::string& input, const Batch& b) {
+    for (size_t f : cut_.pipeline_order) {
+      if (auto in = cut_.fragments[f].network.input_index(input); in && !is_read(f, input)) {
+        stages_[f].executor->push(*in, b);
+        sync(f);
+      }
+    }
+  }
+
+  // Ends the query inputs one by one, in the order `names` gives (the whole
+  // network's finish() ends its inputs in network order), then every
+  // fragment.
+  void finish(const std::vector<std::string>& names) {
+    for (const auto& input : names) {
+      for (size_t f : cut_.pipeline_order) {
+        if (auto in = cut_.fragments[f].network.input_index(input); in && !is_read(f, input)) {
+          stages_[f].executor->advance_watermark(*in, kMaxWatermark);
+          sync(f);
+        }
+      }
+    }
+    for (size_t f : cut_.pipeline_order) {
+      stages_[f].executor->finish();
+      sync(f);
+    }
+  }
+
+  // The batches of each query output, by name, in the order produced.
+  const std::map<std::string, std::vector<Batch>>& outputs() const { return outputs_; }
+
+ private:
+  struct Consumer {
+    size_t fragment;
+    size_t input;
+  };
+  struct Stage {
+    std::unique_ptr<Executor> executor;
+    std::vector<std::vector<Consumer>> consumers;  // per output; empty for query outputs
+  };
+
+  bool is_read(size_t f, const std::string& stream) const {
+    const auto& r = cut_.fragments[f].reads;
+    return std::find(r.begin(), r.end(), stream) != r.end();
+  }
+
+  void on_output(size_t f, size_t output, const Batch& b) {
+    const auto& consumers = stages_[f].consumers[output];
+    if (consumers.empty()) {
+      outputs_[cut_.fragments[f].network.outputs()[output].name].push_back(b);
+      return;
+    }
+    // First every watermark the producer forwarded before this batch (in
+    // the whole network, its targets had them already), then the batch.
+    sync(f);
+    for (const Consumer& c : consumers) {
+      stages_[c.fragment].executor->push(c.input, b);
+      sync(c.fragment);
+    }
+  }
+
+  // Carries fragment f's output watermarks to its consumers, and theirs on.
+  void sync(size_t f) {
+    for (size_t o = 0; o < stages_[f].consumers.size(); ++o) {
+      for (const Consumer& c : stages_[f].consumers[o]) {
+        stages_[c.fragment].executor->advance_watermark(c.input, stages_[f].executor->output_watermark(o));
+        sync(c.fragment);
+      }
+    }
+  }
+
+  const QueryCut& cut_;
+  std::vector<Stage> stages_;
+  std::map<std::string, std::vector<Batch>> outputs_;
+};
+
+// Every row of `batches` as NDJSON with its event time and sequence number,
+// for comparisons whose failure shows the first different row.
+inline std::vector<std::string> rows_of(const std::vector<Batch>& batches) {
+  std::vector<std::string> rows;
+  for (const Batch& b : batches) {
+    for (size_t r = 0; r < b.rows(); ++r) {
+      std::string line;
+      row_to_json(b, r, line);
+      rows.push_back(std::move(line));
+    }
+  }
+  return rows;
+}
+
+}  // namespace entente::engine::fragment_test
