@@ -137,4 +137,71 @@ inline std::vector<std::string> rows_of(const std::vector<Batch>& batches) {
   return rows;
 }
 
+// A feed: which input each batch goes to, in order.
+struct Feed {
+  std::vector<std::pair<std::string, Batch>> pushes;
+};
+
+// What a run produced: the batches of each output, and how many rows each
+// output had after each push (so that rows coming out at other times, from
+// watermarks carried late or early, would show).
+struct Run {
+  std::map<std::string, std::vector<Batch>> outputs;
+  std::vector<std::map<std::string, size_t>> rows_after_push;
+
+  void step() {
+    auto& counts = rows_after_push.emplace_back();
+    for (const auto& [name, batches] : outputs)
+      for (const Batch& b : batches) counts[name] += b.rows();
+  }
+};
+
+inline Run run_whole(const QueryNetwork& net, const Feed& feed) {
+  Run run;
+  auto ex = Executor::create(net, [&](size_t o, const Batch& b) { run.outputs[net.outputs()[o].name].push_back(b); });
+  EXPECT_TRUE(ex.ok());
+  for (const auto& [input, b] : feed.pushes) {
+    if (auto i = net.input_index(input)) (*ex)->push(*i, b);
+    run.step();
+  }
+  (*ex)->finish();
+  return run;
+}
+
+inline Run run_cut(const QueryNetwork& net, const QueryCut& cut, const Feed& feed) {
+  Run run;
+  FragmentChain chain(cut);
+  for (const auto& [input, b] : feed.pushes) {
+    if (net.input_index(input)) chain.push(input, b);
+    run.outputs = chain.outputs();
+    run.step();
+  }
+  std::vector<std::string> inputs;
+  for (const auto& in : net.inputs()) inputs.push_back(in.name);
+  chain.finish(inputs);
+  run.outputs = chain.outputs();
+  return run;
+}
+
+// The cut gives every output of the whole network, row for row (values,
+// event times, sequence numbers), as many rows after each push, and
+// something at all before finish().
+inline void expect_same_output(const QueryNetwork& net, const QueryCut& cut, const Feed& feed) {
+  const Run whole = run_whole(net, feed);
+  const Run parts = run_cut(net, cut, feed);
+  size_t total = 0;
+  for (const auto& out : net.outputs()) {
+    const auto w = whole.outputs.count(out.name) ? rows_of(whole.outputs.at(out.name)) : std::vector<std::string>{};
+    const auto c = parts.outputs.count(out.name) ? rows_of(parts.outputs.at(out.name)) : std::vector<std::string>{};
+    ASSERT_EQ(w.size(), c.size()) << "output " << out.name;
+    for (size_t r = 0; r < w.size(); ++r) ASSERT_EQ(w[r], c[r]) << "output " << out.name << " row " << r;
+    total += w.size();
+  }
+  EXPECT_GT(total, 0u);
+  ASSERT_EQ(whole.rows_after_push.size(), parts.rows_after_push.size());
+  for (size_t i = 0; i < whole.rows_after_push.size(); ++i)
+    ASSERT_EQ(whole.rows_after_push[i], parts.rows_after_push[i]) << "after push " << i;
+  EXPECT_FALSE(whole.rows_after_push.back().empty()) << "nothing came out before finish()";
+}
+
 }  // namespace entente::engine::fragment_test
