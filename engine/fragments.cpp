@@ -503,6 +503,30 @@ Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSp
                              " would both be named '" + a.stream + "'; rename one of the boxes");
       }
     }
+    // A fragment's network has the limits of any network: a fragment of
+    // many boxes reading (or feeding) many others could pass them.
+    for (size_t i = 0; i < n; ++i) {
+      size_t reads = 0, writes = 0;
+      for (size_t k = 0; k < def.inputs.size(); ++k) {
+        const auto& ts = def.input_targets[k];
+        if (std::any_of(ts.begin(), ts.end(), [&](const Target& t) { return p.owner[t.index] == int(i); })) ++reads;
+      }
+      for (const auto& o : def.outputs)
+        if (p.owner[p.box_index.at(split_end(o.from).first)] == int(i)) ++writes;
+      for (const InternalArc& a : cut.arcs) {
+        if (std::find(a.to_fragments.begin(), a.to_fragments.end(), specs[i].name) != a.to_fragments.end()) ++reads;
+        if (a.from_fragment == specs[i].name) ++writes;
+      }
+      if (reads > detail::kMaxInputs)
+        diag.error(frag_path(i), "fragment " + quote(specs[i].name) + " would read " + std::to_string(reads) +
+                                     " streams (query inputs and internal streams); a network has at most " +
+                                     std::to_string(detail::kMaxInputs) + " inputs: put more of its upstream boxes in it");
+      if (writes > detail::kMaxOutputs)
+        diag.error(frag_path(i), "fragment " + quote(specs[i].name) + " would write " + std::to_string(writes) +
+                                     " streams (query outputs and internal streams); a network has at most " +
+                                     std::to_string(detail::kMaxOutputs) +
+                                     " outputs: put more of its downstream boxes in it");
+    }
     if (diag.size() != first) return summary(def.name, diag, first);
   }
 
@@ -512,13 +536,14 @@ Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSp
     plan.name = specs[i].name;
     plan.node = specs[i].node;
     plan.network_json = fragment_json(p, i, cut.arcs, arc_of, plan);
-    // Cannot fail for a valid cut of a valid network; if it did, that is a
-    // bug of this file, reported rather than handed on.
+    // Every rule that could make it fail was checked above, short of the
+    // 4 MiB document limit (internal inputs add their schemas); if it
+    // fails anyway, say so rather than hand on a network no node can run.
     Diagnostics inner;
     auto parsed = QueryNetwork::parse(plan.network_json, inner);
     if (!parsed.ok()) {
       diag.error(frag_path(i), "the network generated for fragment " + quote(plan.name) +
-                                   " does not validate (a bug): " + parsed.error().message);
+                                   " does not validate: " + parsed.error().message);
       return summary(def.name, diag, first);
     }
     plan.network = std::move(parsed).value();

@@ -338,6 +338,44 @@ TEST(CutQuery, GeneratedNetworkNameTooLong) {
   EXPECT_EQ(cut.arcs[0].stream.substr(0, 42), std::string(40, 'q') + "--");
 }
 
+TEST(CutQuery, FragmentWithMoreStreamsThanANetworkMayHave) {
+  // Four filters of 65 ports each (after one map) feed 260 maps, recombined by two unions.
+  // With the filters in one fragment and the rest in another, the first
+  // would write and the second read 260 internal streams: more than a
+  // network's 256 outputs and inputs.
+  std::string preds;
+  for (int k = 0; k < 64; ++k) preds += (k ? ", " : "") + std::string("\"v > ") + std::to_string(k) + "\"";
+  std::string boxes = R"({"id": "src", "type": "map", "options": {"fields": [{"name": "v", "expr": "v"}]}},
+                          {"id": "u0", "type": "union"}, {"id": "u1", "type": "union"})";
+  std::string arcs = R"({"from": "in", "to": "src"}, {"from": "u0", "to": "u1.0"})";
+  for (int f = 0; f < 4; ++f) {
+    const std::string id = "f" + std::to_string(f);
+    boxes += R"(, {"id": ")" + id + R"(", "type": "filter", "options": {"predicates": [)" + preds + "]}}";
+    arcs += R"(, {"from": "src", "to": ")" + id + "\"}";
+  }
+  std::vector<std::string> rest = {"u0", "u1"};
+  for (int m = 0; m < 260; ++m) {
+    const std::string id = "m" + std::to_string(m);
+    boxes += R"(, {"id": ")" + id + R"(", "type": "map", "options": {"fields": [{"name": "v", "expr": "v"}]}})";
+    arcs += R"(, {"from": "f)" + std::to_string(m / 65) + "." + std::to_string(m % 65) + R"(", "to": ")" + id + "\"}";
+    arcs += R"(, {"from": ")" + id + R"(", "to": ")" + (m < 256 ? "u0." + std::to_string(m) : "u1." + std::to_string(m - 255)) +
+            "\"}";
+    rest.push_back(id);
+  }
+  const QueryNetwork net = parse_ok(R"({"name": "wide", "inputs": [{"name": "in", "schema": [{"name": "v", "type": "int64"}]}],
+                                       "boxes": [)" + boxes + "], \"arcs\": [" + arcs +
+                                    R"(], "outputs": [{"name": "out", "from": "u1"}]})");
+  EXPECT_EQ(cut_errors(net, {{"split", "", {"src", "f0", "f1", "f2", "f3"}}, {"rest", "", rest}}),
+            (std::vector<std::string>{
+                "$.placement.fragments[0]: fragment 'split' would write 260 streams (query outputs and internal "
+                "streams); a network has at most 256 outputs: put more of its downstream boxes in it",
+                "$.placement.fragments[1]: fragment 'rest' would read 260 streams (query inputs and internal "
+                "streams); a network has at most 256 inputs: put more of its upstream boxes in it"}));
+  // The filters with the maps: fine.
+  for (const char* f : {"src", "f0", "f1", "f2", "f3"}) rest.push_back(f);
+  EXPECT_EQ(cut_ok(net, {{"all", "", rest}}).fragments.size(), 1u);
+}
+
 TEST(ReadFragmentSpecs, ShapeErrors) {
   rapidjson::Document d = json_of(R"([
     {"name": "f1", "node": "n1", "boxes": ["a", "b"]},
