@@ -5,7 +5,8 @@
 // (Executor::output_watermark) is carried to the consumers' "manual"
 // inputs before each batch and after each call. Everything is synchronous,
 // so the boxes of every fragment see their batches and watermarks in the
-// order the whole network would give them.
+// order the whole network would give them. run_staged runs them one after
+// the other instead, as if the streams between them were delayed.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -183,11 +185,81 @@ inline Run run_cut(const QueryNetwork& net, const QueryCut& cut, const Feed& fee
   return run;
 }
 
+// The fragments one after the other, in pipeline order, as if every
+// internal stream were delayed as long as can be: each fragment first gets
+// everything its internal streams carried (one stream after the other, each
+// batch preceded by the producer's output watermark at the time, and the
+// watermark after each call), then all of its query inputs' batches, then
+// finish(). Only the final rows can be compared with the whole network's.
+inline Run run_staged(const QueryNetwork& net, const QueryCut& cut, const Feed& feed) {
+  struct Event {
+    EventTime watermark;
+    std::optional<Batch> batch;
+  };
+  std::map<std::string, std::vector<Event>> streams;  // by internal stream
+  Run run;
+  for (size_t f : cut.pipeline_order) {
+    const FragmentPlan& plan = cut.fragments[f];
+    const QueryNetwork& fnet = plan.network;
+    std::unique_ptr<Executor> ex;
+    auto is_internal = [&](const std::string& name) {
+      return std::find(plan.writes.begin(), plan.writes.end(), name) != plan.writes.end();
+    };
+    auto record_watermarks = [&] {
+      for (size_t o = 0; o < fnet.outputs().size(); ++o)
+        if (is_internal(fnet.outputs()[o].name))
+          streams[fnet.outputs()[o].name].push_back({ex->output_watermark(o), std::nullopt});
+    };
+    auto made = Executor::create(fnet, [&](size_t o, const Batch& b) {
+      const std::string& name = fnet.outputs()[o].name;
+      if (is_internal(name)) streams[name].push_back({ex->output_watermark(o), b});
+      else run.outputs[name].push_back(b);
+    });
+    EXPECT_TRUE(made.ok());
+    ex = std::move(made).value();
+    for (const std::string& stream : plan.reads) {
+      const size_t in = *fnet.input_index(stream);
+      for (const Event& e : streams[stream]) {
+        ex->advance_watermark(in, e.watermark);
+        if (e.batch) ex->push(in, *e.batch);
+        record_watermarks();
+      }
+    }
+    for (const auto& [input, b] : feed.pushes) {
+      if (std::find(plan.inputs.begin(), plan.inputs.end(), input) == plan.inputs.end()) continue;
+      ex->push(*fnet.input_index(input), b);
+      record_watermarks();
+    }
+    std::vector<std::string> order;
+    for (const auto& in : net.inputs()) order.push_back(in.name);
+    for (const auto& name : order)
+      if (auto in = fnet.input_index(name)) {
+        ex->advance_watermark(*in, kMaxWatermark);
+        record_watermarks();
+      }
+    ex->finish();
+    record_watermarks();
+  }
+  return run;
+}
+
+// The same rows (values, event times, sequence numbers) in every output.
+inline void expect_same_rows(const QueryNetwork& net, const Run& whole, const Run& parts, const char* how) {
+  for (const auto& out : net.outputs()) {
+    const auto w = whole.outputs.count(out.name) ? rows_of(whole.outputs.at(out.name)) : std::vector<std::string>{};
+    const auto c = parts.outputs.count(out.name) ? rows_of(parts.outputs.at(out.name)) : std::vector<std::string>{};
+    ASSERT_EQ(w.size(), c.size()) << how << ", output " << out.name;
+    for (size_t r = 0; r < w.size(); ++r) ASSERT_EQ(w[r], c[r]) << how << ", output " << out.name << " row " << r;
+  }
+}
+
 // The cut gives every output of the whole network, row for row (values,
-// event times, sequence numbers), as many rows after each push, and
-// something at all before finish().
+// event times, sequence numbers): chained, with as many rows after each
+// push, and something at all before finish(); and run one fragment after
+// the other (run_staged).
 inline void expect_same_output(const QueryNetwork& net, const QueryCut& cut, const Feed& feed) {
   const Run whole = run_whole(net, feed);
+  expect_same_rows(net, whole, run_staged(net, cut, feed), "staged");
   const Run parts = run_cut(net, cut, feed);
   size_t total = 0;
   for (const auto& out : net.outputs()) {
