@@ -273,6 +273,203 @@ void report_cycles(const std::vector<FragmentSpec>& specs, const std::vector<std
   }
 }
 
+using EdgeMatrix = std::vector<std::vector<bool>>;  // [producer][consumer] fragment
+
+std::string fragment_of(const std::vector<FragmentSpec>& specs, std::string_view name) {
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == name) return frag_path(i);
+  return std::string(kBase);
+}
+
+// Fragment names (valid, unique, short enough for the generated network
+// name) and node names.
+void check_names(const NetworkDef& def, const std::vector<FragmentSpec>& specs, Diagnostics& diag) {
+  std::map<std::string_view, size_t> by_name;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const FragmentSpec& s = specs[i];
+    const std::string path = frag_path(i);
+    if (!valid_fragment_name(s.name)) {
+      diag.error(path + ".name", "bad fragment name " + quote(s.name) +
+                                     ": expected [a-z][a-z0-9-]* without '--', at most " +
+                                     std::to_string(kMaxFragmentNameLength) + " characters");
+    } else if (auto [it, fresh] = by_name.emplace(s.name, i); !fresh) {
+      diag.error(path + ".name", "duplicate fragment name " + quote(s.name) + ": already used by " +
+                                     frag_path(it->second));
+    } else if (const auto full = fragment_network_name(def.name, s.name); full.size() > detail::kMaxNameLength) {
+      diag.error(path + ".name", "the fragment's network name '" + full + "' would be " +
+                                     std::to_string(full.size()) + " characters; the limit is " +
+                                     std::to_string(detail::kMaxNameLength) +
+                                     ": shorten the query's or the fragment's name");
+    }
+    if (!s.node.empty() && !valid_node_name(s.node))
+      diag.error(path + ".node", "bad node name " + quote(s.node) + ": expected [a-z][a-z0-9-]*, at most " +
+                                     std::to_string(kMaxNodeNameLength) + " characters");
+  }
+}
+
+// Every box in exactly one fragment: fills p.owner (first claim wins).
+// Returns, per fragment, whether its box list had a problem; such a
+// fragment is not checked for connectivity: its list is not what was meant.
+std::vector<bool> assign_boxes(Placement& p, Diagnostics& diag) {
+  const auto& specs = p.specs;
+  std::vector<bool> box_problem(specs.size(), false);
+  std::vector<std::string> claimed_at(p.def.boxes.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::string path = frag_path(i);
+    if (specs[i].boxes.empty()) {
+      diag.error(path + ".boxes", "fragment " + quote(specs[i].name) + " has no boxes");
+      continue;
+    }
+    for (size_t j = 0; j < specs[i].boxes.size(); ++j) {
+      const std::string& id = specs[i].boxes[j];
+      const std::string box_path = path + ".boxes[" + std::to_string(j) + "]";
+      auto it = p.box_index.find(id);
+      if (it == p.box_index.end()) {
+        diag.error(box_path, "no box " + quote(id) + " in the network");
+        box_problem[i] = true;
+      } else if (const int o = p.owner[it->second]; o >= 0) {
+        diag.error(box_path, "box " + quote(id) + " is already in fragment " + quote(specs[size_t(o)].name) +
+                                 " (" + claimed_at[it->second] + ")");
+        box_problem[i] = true;
+      } else {
+        p.owner[it->second] = int(i);
+        claimed_at[it->second] = box_path;
+      }
+    }
+  }
+  std::vector<const detail::BoxDef*> missing;
+  for (size_t b = 0; b < p.def.boxes.size(); ++b)
+    if (p.owner[b] < 0) missing.push_back(&p.def.boxes[b]);
+  std::sort(missing.begin(), missing.end(), [](auto* x, auto* y) { return x->json_index < y->json_index; });
+  for (const auto* b : missing) diag.error(std::string(kBase), "box " + quote(b->id) + " is in no fragment");
+  return box_problem;
+}
+
+// Reports each fragment whose boxes are not connected by the arcs between
+// them (ignoring their direction). Returns the arcs between fragments.
+EdgeMatrix check_connected(const Placement& p, const std::vector<bool>& box_problem, Diagnostics& diag) {
+  const auto& specs = p.specs;
+  const size_t n = specs.size();
+  DisjointSets sets(p.def.boxes.size());
+  EdgeMatrix edge(n, std::vector<bool>(n, false));
+  for (size_t b = 0; b < p.def.boxes.size(); ++b) {
+    for (const Source& s : p.def.boxes[b].sources) {
+      if (s.kind != Source::Kind::box || p.owner[b] < 0 || p.owner[s.index] < 0) continue;
+      if (p.owner[s.index] == p.owner[b]) sets.unite(uint32_t(b), s.index);
+      else edge[size_t(p.owner[s.index])][size_t(p.owner[b])] = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (box_problem[i] || specs[i].boxes.empty()) continue;
+    std::vector<uint32_t> roots;  // in order of first appearance
+    std::map<uint32_t, std::vector<std::string>> groups;
+    for (const std::string& id : specs[i].boxes) {
+      const uint32_t root = sets.find(p.box_index.at(id));
+      if (!groups.count(root)) roots.push_back(root);
+      groups[root].push_back(id);
+    }
+    if (roots.size() < 2) continue;
+    std::string msg = "fragment " + quote(specs[i].name) + " is not connected: its boxes form " +
+                      std::to_string(roots.size()) + " groups with no arc between them:";
+    for (size_t g = 0; g < roots.size(); ++g) msg += (g ? ", [" : " [") + join(groups[roots[g]], ", ") + "]";
+    diag.error(frag_path(i) + ".boxes", msg);
+  }
+  return edge;
+}
+
+// One internal arc per box output port read by other fragments, by box
+// (topological) then port; `arc_of` maps (box, port) to its index.
+std::vector<InternalArc> make_arcs(const Placement& p, std::map<std::pair<uint32_t, size_t>, size_t>& arc_of) {
+  std::vector<InternalArc> arcs;
+  for (size_t b = 0; b < p.def.boxes.size(); ++b) {
+    const detail::BoxDef& bd = p.def.boxes[b];
+    for (size_t port = 0; port < bd.targets.size(); ++port) {
+      std::set<size_t> readers;
+      for (const Target& t : bd.targets[port])
+        if (t.kind == Target::Kind::box && p.owner[t.index] != p.owner[b]) readers.insert(size_t(p.owner[t.index]));
+      if (readers.empty()) continue;
+      InternalArc a;
+      a.stream = internal_stream_name(p.def.name, bd.id, port);
+      a.from_fragment = p.specs[size_t(p.owner[b])].name;
+      a.from = bd.id + "." + std::to_string(port);
+      for (size_t r : readers) a.to_fragments.push_back(p.specs[r].name);
+      a.schema = bd.output_schemas[port];
+      arc_of[{uint32_t(b), port}] = arcs.size();
+      arcs.push_back(std::move(a));
+    }
+  }
+  return arcs;
+}
+
+// An internal stream becomes an input (sharing the namespace of inputs and
+// boxes) and an output of fragment networks: its name must not be any name
+// of the query, nor another internal stream's (only a hashed name, or a
+// query that itself uses "--" in its names, can clash).
+void check_stream_names(const Placement& p, const std::vector<InternalArc>& arcs, Diagnostics& diag) {
+  std::map<std::string_view, std::string> taken;
+  for (const auto& in : p.def.inputs) taken.emplace(in.name, "input");
+  for (const auto& b : p.def.boxes) taken.emplace(b.id, "box");
+  for (const auto& o : p.def.outputs) taken.emplace(o.name, "output");
+  std::map<std::string_view, std::string_view> streams;
+  for (const InternalArc& a : arcs) {
+    const std::string path = fragment_of(p.specs, a.from_fragment);
+    if (auto t = taken.find(a.stream); t != taken.end()) {
+      diag.error(path, "the internal stream for " + a.from + " would be named '" + a.stream + "', as " + t->second +
+                           " " + quote(a.stream) + " of the query is; rename that " + t->second);
+    } else if (auto [s, fresh] = streams.emplace(a.stream, a.from); !fresh) {
+      diag.error(path, "the internal streams for " + std::string(s->second) + " and " + a.from +
+                           " would both be named '" + a.stream + "'; rename one of the boxes");
+    }
+  }
+}
+
+// A fragment's network has the limits of any network: a fragment of many
+// boxes reading (or feeding) many others could pass them.
+void check_stream_counts(const Placement& p, const std::vector<InternalArc>& arcs, Diagnostics& diag) {
+  const NetworkDef& def = p.def;
+  for (size_t i = 0; i < p.specs.size(); ++i) {
+    const std::string& name = p.specs[i].name;
+    size_t reads = 0, writes = 0;
+    for (const auto& ts : def.input_targets)
+      if (std::any_of(ts.begin(), ts.end(), [&](const Target& t) { return p.owner[t.index] == int(i); })) ++reads;
+    for (const auto& o : def.outputs)
+      if (p.owner[p.box_index.at(split_end(o.from).first)] == int(i)) ++writes;
+    for (const InternalArc& a : arcs) {
+      if (std::find(a.to_fragments.begin(), a.to_fragments.end(), name) != a.to_fragments.end()) ++reads;
+      if (a.from_fragment == name) ++writes;
+    }
+    if (reads > detail::kMaxInputs)
+      diag.error(frag_path(i), "fragment " + quote(name) + " would read " + std::to_string(reads) +
+                                   " streams (query inputs and internal streams); a network has at most " +
+                                   std::to_string(detail::kMaxInputs) + " inputs: put more of its upstream boxes in it");
+    if (writes > detail::kMaxOutputs)
+      diag.error(frag_path(i), "fragment " + quote(name) + " would write " + std::to_string(writes) +
+                                   " streams (query outputs and internal streams); a network has at most " +
+                                   std::to_string(detail::kMaxOutputs) +
+                                   " outputs: put more of its downstream boxes in it");
+  }
+}
+
+// Kahn's algorithm, lowest placement index first. REQUIRES: acyclic.
+std::vector<size_t> pipeline_order(const EdgeMatrix& edge) {
+  const size_t n = edge.size();
+  std::vector<size_t> indegree(n, 0), order;
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b)
+      if (edge[a][b]) ++indegree[b];
+  std::set<size_t> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (indegree[i] == 0) ready.insert(i);
+  while (!ready.empty()) {
+    const size_t u = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(u);
+    for (size_t v = 0; v < n; ++v)
+      if (edge[u][v] && --indegree[v] == 0) ready.insert(v);
+  }
+  return order;
+}
+
 }  // namespace
 
 std::string fragment_network_name(std::string_view query, std::string_view fragment) {
@@ -352,7 +549,12 @@ Result<std::vector<FragmentSpec>> read_fragment_specs(std::string_view query_doc
     return problem->error();
   }
   const JsonValue* placement = doc.IsObject() && doc.HasMember("placement") ? &doc["placement"] : nullptr;
-  if (placement == nullptr || !placement->IsObject() || !placement->HasMember("fragments")) {
+  if (placement != nullptr && !placement->IsObject()) {
+    diag.error("$.placement", "expected an object, got " + std::string(base::json_kind(*placement)));
+    return make_error(Errc::invalid_argument, "$.placement: expected an object, got " +
+                                                  std::string(base::json_kind(*placement)));
+  }
+  if (placement == nullptr || !placement->HasMember("fragments")) {
     diag.error(std::string(kBase), "missing required field 'fragments'");
     return make_error(Errc::invalid_argument, std::string(kBase) + ": missing required field 'fragments'");
   }
@@ -363,174 +565,30 @@ Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSp
   if (net.def() == nullptr) return make_error(Errc::invalid_argument, "cut_query: empty query network");
   const NetworkDef& def = *net.def();
   const size_t first = diag.size();
-  const std::string base(kBase);
   const size_t n = specs.size();
-  if (n == 0) diag.error(base, "a placement needs at least one fragment");
+  if (n == 0) diag.error(std::string(kBase), "a placement needs at least one fragment");
   if (n > kMaxFragments) {
-    diag.error(base, "too many fragments: " + std::to_string(n) + "; the limit is " + std::to_string(kMaxFragments));
+    diag.error(std::string(kBase),
+               "too many fragments: " + std::to_string(n) + "; the limit is " + std::to_string(kMaxFragments));
     return summary(def.name, diag, first);
   }
-
   Placement p{def, specs, std::vector<int>(def.boxes.size(), -1), {}};
   for (size_t b = 0; b < def.boxes.size(); ++b) p.box_index.emplace(def.boxes[b].id, uint32_t(b));
 
-  // Names and nodes.
-  std::map<std::string_view, size_t> by_name;
-  for (size_t i = 0; i < n; ++i) {
-    const FragmentSpec& s = specs[i];
-    const std::string path = frag_path(i);
-    if (!valid_fragment_name(s.name)) {
-      diag.error(path + ".name", "bad fragment name " + quote(s.name) +
-                                     ": expected [a-z][a-z0-9-]* without '--', at most " +
-                                     std::to_string(kMaxFragmentNameLength) + " characters");
-    } else if (auto [it, fresh] = by_name.emplace(s.name, i); !fresh) {
-      diag.error(path + ".name", "duplicate fragment name " + quote(s.name) + ": already used by " +
-                                     frag_path(it->second));
-    } else if (const auto full = fragment_network_name(def.name, s.name); full.size() > detail::kMaxNameLength) {
-      diag.error(path + ".name", "the fragment's network name '" + full + "' would be " +
-                                     std::to_string(full.size()) + " characters; the limit is " +
-                                     std::to_string(detail::kMaxNameLength) +
-                                     ": shorten the query's or the fragment's name");
-    }
-    if (!s.node.empty() && !valid_node_name(s.node))
-      diag.error(path + ".node", "bad node name " + quote(s.node) + ": expected [a-z][a-z0-9-]*, at most " +
-                                     std::to_string(kMaxNodeNameLength) + " characters");
-  }
-
-  // Every box in exactly one fragment. A fragment with a box problem is not
-  // checked for connectivity: its box list is not what was meant.
-  std::vector<bool> box_problem(n, false);
-  std::vector<std::string> claimed_at(def.boxes.size());
-  for (size_t i = 0; i < n; ++i) {
-    const std::string path = frag_path(i);
-    if (specs[i].boxes.empty()) {
-      diag.error(path + ".boxes", "fragment " + quote(specs[i].name) + " has no boxes");
-      continue;
-    }
-    for (size_t j = 0; j < specs[i].boxes.size(); ++j) {
-      const std::string& id = specs[i].boxes[j];
-      const std::string box_path = path + ".boxes[" + std::to_string(j) + "]";
-      auto it = p.box_index.find(id);
-      if (it == p.box_index.end()) {
-        diag.error(box_path, "no box " + quote(id) + " in the network");
-        box_problem[i] = true;
-      } else if (const int o = p.owner[it->second]; o >= 0) {
-        diag.error(box_path, "box " + quote(id) + " is already in fragment " + quote(specs[size_t(o)].name) +
-                                 " (" + claimed_at[it->second] + ")");
-        box_problem[i] = true;
-      } else {
-        p.owner[it->second] = int(i);
-        claimed_at[it->second] = box_path;
-      }
-    }
-  }
-  {
-    std::vector<const detail::BoxDef*> missing;
-    for (size_t b = 0; b < def.boxes.size(); ++b)
-      if (p.owner[b] < 0) missing.push_back(&def.boxes[b]);
-    std::sort(missing.begin(), missing.end(), [](auto* x, auto* y) { return x->json_index < y->json_index; });
-    for (const auto* b : missing) diag.error(base, "box " + quote(b->id) + " is in no fragment");
-  }
-
-  // Each fragment connected, over the arcs between its own boxes (ignoring
-  // their direction).
-  DisjointSets sets(def.boxes.size());
-  std::vector<std::vector<bool>> edge(n, std::vector<bool>(n, false));
-  for (size_t b = 0; b < def.boxes.size(); ++b) {
-    for (const Source& s : def.boxes[b].sources) {
-      if (s.kind != Source::Kind::box || p.owner[b] < 0 || p.owner[s.index] < 0) continue;
-      if (p.owner[s.index] == p.owner[b]) sets.unite(uint32_t(b), s.index);
-      else edge[size_t(p.owner[s.index])][size_t(p.owner[b])] = true;
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (box_problem[i] || specs[i].boxes.empty()) continue;
-    std::vector<uint32_t> roots;                  // in order of first appearance
-    std::map<uint32_t, std::vector<std::string>> groups;
-    for (const std::string& id : specs[i].boxes) {
-      const uint32_t root = sets.find(p.box_index.at(id));
-      if (!groups.count(root)) roots.push_back(root);
-      groups[root].push_back(id);
-    }
-    if (roots.size() < 2) continue;
-    std::string msg = "fragment " + quote(specs[i].name) + " is not connected: its boxes form " +
-                      std::to_string(roots.size()) + " groups with no arc between them:";
-    for (size_t g = 0; g < roots.size(); ++g) msg += (g ? ", [" : " [") + join(groups[roots[g]], ", ") + "]";
-    diag.error(frag_path(i) + ".boxes", msg);
-  }
-
-  // Fragments must form a pipeline.
+  // The placement itself; the fragments must form a pipeline.
+  check_names(def, specs, diag);
+  const std::vector<bool> box_problem = assign_boxes(p, diag);
+  const EdgeMatrix edge = check_connected(p, box_problem, diag);
   report_cycles(specs, edge, diag);
   if (diag.size() != first) return summary(def.name, diag, first);
 
-  // Internal arcs: one per box output port read by other fragments.
+  // What the cut generates.
   QueryCut cut;
   std::map<std::pair<uint32_t, size_t>, size_t> arc_of;
-  for (size_t b = 0; b < def.boxes.size(); ++b) {
-    const detail::BoxDef& bd = def.boxes[b];
-    for (size_t port = 0; port < bd.targets.size(); ++port) {
-      std::set<size_t> readers;
-      for (const Target& t : bd.targets[port])
-        if (t.kind == Target::Kind::box && p.owner[t.index] != p.owner[b]) readers.insert(size_t(p.owner[t.index]));
-      if (readers.empty()) continue;
-      InternalArc a;
-      a.stream = internal_stream_name(def.name, bd.id, port);
-      a.from_fragment = specs[size_t(p.owner[b])].name;
-      a.from = bd.id + "." + std::to_string(port);
-      for (size_t r : readers) a.to_fragments.push_back(specs[r].name);
-      a.schema = bd.output_schemas[port];
-      arc_of[{uint32_t(b), port}] = cut.arcs.size();
-      cut.arcs.push_back(std::move(a));
-    }
-  }
-  // An internal stream becomes an input (sharing the namespace of inputs
-  // and boxes) and an output of fragment networks: its name must not be
-  // any name of the query. Only a hashed name or a query that itself uses
-  // "--" names can clash.
-  {
-    std::map<std::string_view, std::string> taken;
-    for (size_t i = 0; i < def.inputs.size(); ++i) taken.emplace(def.inputs[i].name, "input");
-    for (const auto& b : def.boxes) taken.emplace(b.id, "box");
-    for (size_t o = 0; o < def.outputs.size(); ++o) taken.emplace(def.outputs[o].name, "output");
-    std::map<std::string_view, std::string_view> streams;
-    for (const InternalArc& a : cut.arcs) {
-      const std::string path = frag_path(by_name.at(a.from_fragment));
-      if (auto t = taken.find(a.stream); t != taken.end()) {
-        diag.error(path, "the internal stream for " + a.from + " would be named '" + a.stream + "', as " +
-                             t->second + " " + quote(a.stream) + " of the query is; rename that " + t->second);
-      } else if (auto [s, fresh] = streams.emplace(a.stream, a.from); !fresh) {
-        diag.error(path, "the internal streams for " + std::string(s->second) + " and " + a.from +
-                             " would both be named '" + a.stream + "'; rename one of the boxes");
-      }
-    }
-    // A fragment's network has the limits of any network: a fragment of
-    // many boxes reading (or feeding) many others could pass them.
-    for (size_t i = 0; i < n; ++i) {
-      size_t reads = 0, writes = 0;
-      for (size_t k = 0; k < def.inputs.size(); ++k) {
-        const auto& ts = def.input_targets[k];
-        if (std::any_of(ts.begin(), ts.end(), [&](const Target& t) { return p.owner[t.index] == int(i); })) ++reads;
-      }
-      for (const auto& o : def.outputs)
-        if (p.owner[p.box_index.at(split_end(o.from).first)] == int(i)) ++writes;
-      for (const InternalArc& a : cut.arcs) {
-        if (std::find(a.to_fragments.begin(), a.to_fragments.end(), specs[i].name) != a.to_fragments.end()) ++reads;
-        if (a.from_fragment == specs[i].name) ++writes;
-      }
-      if (reads > detail::kMaxInputs)
-        diag.error(frag_path(i), "fragment " + quote(specs[i].name) + " would read " + std::to_string(reads) +
-                                     " streams (query inputs and internal streams); a network has at most " +
-                                     std::to_string(detail::kMaxInputs) + " inputs: put more of its upstream boxes in it");
-      if (writes > detail::kMaxOutputs)
-        diag.error(frag_path(i), "fragment " + quote(specs[i].name) + " would write " + std::to_string(writes) +
-                                     " streams (query outputs and internal streams); a network has at most " +
-                                     std::to_string(detail::kMaxOutputs) +
-                                     " outputs: put more of its downstream boxes in it");
-    }
-    if (diag.size() != first) return summary(def.name, diag, first);
-  }
-
-  // The fragments' networks.
+  cut.arcs = make_arcs(p, arc_of);
+  check_stream_names(p, cut.arcs, diag);
+  check_stream_counts(p, cut.arcs, diag);
+  if (diag.size() != first) return summary(def.name, diag, first);
   for (size_t i = 0; i < n; ++i) {
     FragmentPlan plan;
     plan.name = specs[i].name;
@@ -549,22 +607,7 @@ Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSp
     plan.network = std::move(parsed).value();
     cut.fragments.push_back(std::move(plan));
   }
-
-  // Pipeline order: Kahn's algorithm, lowest placement index first.
-  std::vector<size_t> indegree(n, 0);
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b)
-      if (edge[a][b]) ++indegree[b];
-  std::set<size_t> ready;
-  for (size_t i = 0; i < n; ++i)
-    if (indegree[i] == 0) ready.insert(i);
-  while (!ready.empty()) {
-    const size_t u = *ready.begin();
-    ready.erase(ready.begin());
-    cut.pipeline_order.push_back(u);
-    for (size_t v = 0; v < n; ++v)
-      if (edge[u][v] && --indegree[v] == 0) ready.insert(v);
-  }
+  cut.pipeline_order = pipeline_order(edge);
   return cut;
 }
 

@@ -418,6 +418,9 @@ TEST(ReadFragmentSpecs, FromTheQueryDocument) {
   Diagnostics missing;
   EXPECT_FALSE(read_fragment_specs(R"({"name": "q", "placement": {"node": "n1"}})", missing).ok());
   EXPECT_EQ(missing.to_string(), "$.placement.fragments: missing required field 'fragments'");
+  Diagnostics not_object;
+  EXPECT_FALSE(read_fragment_specs(R"({"name": "q", "placement": ["f1"]})", not_object).ok());
+  EXPECT_EQ(not_object.to_string(), "$.placement: expected an object, got array");
   Diagnostics bad;
   EXPECT_FALSE(read_fragment_specs(std::string_view(R"({"name": )"), bad).ok());
   EXPECT_FALSE(bad.ok());
