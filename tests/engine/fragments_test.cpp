@@ -376,6 +376,20 @@ TEST(CutQuery, FragmentWithMoreStreamsThanANetworkMayHave) {
   EXPECT_EQ(cut_ok(net, {{"all", "", rest}}).fragments.size(), 1u);
 }
 
+TEST(CutQuery, InternalStreamNamedLikeANameOfTheQuery) {
+  // The input is named as b's internal stream would be.
+  const QueryNetwork net = parse_ok(R"({
+    "name": "q",
+    "inputs": [{"name": "q--b_0", "schema": [{"name": "v", "type": "int64"}]}],
+    "boxes": [{"id": "b", "type": "map", "options": {"fields": [{"name": "v", "expr": "v"}]}},
+              {"id": "c", "type": "map", "options": {"fields": [{"name": "v", "expr": "v"}]}}],
+    "arcs": [{"from": "q--b_0", "to": "b"}, {"from": "b", "to": "c"}],
+    "outputs": [{"name": "out", "from": "c"}]})");
+  EXPECT_EQ(cut_errors(net, {{"one", "", {"b"}}, {"two", "", {"c"}}}),
+            (std::vector<std::string>{"$.placement.fragments[0]: the internal stream for b.0 would be named 'q--b_0', "
+                                      "as input 'q--b_0' of the query is; rename that input"}));
+}
+
 TEST(ReadFragmentSpecs, ShapeErrors) {
   rapidjson::Document d = json_of(R"([
     {"name": "f1", "node": "n1", "boxes": ["a", "b"]},
