@@ -75,6 +75,9 @@ class Box {
   virtual Status restore(std::string_view bytes, const KeyGroupRange* keep = nullptr) = 0;
   // True for boxes whose state is partitioned by key group.
   virtual bool keyed() const { return false; }
+  // The last watermark this box sent downstream (kMinTime before any); part
+  // of its snapshot, so restored with it. Executor::output_watermark.
+  virtual EventTime output_watermark() const noexcept = 0;
 
   BoxStats& stats() noexcept { return stats_; }
   const BoxStats& stats() const noexcept { return stats_; }
@@ -90,6 +93,7 @@ class BoxBase : public Box {
   size_t num_inputs() const override { return input_schemas_.size(); }
   size_t num_outputs() const override { return output_schemas_.size(); }
   const SchemaPtr& output_schema(size_t port) const override { return output_schemas_[port]; }
+  EventTime output_watermark() const noexcept override { return out_wm_; }
 
  protected:
   BoxBase(std::vector<SchemaPtr> inputs, std::vector<SchemaPtr> outputs);
@@ -102,7 +106,6 @@ class BoxBase : public Box {
   // Records input `port`'s watermark; returns the minimum over all inputs.
   EventTime update_input_watermark(size_t port, EventTime wm);
   EventTime input_watermark() const noexcept;  // minimum over inputs
-  EventTime output_watermark() const noexcept { return out_wm_; }
 
   // Base state (sequence counters and watermarks) to and from bytes; boxes
   // call these first in snapshot()/restore().

@@ -68,6 +68,7 @@ struct Executor::Impl {
 
   std::shared_ptr<const NetworkDef> def;
   Sink sink;
+  std::vector<uint32_t> output_box;  // per network output: the box it comes from
   std::vector<std::unique_ptr<Box>> boxes;
   std::vector<detail::InputClock> clocks;
   std::vector<BoxEmitter> emitters;
@@ -145,6 +146,11 @@ Result<std::unique_ptr<Executor>> Executor::create(const QueryNetwork& net, Sink
   impl->sink = std::move(sink);
   ENTENTE_ASSIGN_OR_RETURN(impl->boxes, detail::build_boxes(*impl->def));
   impl->clocks.resize(impl->def->inputs.size());
+  impl->output_box.resize(impl->def->outputs.size());
+  for (size_t b = 0; b < impl->def->boxes.size(); ++b)
+    for (const auto& targets : impl->def->boxes[b].targets)
+      for (const Target& t : targets)
+        if (t.kind == Target::Kind::output) impl->output_box[t.index] = uint32_t(b);
   impl->emitters.resize(impl->boxes.size());
   for (size_t b = 0; b < impl->emitters.size(); ++b) {
     impl->emitters[b].impl = impl.get();
@@ -189,6 +195,15 @@ void Executor::tick(int64_t now_ms) {
     Box& box = *impl_->boxes[b];
     impl_->timed(box, [&] { box.on_tick(now_ms, impl_->emitters[b]); });
   }
+}
+
+EventTime Executor::output_watermark(size_t output) const {
+  if (output >= impl_->output_box.size())
+    throw std::out_of_range("network '" + impl_->def->name + "' has " + std::to_string(impl_->output_box.size()) +
+                            " outputs; there is no output " + std::to_string(output));
+  // The box's own record: its watermark goes to every port it has, and
+  // restore() brings it back with the box's state.
+  return impl_->boxes[impl_->output_box[output]]->output_watermark();
 }
 
 std::vector<Executor::BoxInfo> Executor::box_stats() const {

@@ -89,6 +89,18 @@ class Executor final {
   // Processing-time tick to every box (time-outs).
   void tick(int64_t now_ms);
 
+  // The watermark of output `output` (index into outputs()): the last one
+  // its box sent downstream, kMinTime before any, kMaxWatermark once
+  // finished; restored with a snapshot. Read in the sink, it is the
+  // watermark that preceded the batch being delivered; after push() or
+  // advance_watermark() returns, the one that followed. When the output
+  // feeds another executor (an internal stream between query fragments,
+  // engine/fragments.h), advancing that executor's "manual" input to this
+  // value after handing it the rows reproduces the watermarks the boxes
+  // downstream would see in the whole network. Throws std::out_of_range
+  // for an index past outputs().
+  EventTime output_watermark(size_t output) const;
+
   struct BoxInfo {
     std::string id;
     std::string type;

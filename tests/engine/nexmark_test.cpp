@@ -1,6 +1,7 @@
 // NEXMark on a small number of events: the generator follows its
-// specification and is deterministic, and for every query the engine's
-// output equals the hand-written reference's, row for row.
+// specification and is deterministic, for every query the engine's output
+// equals the hand-written reference's, row for row, and queries cut into
+// fragments (engine/fragments.h) give the whole query's output.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include "bench/nexmark/generator.h"
 #include "bench/nexmark/reference.h"
 #include "bench/nexmark/runner.h"
+#include "engine/fragments.h"
+#include "tests/engine/fragment_chain.h"
 
 namespace entente::nexmark {
 namespace {
@@ -276,6 +279,65 @@ TEST(NexmarkRunner, RefusesBadQueries) {
   EXPECT_NE(unfed.error().message.find("offers"), std::string::npos) << unfed.error().message;
   std::filesystem::remove_all(dir);
 }
+
+// ---------------------------------------------------------------------------
+// Queries cut into fragments, each run by its own executor and chained as
+// the broker chains them across nodes (tests/engine/fragment_chain.h), give
+// the whole query's output row for row, and as many rows after each push.
+
+struct CutCase {
+  std::string query;
+  std::vector<engine::FragmentSpec> fragments;
+};
+
+void PrintTo(const CutCase& c, std::ostream* os) {
+  *os << c.query << " in " << c.fragments.size() << " fragments";
+}
+
+class NexmarkCut : public ::testing::TestWithParam<CutCase> {};
+
+TEST_P(NexmarkCut, FragmentsGiveTheWholeQuerysOutput) {
+  const CutCase& c = GetParam();
+  auto text = load_query_text(c.query, ENTENTE_NEXMARK_QUERY_DIR);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  Diagnostics diag;
+  auto net = engine::QueryNetwork::parse(*text, diag);
+  ASSERT_TRUE(net.ok()) << diag.to_string();
+  auto cut = engine::cut_query(*net, c.fragments, diag);
+  ASSERT_TRUE(cut.ok()) << diag.to_string();
+  ASSERT_EQ(cut->fragments.size(), c.fragments.size());
+  EXPECT_FALSE(cut->arcs.empty());
+  // In event-time order, chunk by chunk, as the benchmark feeds the query.
+  engine::fragment_test::Feed feed;
+  for (const Chunk& ch : small_events().chunks) {
+    for (const auto& [name, b] : {std::pair{"persons", &ch.persons}, std::pair{"auctions", &ch.auctions},
+                                  std::pair{"bids", &ch.bids}}) {
+      if (net->input_index(name)) feed.pushes.emplace_back(name, *b);
+    }
+  }
+  engine::fragment_test::expect_same_output(*net, *cut, feed);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cuts, NexmarkCut,
+    ::testing::Values(
+        // q5's two boxes apart: the sliding top-k counts, then the map.
+        CutCase{"q5", {{"counts", "n1", {"counts"}}, {"hot", "n2", {"hot"}}}},
+        // q8: both sides of the join and the join on three nodes ...
+        CutCase{"q8", {{"people", "n1", {"people"}}, {"sellers", "n2", {"sellers"}}, {"join", "n3", {"new_users"}}}},
+        // ... and one side with the join.
+        CutCase{"q8", {{"sellers", "n2", {"sellers"}}, {"rest", "n1", {"new_users", "people"}}}},
+        // q3 (filters feeding a join), q4 (join, then two aggregates), q7.
+        CutCase{"q3", {{"p", "n1", {"sellers", "local"}}, {"a", "n2", {"items", "cat10"}}, {"j", "n3", {"suggest"}}}},
+        CutCase{"q4",
+                {{"bids", "n2", {"bid_prices"}},
+                 {"join", "n1", {"auction_times", "in_time", "at_expiry"}},
+                 {"win", "n3", {"winning", "by_category"}}}},
+        CutCase{"q7", {{"max", "n1", {"highest"}}, {"win", "n2", {"winner"}}}}),
+    [](const ::testing::TestParamInfo<CutCase>& info) {
+      return info.param.query + "_in_" + std::to_string(info.param.fragments.size()) + "_" +
+             std::to_string(info.index);
+    });
 
 }  // namespace
 }  // namespace entente::nexmark
