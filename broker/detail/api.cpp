@@ -520,16 +520,29 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
     answer(problem_for(placement.error()));
     return;
   }
-  if (!catalog_ && !placement->node.empty() && placement->node != config_.node) {
-    answer(Response::problem(400, "Bad Request", "$.placement.node: domain " + config_.domain +
-                                                     " is one node, " + config_.node + " (no cluster section)"));
-    return;
-  }
-  if (catalog_) {
-    // Where it runs: a network the engine refuses is answered below, here.
+  {
+    // Where it runs: a network the engine refuses is answered below, by
+    // the deploy, with every problem.
     Diagnostics ignored;
     auto net = engine::QueryNetwork::parse(placement->network_json, ignored);
-    if (net.ok() && !cluster_place_query(req, *placement, *net, answer)) return;
+    if (net.ok()) {
+      Diagnostics diag;
+      if (Status st = check_fragments(*placement, *net, domain_nodes(), diag); !st.ok()) {
+        if (diag.ok()) answer(problem_for(st.error()));
+        else
+          answer(Response::problem(400, "Bad Request",
+                                   st.error().message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
+                                       diag.items().front().path + ": " + diag.items().front().message,
+                                   diagnostics_members(diag)));
+        return;
+      }
+    }
+    if (!catalog_ && !placement->node.empty() && placement->node != config_.node) {
+      answer(Response::problem(400, "Bad Request", "$.placement.node: domain " + config_.domain +
+                                                       " is one node, " + config_.node + " (no cluster section)"));
+      return;
+    }
+    if (catalog_ && net.ok() && !cluster_place_query(req, *placement, *net, answer)) return;
   }
   auto deploy = [this, body = placement->network_json, answer]() {
     Diagnostics diag;

@@ -79,6 +79,13 @@ cluster::NodeLoad NodeImpl::node_load() {
   return load;
 }
 
+std::vector<std::string> NodeImpl::domain_nodes() const {
+  if (!membership_) return {config_.node};
+  std::vector<std::string> out;
+  for (const auto& m : membership_->view().members) out.push_back(m.record.node);
+  return out;
+}
+
 Status NodeImpl::start_cluster() {
   if (!config_.cluster.enabled) return {};
   const auto& c = config_.cluster;

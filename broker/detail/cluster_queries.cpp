@@ -10,6 +10,7 @@
 #include "broker/detail/node_impl.h"
 #include "cluster/catalog.h"
 #include "cluster/membership.h"
+#include "engine/fragments.h"
 #include "engine/network.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
@@ -66,26 +67,59 @@ Result<QueryPlacement> read_placement(std::string_view body) {
     return p;
   }
   const rapidjson::Value& v = it->value;
-  if (!v.IsObject()) return make_error(Errc::invalid_argument, "$.placement: expected {\"node\": NODE}");
-  for (auto m = v.MemberBegin(); m != v.MemberEnd(); ++m) {
-    const std::string key(m->name.GetString(), m->name.GetStringLength());
-    if (key == "node") {
-      if (!m->value.IsString() || m->value.GetStringLength() == 0 || m->value.GetStringLength() > 63) {
-        return make_error(Errc::invalid_argument, "$.placement.node: expected the name of a node of this domain");
-      }
-      p.node.assign(m->value.GetString(), m->value.GetStringLength());
-    } else if (key == "fragments") {
-      return make_error(Errc::unsupported, "$.placement.fragments: cutting a query into fragments on several "
-                                           "nodes is not supported by this version; place the whole query "
-                                           "with {\"node\": NODE}");
-    } else {
-      return make_error(Errc::invalid_argument, "$.placement." + key.substr(0, 64) + ": unknown key (node)");
-    }
+  if (!v.IsObject() || v.MemberCount() != 1 || !(v.HasMember("node") || v.HasMember("fragments"))) {
+    return make_error(Errc::invalid_argument,
+                      "$.placement: expected {\"node\": NODE} or {\"fragments\": [{\"name\", \"node\", \"boxes\"}, ...]}");
   }
-  if (p.node.empty()) return make_error(Errc::invalid_argument, "$.placement.node: required");
+  if (v.HasMember("node")) {
+    const rapidjson::Value& n = v["node"];
+    if (!n.IsString() || n.GetStringLength() == 0 || n.GetStringLength() > 63) {
+      return make_error(Errc::invalid_argument, "$.placement.node: expected the name of a node of this domain");
+    }
+    p.node.assign(n.GetString(), n.GetStringLength());
+  } else {
+    p.fragments_json = to_text(v["fragments"]);
+  }
   d.RemoveMember("placement");
   p.network_json = to_text(d);
   return p;
+}
+
+Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
+                       const std::vector<std::string>& nodes, Diagnostics& diag) {
+  if (placement.fragments_json.empty()) return {};
+  rapidjson::Document d;
+  d.Parse(placement.fragments_json.data(), placement.fragments_json.size());
+  auto specs = engine::read_fragment_specs(d, diag);
+  if (specs.ok()) {
+    // Every fragment on a node of the domain.
+    for (size_t i = 0; i < specs->size(); ++i) {
+      const std::string& node = (*specs)[i].node;
+      if (node.empty() || std::find(nodes.begin(), nodes.end(), node) != nodes.end()) continue;
+      std::string known;
+      for (const auto& n : nodes) known += (known.empty() ? "" : ", ") + n;
+      diag.error("$.placement.fragments[" + std::to_string(i) + "].node",
+                 node + " is not a node of this domain (its nodes: " + known + ")");
+    }
+    (void)engine::cut_query(net, *specs, diag);
+  }
+  if (!diag.ok()) return make_error(Errc::invalid_argument, "the placement is invalid");
+  // A cut is valid; this version runs a query on one node, so all of its
+  // fragments must say the same node (or none: the controller's choice).
+  std::set<std::string> named;
+  for (const auto& f : *specs) {
+    if (!f.node.empty()) named.insert(f.node);
+  }
+  if (named.size() > 1) {
+    std::string which;
+    for (const auto& n : named) which += (which.empty() ? "" : ", ") + n;
+    return make_error(Errc::unsupported, "$.placement.fragments: the fragments are valid but on several nodes (" +
+                                             which + "); this version runs a query on one node: place every "
+                                             "fragment on the same node, or the whole query with {\"node\": NODE}");
+  }
+  if (!named.empty()) placement.node = *named.begin();
+  placement.fragments_json.clear();
+  return {};
 }
 
 std::string with_placement(std::string_view network_json, const std::string& node) {

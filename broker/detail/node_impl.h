@@ -81,6 +81,7 @@ std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& pa
 // which is the query network the engine reads.
 struct QueryPlacement {
   std::string node;  // empty: the controller decides
+  std::string fragments_json;  // "placement.fragments" as given; empty: none
   std::string network_json;
 };
 
@@ -249,6 +250,8 @@ class NodeImpl final : public http::Handler {
   // The queries of other nodes, as {"name", "node"} objects.
   void cluster_list_queries(std::vector<std::string>& extra_json) const;
   Status cluster_delete_query(const std::string& name);
+  // The domain's nodes: this one alone, or every node in the membership view.
+  std::vector<std::string> domain_nodes() const;
   // Why the domain's catalog cannot be changed now; nullopt when it can.
   std::optional<std::string> etcd_problem() const;
   // The controller's choice for a new stream or query with no placement.
@@ -316,6 +319,12 @@ std::string stream_json(const NodeImpl& node, const StreamPtr& s);
 std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node);
 
 Result<QueryPlacement> read_placement(std::string_view body);
+// Checks "placement.fragments" against the network and the domain's
+// `nodes` (docs/cluster.md): every problem in `diag` with its path. A valid
+// cut whose fragments name one node becomes `node`; on several nodes it is
+// refused (unsupported) for now.
+Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
+                       const std::vector<std::string>& nodes, Diagnostics& diag);
 // `network_json` with "placement": {"node": NODE}.
 std::string with_placement(std::string_view network_json, const std::string& node);
 
