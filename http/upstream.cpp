@@ -350,6 +350,12 @@ struct UpRequest {
   HeaderList headers;
   std::string body;
   std::function<void(Result<ClientResponse>)> done;
+  bool answered = false;  // the coroutine's strand, then its completion handler
+
+  void answer(Result<ClientResponse> r) {
+    answered = true;
+    done(std::move(r));
+  }
 };
 
 struct Exchange {
@@ -512,7 +518,7 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
       if (!conn) {
         auto made = co_await s.connect(req->target, abort);
         if (!made.ok()) {
-          req->done(made.error());
+          req->answer(made.error());
           co_return;
         }
         conn = std::move(*made);
@@ -523,13 +529,13 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
       Exchange x = co_await exchange(*conn, msg, s.options, verb == bhttp::verb::head);
       abort->stream = nullptr;
       if (abort->aborted) {
-        req->done(make_error(Errc::unavailable, "the forwarding client stopped"));
+        req->answer(make_error(Errc::unavailable, "the forwarding client stopped"));
         co_return;
       }
       if (!x.ec) {
         s.requests.fetch_add(1);
         if (x.keep_alive) s.give_back(req->key, std::move(conn));
-        req->done(std::move(*x.response));
+        req->answer(std::move(*x.response));
         co_return;
       }
       conn.reset();
@@ -538,33 +544,36 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
           s.retried.fetch_add(1);
           continue;
         }
-        req->done(make_error(Errc::io_error,
+        req->answer(make_error(Errc::io_error,
                              "the connection to " + where + " closed before an answer to " +
                                  req->method + " " + req->path +
                                  " came; it is not resent, as it may have been applied"));
         co_return;
       }
       if (x.ec == beast::error::timeout) {
-        req->done(make_error(Errc::unavailable,
+        req->answer(make_error(Errc::unavailable,
                              "no answer from " + where + " within " +
                                  std::to_string(s.options.request_timeout_ms) + " ms"));
       } else if (x.ec == bhttp::error::body_limit || x.ec == bhttp::error::header_limit) {
-        req->done(make_error(Errc::limit_exceeded,
+        req->answer(make_error(Errc::limit_exceeded,
                              "the response from " + where + " exceeds " +
                                  std::to_string(x.ec == bhttp::error::body_limit
                                                     ? s.options.max_response_bytes
                                                     : s.options.max_response_header_bytes) +
                                  " bytes"));
       } else {
-        req->done(make_error(Errc::io_error, std::string(x.writing ? "send the request to "
+        req->answer(make_error(Errc::io_error, std::string(x.writing ? "send the request to "
                                                                    : "read the response from ") +
                                                  where + ": " + x.ec.message()));
       }
       co_return;
     }
   };
-  net::co_spawn(ex, run(s, req, abort, std::move(pooled)), [&s, id](std::exception_ptr e) {
+  net::co_spawn(ex, run(s, req, abort, std::move(pooled)), [&s, id, req](std::exception_ptr e) {
     report_exception(e, "request");
+    if (!req->answered) {
+      req->answer(make_error(Errc::io_error, "the request to " + req->target.address() + " failed"));
+    }
     s.leave(id);
   });
 }
