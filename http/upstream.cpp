@@ -673,6 +673,12 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
       abort_->stream = &beast::get_lowest_layer(*plain_);
       co_await session(*plain_);
     }
+    // The stream goes now, on the strand: a refused or closed WebSocket can
+    // leave Beast's handshake timer armed, and a pending timer would hold
+    // stop() (which waits for the io_context's work) until it fires.
+    abort_->stream = nullptr;
+    tls_.reset();
+    plain_.reset();
   }
 
  private:
