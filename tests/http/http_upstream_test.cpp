@@ -847,6 +847,28 @@ TEST(HttpUpstream, ProxyClosesWith1013WhenTheNodeIsUnreachableOrItsLinkBreaks) {
   EXPECT_EQ(m->close_reason.rfind(node, 0), 0u) << m->close_reason;
 }
 
+TEST(HttpUpstream, ProxyClosesWith1001WhenTheForwardingClientStops) {
+  ProxyChain chain;
+  auto c = chain.connect("/ws/echo");
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->send("ping").ok());
+  auto m = next(*c);
+  ASSERT_TRUE(m.ok());
+  chain.up->stop();
+  m = next(*c);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_TRUE(m->closed);
+  EXPECT_EQ(m->close_code, 1001);
+  EXPECT_EQ(m->close_reason, "going away");
+  // A client arriving after the stop is closed the same way.
+  auto c2 = chain.connect("/ws/echo");
+  ASSERT_NE(c2, nullptr);
+  m = next(*c2);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_TRUE(m->closed);
+  EXPECT_EQ(m->close_code, 1001);
+}
+
 TEST(HttpUpstream, ProxyHoldsTheNodeBackInsteadOfBufferingForASlowClient) {
   constexpr size_t kBuffer = 256u << 10;
   constexpr size_t kSize = 64u << 10;
