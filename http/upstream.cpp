@@ -151,6 +151,15 @@ bool idle_connection_alive(UpConn& c) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// Closes a connection on its own strand: a cancelled deadline timer of its
+// last request may still have a handler queued there, which must not run
+// while another thread destroys the stream.
+void discard(std::unique_ptr<UpConn> c) {
+  if (!c) return;
+  const auto ex = c->lowest().get_executor();
+  net::post(ex, [c = std::move(c)]() mutable { c.reset(); });
+}
+
 }  // namespace
 
 std::string UpstreamTarget::address() const {
@@ -222,7 +231,7 @@ struct UpstreamCore {
 
   // An idle connection to `key` that still looks open, or nullptr.
   std::unique_ptr<UpConn> take_idle(const std::string& key) {
-    std::deque<std::unique_ptr<UpConn>> stale;  // closed outside the lock
+    std::deque<std::unique_ptr<UpConn>> stale;  // closed after the lock
     std::unique_ptr<UpConn> out;
     {
       std::lock_guard lock(mu);
@@ -242,25 +251,29 @@ struct UpstreamCore {
       }
       if (q.empty()) idle.erase(it);
     }
+    for (auto& c : stale) discard(std::move(c));
     return out;
   }
 
   void give_back(const std::string& key, std::unique_ptr<UpConn> c) {
-    std::unique_ptr<UpConn> extra;  // closed outside the lock
-    std::lock_guard lock(mu);
-    if (stopping) {
-      extra = std::move(c);
-      return;
+    std::unique_ptr<UpConn> extra;  // closed after the lock
+    {
+      std::lock_guard lock(mu);
+      if (stopping) {
+        extra = std::move(c);
+      } else {
+        auto& q = idle[key];
+        c->idle_since = Clock::now();
+        q.push_back(std::move(c));
+        ++idle_count;
+        if (q.size() > options.max_idle_per_target) {
+          extra = std::move(q.front());
+          q.pop_front();
+          --idle_count;
+        }
+      }
     }
-    auto& q = idle[key];
-    c->idle_since = Clock::now();
-    q.push_back(std::move(c));
-    ++idle_count;
-    if (q.size() > options.max_idle_per_target) {
-      extra = std::move(q.front());
-      q.pop_front();
-      --idle_count;
-    }
+    discard(std::move(extra));
   }
 
   net::awaitable<Result<std::unique_ptr<UpConn>>> connect(const UpstreamTarget& t,
@@ -440,7 +453,7 @@ void Upstream::stop() {
     s.idle_count = 0;
     for (auto& [id, abort] : s.aborts) aborts.push_back(abort);
   }
-  idle.clear();
+  for (auto& c : idle) discard(std::move(c));  // run before the threads end
   for (auto& abort : aborts) abort();
   {
     std::unique_lock lock(s.mu);
