@@ -151,6 +151,15 @@ bool idle_connection_alive(UpConn& c) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// Closes a connection on its own strand: a cancelled deadline timer of its
+// last request may still have a handler queued there, which must not run
+// while another thread destroys the stream.
+void discard(std::unique_ptr<UpConn> c) {
+  if (!c) return;
+  const auto ex = c->lowest().get_executor();
+  net::post(ex, [c = std::move(c)]() mutable { c.reset(); });
+}
+
 }  // namespace
 
 std::string UpstreamTarget::address() const {
@@ -222,7 +231,7 @@ struct UpstreamCore {
 
   // An idle connection to `key` that still looks open, or nullptr.
   std::unique_ptr<UpConn> take_idle(const std::string& key) {
-    std::deque<std::unique_ptr<UpConn>> stale;  // closed outside the lock
+    std::deque<std::unique_ptr<UpConn>> stale;  // closed after the lock
     std::unique_ptr<UpConn> out;
     {
       std::lock_guard lock(mu);
@@ -242,25 +251,29 @@ struct UpstreamCore {
       }
       if (q.empty()) idle.erase(it);
     }
+    for (auto& c : stale) discard(std::move(c));
     return out;
   }
 
   void give_back(const std::string& key, std::unique_ptr<UpConn> c) {
-    std::unique_ptr<UpConn> extra;  // closed outside the lock
-    std::lock_guard lock(mu);
-    if (stopping) {
-      extra = std::move(c);
-      return;
+    std::unique_ptr<UpConn> extra;  // closed after the lock
+    {
+      std::lock_guard lock(mu);
+      if (stopping) {
+        extra = std::move(c);
+      } else {
+        auto& q = idle[key];
+        c->idle_since = Clock::now();
+        q.push_back(std::move(c));
+        ++idle_count;
+        if (q.size() > options.max_idle_per_target) {
+          extra = std::move(q.front());
+          q.pop_front();
+          --idle_count;
+        }
+      }
     }
-    auto& q = idle[key];
-    c->idle_since = Clock::now();
-    q.push_back(std::move(c));
-    ++idle_count;
-    if (q.size() > options.max_idle_per_target) {
-      extra = std::move(q.front());
-      q.pop_front();
-      --idle_count;
-    }
+    discard(std::move(extra));
   }
 
   net::awaitable<Result<std::unique_ptr<UpConn>>> connect(const UpstreamTarget& t,
@@ -350,6 +363,12 @@ struct UpRequest {
   HeaderList headers;
   std::string body;
   std::function<void(Result<ClientResponse>)> done;
+  bool answered = false;  // the coroutine's strand, then its completion handler
+
+  void answer(Result<ClientResponse> r) {
+    answered = true;
+    done(std::move(r));
+  }
 };
 
 struct Exchange {
@@ -434,7 +453,7 @@ void Upstream::stop() {
     s.idle_count = 0;
     for (auto& [id, abort] : s.aborts) aborts.push_back(abort);
   }
-  idle.clear();
+  for (auto& c : idle) discard(std::move(c));  // run before the threads end
   for (auto& abort : aborts) abort();
   {
     std::unique_lock lock(s.mu);
@@ -512,7 +531,7 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
       if (!conn) {
         auto made = co_await s.connect(req->target, abort);
         if (!made.ok()) {
-          req->done(made.error());
+          req->answer(made.error());
           co_return;
         }
         conn = std::move(*made);
@@ -523,13 +542,13 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
       Exchange x = co_await exchange(*conn, msg, s.options, verb == bhttp::verb::head);
       abort->stream = nullptr;
       if (abort->aborted) {
-        req->done(make_error(Errc::unavailable, "the forwarding client stopped"));
+        req->answer(make_error(Errc::unavailable, "the forwarding client stopped"));
         co_return;
       }
       if (!x.ec) {
         s.requests.fetch_add(1);
         if (x.keep_alive) s.give_back(req->key, std::move(conn));
-        req->done(std::move(*x.response));
+        req->answer(std::move(*x.response));
         co_return;
       }
       conn.reset();
@@ -538,33 +557,36 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
           s.retried.fetch_add(1);
           continue;
         }
-        req->done(make_error(Errc::io_error,
+        req->answer(make_error(Errc::io_error,
                              "the connection to " + where + " closed before an answer to " +
                                  req->method + " " + req->path +
                                  " came; it is not resent, as it may have been applied"));
         co_return;
       }
       if (x.ec == beast::error::timeout) {
-        req->done(make_error(Errc::unavailable,
+        req->answer(make_error(Errc::unavailable,
                              "no answer from " + where + " within " +
                                  std::to_string(s.options.request_timeout_ms) + " ms"));
       } else if (x.ec == bhttp::error::body_limit || x.ec == bhttp::error::header_limit) {
-        req->done(make_error(Errc::limit_exceeded,
+        req->answer(make_error(Errc::limit_exceeded,
                              "the response from " + where + " exceeds " +
                                  std::to_string(x.ec == bhttp::error::body_limit
                                                     ? s.options.max_response_bytes
                                                     : s.options.max_response_header_bytes) +
                                  " bytes"));
       } else {
-        req->done(make_error(Errc::io_error, std::string(x.writing ? "send the request to "
+        req->answer(make_error(Errc::io_error, std::string(x.writing ? "send the request to "
                                                                    : "read the response from ") +
                                                  where + ": " + x.ec.message()));
       }
       co_return;
     }
   };
-  net::co_spawn(ex, run(s, req, abort, std::move(pooled)), [&s, id](std::exception_ptr e) {
+  net::co_spawn(ex, run(s, req, abort, std::move(pooled)), [&s, id, req](std::exception_ptr e) {
     report_exception(e, "request");
+    if (!req->answered) {
+      req->answer(make_error(Errc::io_error, "the request to " + req->target.address() + " failed"));
+    }
     s.leave(id);
   });
 }
@@ -664,6 +686,12 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
       abort_->stream = &beast::get_lowest_layer(*plain_);
       co_await session(*plain_);
     }
+    // The stream goes now, on the strand: a refused or closed WebSocket can
+    // leave Beast's handshake timer armed, and a pending timer would hold
+    // stop() (which waits for the io_context's work) until it fires.
+    abort_->stream = nullptr;
+    tls_.reset();
+    plain_.reset();
   }
 
  private:

@@ -1,6 +1,6 @@
 #pragma once
 // Asynchronous HTTP(S) and WebSocket clients for a server that forwards
-// requests to another node of its domain (docs/architecture.md, issue 13:
+// requests to another node of its domain (docs/cluster.md:
 // every node answers every API call; what belongs to another node goes over
 // the intra-domain link), and the forwarding helpers on top of them.
 //

@@ -109,15 +109,17 @@ class WsProxy final : public WebSocketSession, public std::enable_shared_from_th
     ws->set_on_drain([weak] {
       if (auto self = weak.lock()) self->on_down_drain();
     });
+    // The upstream's callbacks own the proxy: after the client has gone, a
+    // message still waiting for the node's queue must go, then the close.
+    // No cycle: the Upstream drops them when that WebSocket ends.
+    auto self = shared_from_this();
     UpstreamWebSocketCallbacks cb;
-    cb.on_message = [weak](std::string data, bool binary) {
-      if (auto self = weak.lock()) self->on_up_message(std::move(data), binary);
+    cb.on_message = [self](std::string data, bool binary) {
+      self->on_up_message(std::move(data), binary);
     };
-    cb.on_drain = [weak] {
-      if (auto self = weak.lock()) self->on_up_drain();
-    };
-    cb.on_close = [weak](uint16_t code, std::string reason) {
-      if (auto self = weak.lock()) self->on_up_close(code, std::move(reason));
+    cb.on_drain = [self] { self->on_up_drain(); };
+    cb.on_close = [self](uint16_t code, std::string reason) {
+      self->on_up_close(code, std::move(reason));
     };
     // Its callbacks come from the Upstream's threads and wait for mu_.
     up_ = upstream_.websocket(target_, path_, headers_, std::move(cb));

@@ -223,6 +223,9 @@ class BackHandler final : public Handler {
     std::atomic<int> sessions_closed{0};
     std::atomic<int> produced{0};
     std::atomic<int> overflows{0};
+    std::atomic<int> received{0};  // /ws/stall: messages in order
+    std::atomic<bool> stalled{true};
+    std::shared_ptr<WebSocket> stall_ws;
   };
 
   class Session final : public WebSocketSession {
@@ -237,6 +240,17 @@ class BackHandler final : public Handler {
       }
     }
     bool on_message(std::string_view data, bool binary) override {
+      if (route_ == "/ws/stall") {
+        // Records the order; reads nothing more while `stalled`.
+        if (data.substr(0, data.find(':')) == std::to_string(seen_.received.load())) {
+          seen_.received.fetch_add(1);
+        }
+        {
+          std::lock_guard lock(seen_.mu);
+          seen_.stall_ws = ws_;
+        }
+        return !seen_.stalled.load();
+      }
       if (route_ == "/ws/closer" && data.rfind("close ", 0) == 0) {
         const std::string rest(data.substr(6));
         const size_t sp = rest.find(' ');
@@ -289,7 +303,8 @@ class BackHandler final : public Handler {
       seen.forwarded_by = std::string(r.header("entente-forwarded-by").value_or(""));
       seen.target = r.target;
     }
-    if (r.path == "/ws/echo" || r.path == "/ws/closer" || r.path == "/ws/produce") {
+    if (r.path == "/ws/echo" || r.path == "/ws/closer" || r.path == "/ws/produce" ||
+        r.path == "/ws/stall") {
       const int n = std::stoi(std::string(r.param("n").value_or("0")));
       const size_t size = std::stoul(std::string(r.param("size").value_or("0")));
       return std::make_shared<Session>(r.path, n, size, seen);
@@ -752,8 +767,11 @@ struct ProxyChain {
   }
 
   std::unique_ptr<WsClient> connect(const std::string& target,
-                                    const HeaderList& headers = {{"authorization", "Bearer tok"}}) {
-    auto c = WsClient::connect(testing::client_options(*front), target, headers);
+                                    const HeaderList& headers = {{"authorization", "Bearer tok"}},
+                                    int64_t timeout_ms = 5000) {
+    ClientOptions o = testing::client_options(*front);
+    o.timeout_ms = timeout_ms;
+    auto c = WsClient::connect(o, target, headers);
     EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
     return c.ok() ? std::move(*c) : nullptr;
   }
@@ -847,6 +865,28 @@ TEST(HttpUpstream, ProxyClosesWith1013WhenTheNodeIsUnreachableOrItsLinkBreaks) {
   EXPECT_EQ(m->close_reason.rfind(node, 0), 0u) << m->close_reason;
 }
 
+TEST(HttpUpstream, ProxyClosesWith1001WhenTheForwardingClientStops) {
+  ProxyChain chain;
+  auto c = chain.connect("/ws/echo");
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->send("ping").ok());
+  auto m = next(*c);
+  ASSERT_TRUE(m.ok());
+  chain.up->stop();
+  m = next(*c);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_TRUE(m->closed);
+  EXPECT_EQ(m->close_code, 1001);
+  EXPECT_EQ(m->close_reason, "going away");
+  // A client arriving after the stop is closed the same way.
+  auto c2 = chain.connect("/ws/echo");
+  ASSERT_NE(c2, nullptr);
+  m = next(*c2);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_TRUE(m->closed);
+  EXPECT_EQ(m->close_code, 1001);
+}
+
 TEST(HttpUpstream, ProxyHoldsTheNodeBackInsteadOfBufferingForASlowClient) {
   constexpr size_t kBuffer = 256u << 10;
   constexpr size_t kSize = 64u << 10;
@@ -876,6 +916,55 @@ TEST(HttpUpstream, ProxyHoldsTheNodeBackInsteadOfBufferingForASlowClient) {
     ASSERT_EQ(m->data.substr(0, m->data.find(':')), std::to_string(i));
   }
   EXPECT_EQ(chain.back_handler.seen.produced.load(), kCount);
+}
+
+TEST(HttpUpstream, ProxyStopsReadingTheClientWhileTheNodeDoesNotRead) {
+  constexpr size_t kBuffer = 256u << 10;
+  constexpr size_t kSize = 64u << 10;
+  constexpr int kCount = 800;  // 50 MiB
+  ProxyChain chain(kBuffer);
+  auto c = chain.connect("/ws/stall", {}, 120'000);
+  ASSERT_NE(c, nullptr);
+  std::atomic<int> sent{0};
+  std::atomic<bool> failed{false};
+  std::thread sender([&] {
+    for (int i = 0; i < kCount; ++i) {
+      std::string m = std::to_string(i) + ":";
+      m.resize(kSize, 's');
+      if (!c->send(m, true).ok()) {
+        failed = true;
+        return;
+      }
+      sent.fetch_add(1);
+    }
+  });
+  // The node reads one message and stops; the client must come to a
+  // standstill, which it can only if the proxy stopped reading it too.
+  int before = -1;
+  bool standstill = false;
+  for (int i = 0; i < 100 && !standstill; ++i) {
+    std::this_thread::sleep_for(milliseconds(200));
+    const int now = sent.load();
+    standstill = now == before && now < kCount;
+    before = now;
+  }
+  EXPECT_TRUE(standstill) << "sent " << sent.load();
+  EXPECT_EQ(chain.back_handler.seen.received.load(), 1);
+  // The node reads again: everything arrives, in order.
+  chain.back_handler.seen.stalled = false;
+  std::shared_ptr<WebSocket> node_ws;
+  {
+    std::lock_guard lock(chain.back_handler.seen.mu);
+    node_ws = chain.back_handler.seen.stall_ws;
+  }
+  ASSERT_NE(node_ws, nullptr);
+  node_ws->resume_reading();
+  sender.join();
+  EXPECT_FALSE(failed.load());
+  EXPECT_TRUE(wait_until([&] { return chain.back_handler.seen.received.load() == kCount; },
+                         seconds(60)))
+      << "received in order " << chain.back_handler.seen.received.load();
+  std::fprintf(stderr, "client stood still after %d of %d messages\n", before, kCount);
 }
 
 }  // namespace
