@@ -170,6 +170,11 @@ void Imports::create(const std::string& stream, engine::SchemaPtr expected, Done
     done(make_error(Errc::invalid_argument, "'" + stream + "' is not DOMAIN/NAME"));
     return;
   }
+  if (detail::split_internal_mirror(stream)) {
+    done(make_error(Errc::invalid_argument, "'" + stream.substr(0, 80) +
+                                                "' names a read of a node of this domain; ask for NAME and the node"));
+    return;
+  }
   if (parts->first == options_.self.domain) {
     done(make_error(Errc::invalid_argument,
                     stream + " is a stream of this node's own domain; use it as '" + parts->second + "'"));

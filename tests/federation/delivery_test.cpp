@@ -1222,7 +1222,8 @@ TEST_F(InternalReadTest, AReadNamingThisNodeOrABadNameIsRefusedBeforeAnythingIsS
   imports_->create_internal("bids", "n2", nullptr, keep, std::chrono::seconds(1));
   imports_->create_internal("bids", "N 1", nullptr, keep, std::chrono::seconds(1));
   imports_->create_internal("beta/bids", "n1", nullptr, keep, std::chrono::seconds(1));
-  ASSERT_EQ(answers.size(), 3u);
+  imports_->create("@n1/bids", nullptr, keep, std::chrono::seconds(1));
+  ASSERT_EQ(answers.size(), 4u);
   for (const auto& a : answers) {
     ASSERT_FALSE(a.ok());
     EXPECT_EQ(a.error().code, Errc::invalid_argument);
@@ -1231,6 +1232,8 @@ TEST_F(InternalReadTest, AReadNamingThisNodeOrABadNameIsRefusedBeforeAnythingIsS
   EXPECT_EQ(answers[1].error().message, "node name 'N 1' is not [a-z][a-z0-9-]* of at most 63 characters");
   EXPECT_EQ(answers[2].error().message,
             "'beta/bids' is not the name of a stream of domain acme (NAME, without a domain)");
+  EXPECT_EQ(answers[3].error().message,
+            "'@n1/bids' names a read of a node of this domain; ask for NAME and the node");
   EXPECT_TRUE(net_.frames.empty());
   EXPECT_TRUE(imports_->list().empty());
 }
