@@ -162,6 +162,14 @@ TEST(FederationInternal, ANodeOfAnotherDomainIsRefusedAndBadReadsAreExplained) {
   ASSERT_EQ(ok.status, 201u) << ok.body;
   ASSERT_NO_FATAL_FAILURE(publish(n1, "bids", 0, 500));
   ASSERT_NO_FATAL_FAILURE(wait_caught_up(n2, kMirror, 501));
+  auto listed = n2.process().request("GET", "/v1/imports", "", kReaderToken);
+  EXPECT_NE(listed.body.find(R"("stream":"@n1/bids")"), std::string::npos) << listed.body;
+
+  // Deleting the read deletes the mirror.
+  auto gone = n2.process().request("DELETE", "/v1/imports/@n1/bids");
+  EXPECT_EQ(gone.status, 204u) << gone.body;
+  EXPECT_EQ(get_import(n2.process(), kMirror).status, 404u);
+  EXPECT_EQ(n2.process().request("GET", std::string("/v1/streams/") + kMirrorUrl, "", kReaderToken).status, 404u);
 }
 
 }  // namespace
