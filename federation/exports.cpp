@@ -298,6 +298,17 @@ bool Exports::on_frame(const certs::Identity& peer, FrameType type, uint32_t cha
   if (!sender) return type != FrameType::reset;  // a closed channel: discarded
   if (type == FrameType::reset) {
     if (!ended) sender->stop();
+    // A node of this domain that unsubscribes (RESET none: its read was
+    // deleted, its fragment is gone) no longer needs what it did not
+    // acknowledge. An importing domain's pin stays: its export or contract
+    // says how long.
+    if (auto r = decode_reset(payload);
+        r.ok() && r->code == WireError::none && peer.domain == options_.self.domain) {
+      if (Status s = release_internal_reader(sender->stream()->name(), peer.node); !s.ok()) {
+        host_.log("federation: releasing " + peer.uri() + "'s pin on " + sender->stream()->name() + ": " +
+                  s.error().message);
+      }
+    }
   } else if (type == FrameType::credit) {
     if (ended) return true;
     auto c = decode_credit(payload);

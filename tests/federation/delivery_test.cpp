@@ -1199,6 +1199,22 @@ TEST_F(InternalReadTest, TheOwnerKeepsWhatTheReaderHasNotAcknowledgedUntilItIsRe
   EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
 }
 
+TEST_F(InternalReadTest, AReadThatIsDeletedUnsubscribesAndReleasesTheOwnersPin) {
+  bids_->publish(rows(100, 0));
+  ASSERT_TRUE(read_bids().ok());
+  ASSERT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(101));
+  ASSERT_TRUE(imports_->forget("@n1/bids").ok());
+  run();
+  const auto resets = seen(FrameType::reset);
+  ASSERT_EQ(resets.size(), 1u);
+  EXPECT_EQ(decode_reset(resets[0].payload)->code, WireError::none);
+  EXPECT_EQ(exports_->open_channels(), 0u);
+  EXPECT_EQ(owner_acks_->acked("bids", "@n2"), std::nullopt);
+  EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
+  start_owner();  // durably
+  EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
+}
+
 TEST_F(InternalReadTest, ANodeOfAnotherDomainIsRefusedWithTheReason) {
   // beta/n1 asks n1 for acme/bids as n2 does: n1 exports nothing to beta.
   bids_->publish(rows(10, 0));
