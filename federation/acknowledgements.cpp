@@ -47,4 +47,22 @@ std::optional<uint64_t> Acknowledgements::acked(const std::string& stream, const
   return a->second;
 }
 
+std::map<std::string, uint64_t> Acknowledgements::of(const std::string& stream) const {
+  std::lock_guard lock(mu_);
+  auto it = acks_.find(stream);
+  return it == acks_.end() ? std::map<std::string, uint64_t>{} : it->second;
+}
+
+Status Acknowledgements::forget(const std::string& stream, const std::string& party) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = acks_.find(stream);
+    if (it != acks_.end()) {
+      it->second.erase(party);
+      if (it->second.empty()) acks_.erase(it);
+    }
+  }
+  return store_.erase(store::Cf::meta, ack_key(stream, party), store::Durability::synced);
+}
+
 }  // namespace entente::federation

@@ -1,7 +1,9 @@
 #pragma once
 // What each importing domain acknowledged of each exported stream: the
 // last sequence number it stored durably, per (stream, domain), kept in the
-// `meta` family under "export-ack/STREAM/DOMAIN" (8 bytes big-endian). It
+// `meta` family under "export-ack/STREAM/DOMAIN" (8 bytes big-endian). A
+// node of the owner's own domain reading the stream is kept as "@NODE"
+// instead of a domain (detail::ack_party). It
 // pins the stream's retention (Exports::retention_pin), so nothing a
 // domain has not stored is trimmed; it never goes down.
 //
@@ -31,6 +33,11 @@ class Acknowledgements final {
   // The last number `domain` acknowledged of `stream`; nullopt when it
   // never did.
   std::optional<uint64_t> acked(const std::string& stream, const std::string& domain) const;
+  // Every party that acknowledged `stream`, with what it acknowledged.
+  std::map<std::string, uint64_t> of(const std::string& stream) const;
+  // `party` no longer reads `stream`: its acknowledgement, and the pin it
+  // gave, go (durably).
+  Status forget(const std::string& stream, const std::string& party);
 
  private:
   store::Store& store_;

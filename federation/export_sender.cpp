@@ -38,7 +38,8 @@ ExportSender::ExportSender(Context ctx, certs::Identity peer, uint32_t channel, 
       credit_(credit),
       max_payload_(max_payload),
       tuples_out_(tuples_out),
-      contract_(std::move(terms.contract)) {}
+      contract_(std::move(terms.contract)),
+      party_(terms.party.empty() ? peer_.domain : std::move(terms.party)) {}
 
 void ExportSender::start() {
   stream_->add_tap(shared_from_this());
@@ -97,7 +98,7 @@ void ExportSender::on_ack(uint64_t through) {
     if (through <= acked_) return;  // acknowledgements never go down
     acked_ = through;
   }
-  ctx_.acks.record(stream_->name(), peer_.domain, through);
+  ctx_.acks.record(stream_->name(), party_, through);
   if (!contract_.empty()) ctx_.metering.charge_through(stream_->name(), peer_.domain, through, false);
 }
 

@@ -60,6 +60,9 @@ class ExportSender final : public StreamTap, public std::enable_shared_from_this
     std::optional<engine::Expr> predicate;   // over the stream's own schema
     std::shared_ptr<RateLimiter> limiter;    // null: no rate cap
     std::string contract;                    // empty under a configured export
+    // Whom acknowledgements are kept for: the importing domain, or "@NODE"
+    // for a node of the owner's own domain (detail::ack_party).
+    std::string party;
   };
 
   // The most filtered-out tuples a sender leaves uncovered before it sends
@@ -130,6 +133,7 @@ class ExportSender final : public StreamTap, public std::enable_shared_from_this
   const size_t max_payload_;
   base::Counter* tuples_out_;
   const std::string contract_;
+  const std::string party_;
 };
 
 }  // namespace entente::federation

@@ -77,12 +77,17 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
     return;
   }
   const std::string& name = parts->second;
+  // A node of this domain: the link authenticated it under the domain's
+  // own CA; nothing is metered between the nodes of one domain.
+  const bool internal = peer.domain == self.domain;
   // The consumer holds everything before from_seq, whatever the answer: what
   // it received of that under a contract is charged now, even when this
   // OPEN is refused (the contract ended while tuples were in flight).
-  if (open->from_seq > 1) ctx_.metering.charge_through(name, peer.domain, open->from_seq - 1, false);
+  if (open->from_seq > 1 && !internal) ctx_.metering.charge_through(name, peer.domain, open->from_seq - 1, false);
   Permit permit;
-  if (auto refused = permit_for(peer, open->stream, name, permit)) {
+  if (internal) {
+    // The whole stream: every field, every tuple, the owner's numbers.
+  } else if (auto refused = permit_for(peer, open->stream, name, permit)) {
     refuse(peer, channel, open->stream, *refused);
     return;
   }
@@ -103,7 +108,8 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
   }
   // The consumer holds everything before `from`: what it received of that
   // on an earlier channel is charged now, what came after is sent again.
-  ctx_.metering.charge_through(name, peer.domain, at.from - 1, true);
+  if (!internal) ctx_.metering.charge_through(name, peer.domain, at.from - 1, true);
+  terms.party = detail::ack_party(self.domain, peer.domain, peer.node);
   OpenOk ok;
   ok.schema_json = engine::schema_to_json(*terms.schema);
   ok.first_seq = std::max<uint64_t>(at.first_retained, 1);
@@ -254,7 +260,9 @@ void Exports::start_sender(const certs::Identity& peer, uint32_t channel, const 
     senders_[{peer.uri(), channel}] = sender;
   }
   host_.log("federation: " + peer.uri() + " opened " + stream_name + " from " + std::to_string(from) +
-            (contract.empty() ? " (configured export)" : " under contract " + contract));
+            (peer.domain == options_.self.domain ? " (a node of this domain)"
+             : contract.empty()                  ? " (configured export)"
+                                                 : " under contract " + contract));
   sender->start();
 }
 
@@ -290,6 +298,17 @@ bool Exports::on_frame(const certs::Identity& peer, FrameType type, uint32_t cha
   if (!sender) return type != FrameType::reset;  // a closed channel: discarded
   if (type == FrameType::reset) {
     if (!ended) sender->stop();
+    // A node of this domain that unsubscribes (RESET none: its read was
+    // deleted, its fragment is gone) no longer needs what it did not
+    // acknowledge. An importing domain's pin stays: its export or contract
+    // says how long.
+    if (auto r = decode_reset(payload);
+        r.ok() && r->code == WireError::none && peer.domain == options_.self.domain) {
+      if (Status s = release_internal_reader(sender->stream()->name(), peer.node); !s.ok()) {
+        host_.log("federation: releasing " + peer.uri() + "'s pin on " + sender->stream()->name() + ": " +
+                  s.error().message);
+      }
+    }
   } else if (type == FrameType::credit) {
     if (ended) return true;
     auto c = decode_credit(payload);
@@ -410,6 +429,12 @@ std::optional<uint64_t> Exports::retention_pin(const std::string& stream) const 
   for (const auto& domain : domains) {
     if (auto a = ctx_.acks.acked(stream, domain)) lower(*a + 1);
   }
+  // Nodes of this domain that read the stream keep what they have not
+  // acknowledged until they are released (upstream backup for the arcs
+  // between a query's fragments, docs/cluster.md).
+  for (const auto& [party, through] : ctx_.acks.of(stream)) {
+    if (detail::is_internal_party(party)) lower(through + 1);
+  }
   std::vector<std::shared_ptr<ExportSender>> open;
   {
     std::lock_guard lock(mu_);
@@ -421,6 +446,10 @@ std::optional<uint64_t> Exports::retention_pin(const std::string& stream) const 
   // after its last acknowledgement, or from where it started.
   for (const auto& sender : open) lower(sender->unacknowledged_from());
   return pin;
+}
+
+Status Exports::release_internal_reader(const std::string& stream, const std::string& node) {
+  return ctx_.acks.forget(stream, detail::ack_party(options_.self.domain, options_.self.domain, node));
 }
 
 }  // namespace entente::federation

@@ -4,7 +4,11 @@
 // and keeps what permits each. Deny by default: an in-force stream
 // contract covers the stream for the importing domain (its projection,
 // predicate and rate cap apply), or else a configured export
-// (`federation.exports`). Ends channels within one timer tick of their
+// (`federation.exports`). A node of this node's own domain (its
+// certificate chains to the domain's own CA) reads any stream whole, with
+// no export, contract, projection or metering: the domain's nodes share one
+// admin and one CA (docs/federation.md, "Reading a stream of another node of
+// the domain"). Ends channels within one timer tick of their
 // contract leaving force (recheck_contracts), and gives the stream's
 // retention its pin: what importing domains have not acknowledged.
 //
@@ -64,8 +68,12 @@ class Exports final {
   // Every 100 ms: senders flush a run of filtered-out tuples, and those
   // waiting for rate-cap tokens send again.
   void tick();
-  // Lowest sequence number an importing domain still needs, for retention.
+  // Lowest sequence number an importing domain, or a node of this domain
+  // reading the stream, still needs, for retention.
   std::optional<uint64_t> retention_pin(const std::string& stream) const;
+  // Node `node` of this domain no longer reads `stream`: what it
+  // acknowledged stops pinning the stream's retention.
+  Status release_internal_reader(const std::string& stream, const std::string& node);
   // Stops every sender (shutdown).
   void stop();
 

@@ -64,8 +64,10 @@ Errc errc_for(WireError code) {
 }  // namespace
 
 struct Imports::Import {
-  std::string name;    // "beta/bids"
-  std::string domain;  // "beta"
+  std::string name;    // "beta/bids"; "@n1/bids" for a read of node n1 of this domain
+  std::string domain;  // "beta"; this node's own domain for a read of one of its nodes
+  std::string remote;  // the stream as OPEN names it: "beta/bids"
+  std::string node;    // a read of a node of this domain: that node; else empty
   HostStreamPtr mirror;          // null until the owner first accepted
   engine::SchemaPtr expected;    // a query's declared schema, for a new import
   base::Counter* tuples_in = nullptr;  // entente_import_tuples_total{stream}, set once
@@ -138,6 +140,12 @@ Status Imports::load() {
     imp->name = s->name();
     imp->tuples_in = &import_counter(host_, imp->name);
     imp->domain = parts->first;
+    imp->remote = imp->name;
+    if (auto internal = detail::split_internal_mirror(s->name())) {
+      imp->domain = options_.self.domain;
+      imp->node = internal->first;
+      imp->remote = options_.self.domain + "/" + internal->second;
+    }
     imp->mirror = s;
     imp->next_expected = s->next_seq();
     if (auto pos = positions.find(imp->name); pos != positions.end()) {
@@ -162,6 +170,11 @@ void Imports::create(const std::string& stream, engine::SchemaPtr expected, Done
     done(make_error(Errc::invalid_argument, "'" + stream + "' is not DOMAIN/NAME"));
     return;
   }
+  if (detail::split_internal_mirror(stream)) {
+    done(make_error(Errc::invalid_argument, "'" + stream.substr(0, 80) +
+                                                "' names a read of a node of this domain; ask for NAME and the node"));
+    return;
+  }
   if (parts->first == options_.self.domain) {
     done(make_error(Errc::invalid_argument,
                     stream + " is a stream of this node's own domain; use it as '" + parts->second + "'"));
@@ -171,21 +184,51 @@ void Imports::create(const std::string& stream, engine::SchemaPtr expected, Done
     done(make_error(Errc::not_found, "domain " + parts->first + " is not a configured peer (federation.peers)"));
     return;
   }
+  start(stream, parts->first, stream, "", std::move(expected), std::move(done), timeout);
+}
+
+void Imports::create_internal(const std::string& stream, const std::string& node, engine::SchemaPtr expected,
+                              Done done, std::chrono::milliseconds timeout) {
+  // Names as the link layer and the catalog have them: this keeps
+  // "@NODE/NAME" unambiguous and bounded.
+  if (!certs::valid_name(node)) {
+    done(make_error(Errc::invalid_argument,
+                    "node name '" + node.substr(0, 80) + "' is not [a-z][a-z0-9-]* of at most 63 characters"));
+    return;
+  }
+  if (stream.empty() || stream.size() > 63 || stream.find('/') != std::string::npos || stream[0] == '@') {
+    done(make_error(Errc::invalid_argument, "'" + stream.substr(0, 80) + "' is not the name of a stream of domain " +
+                                                options_.self.domain + " (NAME, without a domain)"));
+    return;
+  }
+  if (node == options_.self.node) {
+    done(make_error(Errc::invalid_argument, "stream " + stream + " of node " + node +
+                                                " is this node's own; read it as '" + stream + "'"));
+    return;
+  }
+  start(detail::internal_mirror_name(node, stream), options_.self.domain, options_.self.domain + "/" + stream, node,
+        std::move(expected), std::move(done), timeout);
+}
+
+void Imports::start(const std::string& mirror, std::string domain, std::string stream, std::string node,
+                    engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout) {
   std::shared_ptr<Import> imp;
   {
     std::lock_guard lock(mu_);
-    if (!imports_.count(stream)) {
+    if (!imports_.count(mirror)) {
       imp = std::make_shared<Import>();
-      imp->name = stream;
-      imp->tuples_in = &import_counter(host_, stream);
-      imp->domain = parts->first;
+      imp->name = mirror;
+      imp->tuples_in = &import_counter(host_, mirror);
+      imp->domain = std::move(domain);
+      imp->remote = std::move(stream);
+      imp->node = std::move(node);
       imp->expected = std::move(expected);
-      imports_[stream] = imp;
+      imports_[mirror] = imp;
     }
   }
   if (!imp) {
     // Outside the lock: the callback may read import states.
-    done(make_error(Errc::already_exists, "stream " + stream + " is imported already"));
+    done(make_error(Errc::already_exists, "stream " + mirror + " is imported already"));
     return;
   }
   {
@@ -249,6 +292,7 @@ ImportInfo Imports::info_of(const Import& imp) const {
   ImportInfo i;
   i.stream = imp.name;
   i.owner = imp.owner ? imp.owner->uri() : "";
+  i.node = imp.node;
   i.state = imp.state;
   i.reason = imp.reason;
   i.schema = imp.mirror ? imp.mirror->schema() : imp.expected;
@@ -274,11 +318,24 @@ void Imports::open(const ImportPtr& imp) {
   std::lock_guard lock(imp->mu);
   if (imp->channel != 0) return;
   const auto peers = options_.peers();
-  const PeerDomainConfig* domain = domain_config(*peers, imp->domain);
-  if (domain == nullptr) return;
+  // A read of a node of this domain goes to that node (dialed as a
+  // configured peer, or as a member of the domain: docs/cluster.md).
+  const PeerDomainConfig* domain = imp->node.empty() ? domain_config(*peers, imp->domain) : nullptr;
+  if (domain == nullptr && imp->node.empty()) return;
   // The node a RESET moved named, once its link is up; else the first
   // node of the domain, from node_index on, whose link is up.
   std::optional<certs::Identity> owner;
+  if (!imp->node.empty() && !imp->moved_to) {
+    const certs::Identity id{imp->domain, imp->node};
+    if (!wire_.is_up(id)) {
+      if (imp->state != "refused") {
+        imp->state = "connecting";
+        imp->reason = "no link to " + id.uri() + " is up";
+      }
+      return;
+    }
+    owner = id;
+  }
   if (imp->moved_to) {
     if (!wire_.is_up(*imp->moved_to)) {
       imp->state = "connecting";
@@ -288,7 +345,7 @@ void Imports::open(const ImportPtr& imp) {
     }
     owner = imp->moved_to;
   }
-  for (size_t i = imp->node_index; !owner && i < domain->nodes.size(); ++i) {
+  for (size_t i = imp->node_index; !owner && domain != nullptr && i < domain->nodes.size(); ++i) {
     certs::Identity id{imp->domain, domain->nodes[i].node};
     if (wire_.is_up(id)) {
       owner = id;
@@ -306,7 +363,7 @@ void Imports::open(const ImportPtr& imp) {
   auto channel = wire_.new_channel(*owner);
   if (!channel.ok()) return;
   Open open;
-  open.stream = imp->name;
+  open.stream = imp->remote;
   // Nothing stored and no position kept: from the oldest the owner retains.
   // Appends still in the group commit count: next_seq(), not committed_next().
   // Unless the numbering diverged (a predicate), the mirror's next number is
@@ -450,8 +507,9 @@ void Imports::on_reset(const ImportPtr& imp, const Channel& ch, std::string_view
   }
   // The node a move named no longer has it: back to the configured nodes.
   if (imp->moved_to && *imp->moved_to == ch.owner && code == WireError::not_found) imp->moved_to.reset();
-  // Another node of the domain may serve the stream.
-  if (code == WireError::not_found) {
+  // Another node of the domain may serve the stream (a read of a node of
+  // this domain asks that node only).
+  if (code == WireError::not_found && imp->node.empty()) {
     const auto peers = options_.peers();
     const PeerDomainConfig* domain = domain_config(*peers, imp->domain);
     if (domain && imp->node_index + 1 < domain->nodes.size()) {

@@ -57,6 +57,7 @@ class Deferred;
 struct ImportInfo {
   std::string stream;  // "beta/bids"
   std::string owner;   // identity URI of the node serving it, when known
+  std::string node;    // a read of a node of this domain: that node; else empty
   std::string state;   // "connecting", "active", "refused"
   std::string reason;  // why refused, or the last problem
   engine::SchemaPtr schema;
@@ -89,6 +90,14 @@ class Imports final {
   using Done = std::function<void(Result<ImportInfo>)>;
   void create(const std::string& stream, engine::SchemaPtr expected, Done done,
               std::chrono::milliseconds timeout);
+  // Reads `stream`, a stream of this node's own domain that node `node`
+  // leads, over the peer link to that node (docs/federation.md, "Reading a
+  // stream of another node of the domain"): the mirror is "@NODE/STREAM"
+  // (detail::internal_mirror_name) and gets every field and the owner's
+  // sequence numbers; credit, ACK once durable, resume and the owner's
+  // retention pin are those of an import. Answers as create() does.
+  void create_internal(const std::string& stream, const std::string& node, engine::SchemaPtr expected, Done done,
+                       std::chrono::milliseconds timeout);
   std::vector<ImportInfo> list() const;
   std::optional<ImportInfo> info(const std::string& stream) const;
   // Closes the channel and forgets the import; the caller deletes the mirror.
@@ -117,6 +126,10 @@ class Imports final {
     uint32_t id;
   };
 
+  // A new import named `mirror` (of `stream` as the owner names it),
+  // opened; `done` answers.
+  void start(const std::string& mirror, std::string domain, std::string stream, std::string node,
+             engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout);
   void open(const ImportPtr& imp);
   // Frame handlers. REQUIRES: imp->mu held.
   void on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);

@@ -241,6 +241,11 @@ void Peering::create_import(const std::string& stream, engine::SchemaPtr expecte
   imports_.create(stream, std::move(expected), std::move(done), timeout);
 }
 
+void Peering::create_internal_import(const std::string& stream, const std::string& node, engine::SchemaPtr expected,
+                                     ImportDone done, std::chrono::milliseconds timeout) {
+  imports_.create_internal(stream, node, std::move(expected), std::move(done), timeout);
+}
+
 // ---------------------------------------------------------------------------
 // Link events.
 

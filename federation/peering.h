@@ -91,6 +91,16 @@ class Peering final : public LinkHandler {
   using ImportDone = Imports::Done;
   void create_import(const std::string& stream, engine::SchemaPtr expected, ImportDone done,
                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Reads `stream`, led by node `node` of this node's own domain, into
+  // the mirror "@NODE/STREAM" (Imports::create_internal): the transport of
+  // an arc between query fragments on two nodes of one domain.
+  void create_internal_import(const std::string& stream, const std::string& node, engine::SchemaPtr expected,
+                              ImportDone done, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Owner side: node `node` of this domain no longer reads `stream` (its
+  // fragment is gone): what it acknowledged stops pinning retention.
+  Status release_internal_reader(const std::string& stream, const std::string& node) {
+    return exports_.release_internal_reader(stream, node);
+  }
   std::vector<ImportInfo> imports() const { return imports_.list(); }
   std::optional<ImportInfo> import_info(const std::string& stream) const { return imports_.info(stream); }
   // Closes the channel and forgets the import; the caller deletes the mirror.

@@ -13,6 +13,10 @@
 # pointers). CONTRACT=1: the stream crosses under a negotiated stream
 # contract instead of a configured export. IMPORT_WINDOW (e.g. 32MiB): beta's federation.import_window
 # (the byte credit its import grants acme), default the node's 8MiB.
+# INTERNAL=1: two nodes of ONE domain instead, acme/n1 and acme/n2, each
+# listing the other among its own domain's peers (no export), and the
+# internal-arc figure (federation_bench --internal: n2 reads n1's `bids`
+# into its mirror "@n1/bids"); "acme" below is then n1 and "beta" n2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -41,19 +45,31 @@ print(*[s.getsockname()[1] for s in ss])
 PY
 )
 
-for d in acme beta; do
-  "$entente" certs init-domain $d --out "$dir/$d-ca" >/dev/null
-  "$entente" certs issue-node $d n1 --ca "$dir/$d-ca" --san 127.0.0.1,localhost --out "$dir/$d-n1" >/dev/null
-done
+if [[ -n ${INTERNAL:-} ]]; then
+  # One domain: the CA of acme signs both nodes; beta's files name n2.
+  "$entente" certs init-domain acme --out "$dir/acme-ca" >/dev/null
+  "$entente" certs issue-node acme n1 --ca "$dir/acme-ca" --san 127.0.0.1,localhost --out "$dir/acme-n1" >/dev/null
+  "$entente" certs issue-node acme n2 --ca "$dir/acme-ca" --san 127.0.0.1,localhost --out "$dir/beta-n1" >/dev/null
+  cp -r "$dir/acme-ca" "$dir/beta-ca"
+else
+  for d in acme beta; do
+    "$entente" certs init-domain $d --out "$dir/$d-ca" >/dev/null
+    "$entente" certs issue-node $d n1 --ca "$dir/$d-ca" --san 127.0.0.1,localhost --out "$dir/$d-n1" >/dev/null
+  done
+fi
 
 # write_config DOMAIN FED_PORT PEER PEER_FED_PORT EXPORTS
 write_config() {
-  local d=$1 fport=$2 peer=$3 pport=$4 exports=$5 window=""
+  local d=$1 fport=$2 peer=$3 pport=$4 exports=$5 window="" domain=$1 node=n1 peer_domain=$3 peer_node=n1
   [[ -n ${IMPORT_WINDOW:-} ]] && window=" \"import_window\": \"$IMPORT_WINDOW\","
+  if [[ -n ${INTERNAL:-} ]]; then
+    domain=acme peer_domain=acme
+    [[ $d == beta ]] && node=n2 || peer_node=n2
+  fi
   mkdir -p "$dir/$d"
   cat >"$dir/$d/node.json" <<JSON
 {
-  "domain": "$d", "node": "n1",
+  "domain": "$domain", "node": "$node",
   "api": {"listen": "127.0.0.1:0", "tls": false},
   "data_dir": "$dir/$d/data",
   "tokens": [{"name": "bench", "role": "admin", "sha256": "$hash"}],
@@ -63,8 +79,8 @@ write_config() {
     "cert_file": "$dir/$d-n1/node.crt",
     "key_file": "$dir/$d-n1/node.key",
     "ca_file": "$dir/$d-ca/ca.crt",$window
-    "peers": [{"domain": "$peer", "ca_file": "$dir/$peer-ca/ca.crt",
-               "nodes": [{"node": "n1", "address": "127.0.0.1:$pport"}]}],
+    "peers": [{"domain": "$peer_domain", "ca_file": "$dir/$peer-ca/ca.crt",
+               "nodes": [{"node": "$peer_node", "address": "127.0.0.1:$pport"}]}],
     "exports": $exports
   }
 }
@@ -73,7 +89,10 @@ JSON
 # CONTRACT=1: no configured export; the bench negotiates a stream contract
 # (enforced and metered on the wire) before beta imports acme/bids.
 bench_args=()
-if [[ -n ${CONTRACT:-} ]]; then
+if [[ -n ${INTERNAL:-} ]]; then
+  write_config acme "$acme_fed" beta "$beta_fed" '[]'
+  bench_args+=(--internal)
+elif [[ -n ${CONTRACT:-} ]]; then
   write_config acme "$acme_fed" beta "$beta_fed" '[]'
   bench_args+=(--contract)
 else

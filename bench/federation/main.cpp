@@ -4,6 +4,7 @@
 //   federation_bench --owner-port P --importer-port P2 [--host H] [--token T]
 //                    [--seconds S] [--batch N] [--latency-rate R] [--lead N]
 //                    [--contract]
+//   federation_bench --internal --owner-port P1 --importer-port P2 [--tuples N]
 //
 // The owner (domain "acme") must export its stream `bids` to the importer's
 // domain ("beta"), or, with --contract, the bench negotiates a stream
@@ -23,6 +24,12 @@
 // same tuples at the same time. The difference is what crossing the domain
 // costs. Every subscriber checks that each sequence number arrives once, in
 // order: gaps count as lost, repeats as duplicated.
+//
+// --internal: the two nodes are acme/n1 and acme/n2 of one domain, and the
+// one figure is an internal arc (bench_internal):
+//   internal_arc_throughput  n1's log -> peer link -> n2's durable mirror
+//                            "@n1/bids" (tuples/s), baseline n1's durable
+//                            ingest of the same tuples, plus a live run.
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +74,10 @@ struct Args {
   // Negotiate a stream contract for acme/bids instead of relying on a
   // configured export; the JSON lines then say "under":"contract".
   bool contract = false;
+  // --internal: both nodes are of domain acme (n1, n2): the arc figure
+  // (bench_internal) instead of the cross-domain ones.
+  bool internal = false;
+  uint64_t tuples = 3'000'000;  // --tuples: what the arc figure moves
 };
 
 // The streams are made on the owner; a rerun needs fresh nodes
@@ -480,6 +491,115 @@ void bench_latency(const Args& a) {
   std::fflush(stdout);
 }
 
+// ----------------------------------------------------------- internal arc
+
+// Publishes `n` tuples (batches of --batch, 16 in flight) into `stream` on
+// `node`; the seconds from the first send to the last acknowledgement (the
+// tuples durable in the node's log), or a negative number on failure.
+double publish_all(const Args& a, const bench::Node& node, const std::string& stream, uint64_t n) {
+  // A named producer per call: each starts its numbering at 1.
+  static int calls = 0;
+  auto ws = http::WsClient::connect(client_options(node),
+                                    "/v1/streams/" + stream + "/publish?producer_id=bench-arc-" +
+                                        std::to_string(::getpid()) + "-" + std::to_string(++calls) +
+                                        "&producer_seq=1",
+                                    auth(node));
+  if (!ws.ok()) {
+    std::fprintf(stderr, "federation_bench: publish: %s\n", ws.error().message.c_str());
+    return -1;
+  }
+  const std::string msg = binary_batch(a.batch, 0, 0);
+  constexpr int kWindow = 16;
+  int in_flight = 0;
+  uint64_t sent = 0, acked = 0;
+  const auto t0 = Clock::now();
+  while (acked < n) {
+    if (sent < n && in_flight < kWindow) {
+      if (!(*ws)->send(msg, true).ok()) return -1;
+      sent += static_cast<uint64_t>(a.batch);
+      ++in_flight;
+      continue;
+    }
+    auto m = (*ws)->receive(30000);
+    if (!m.ok() || m->closed || ack_last(m->data) == 0) {
+      std::fprintf(stderr, "federation_bench: publish: no acknowledgement (%s)\n",
+                   m.ok() ? m->data.substr(0, 200).c_str() : m.error().message.c_str());
+      return -1;
+    }
+    acked += static_cast<uint64_t>(a.batch);
+    --in_flight;
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// GET /v1/imports/@n1/bids on the reading node: what its mirror holds
+// durably (`acked`), 0 when it cannot tell.
+uint64_t internal_acked(const Args& a) {
+  auto r = call(a.importer, "GET", "/v1/imports/@n1/bids");
+  if (!r.ok() || r->status != 200) return 0;
+  rapidjson::Document d;
+  d.Parse(r->body.c_str(), r->body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("acked") || !d["acked"].IsUint64()) return 0;
+  return d["acked"].GetUint64();
+}
+
+// An internal arc (docs/federation.md, "Reading a stream of another node of
+// the domain"): --tuples 100-byte tuples are published into n1's `bids`
+// first; then n2 starts reading it (POST /v1/imports {"stream":"bids",
+// "node":"n1"}) and the figure is tuples/s from n1's log to n2's durable
+// mirror (its `acked`, which n2 reports only once the tuples are synced),
+// from the POST to the last one. Baseline in the same run: n1's own durable
+// ingest of the same tuples over WebSocket. Then a live figure: the same
+// publisher into n1 while n2 reads, tuples/s until n2's mirror holds them.
+void bench_internal(const Args& a) {
+  const uint64_t n = (a.tuples / static_cast<uint64_t>(a.batch)) * static_cast<uint64_t>(a.batch);
+  const double ingest_s = publish_all(a, a.owner, kOwnerStream, n);
+  if (ingest_s <= 0) return;
+  const auto t0 = Clock::now();
+  auto r = call(a.importer, "POST", "/v1/imports", "{\"stream\":\"bids\",\"node\":\"n1\"}");
+  std::string error;
+  if (!r.ok() || r->status != 201) error = r.ok() ? std::to_string(r->status) : r.error().message;
+  const auto deadline = t0 + std::chrono::seconds(300);
+  uint64_t acked = 0;
+  while (error.empty() && acked < n && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    acked = internal_acked(a);
+  }
+  const double arc_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (error.empty() && acked < n) error = "the mirror held " + std::to_string(acked) + " after 300 s";
+
+  // Live: n2 follows while n1 ingests another n tuples.
+  const auto l0 = Clock::now();
+  const double live_ingest_s = error.empty() ? publish_all(a, a.owner, kOwnerStream, n) : -1;
+  uint64_t live_acked = acked;
+  while (error.empty() && live_ingest_s > 0 && live_acked < 2 * n && Clock::now() < l0 + std::chrono::seconds(300)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    live_acked = internal_acked(a);
+  }
+  const double live_s = std::chrono::duration<double>(Clock::now() - l0).count();
+  const double load1 = [] {
+    double l[1] = {0};
+    return getloadavg(l, 1) == 1 ? l[0] : -1;
+  }();
+  std::printf(
+      "{\"bench\":\"internal_arc_throughput\",\"path\":\"acme/n1 log -> peer link -> acme/n2 durable mirror "
+      "@n1/bids\",\"tuples\":%llu,\"tuple_bytes\":%zu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+      "\"mb_per_s\":%.1f,\"target_tuples_per_s\":1000000,\"error\":\"%s\","
+      "\"baseline\":\"owner_durable_ingest_websocket\",\"baseline_seconds\":%.3f,\"baseline_tuples_per_s\":%.0f,"
+      "\"live_tuples\":%llu,\"live_seconds\":%.3f,\"live_tuples_per_s\":%.0f,\"live_ingest_tuples_per_s\":%.0f,"
+      "\"batch\":%d,\"loadavg_1m\":%.2f}\n",
+      static_cast<unsigned long long>(n), binary_batch(a.batch, 0, 0).size() / static_cast<size_t>(a.batch), arc_s,
+      error.empty() ? static_cast<double>(n) / arc_s : 0,
+      error.empty() ? static_cast<double>(binary_batch(a.batch, 0, 0).size()) * static_cast<double>(n) /
+                          static_cast<double>(a.batch) / 1e6 / arc_s
+                    : 0,
+      error.c_str(), ingest_s, static_cast<double>(n) / ingest_s,
+      static_cast<unsigned long long>(live_acked > acked ? live_acked - acked : 0), live_s,
+      live_acked >= 2 * n ? static_cast<double>(n) / live_s : 0,
+      live_ingest_s > 0 ? static_cast<double>(n) / live_ingest_s : 0, a.batch, load1);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -498,10 +618,13 @@ int main(int argc, char** argv) {
     else if (s == "--lead") a.lead = r.integer();
     else if (s == "--only") only.push_back(r.value());
     else if (s == "--contract") a.contract = true;
+    else if (s == "--internal") a.internal = true;
+    else if (s == "--tuples") a.tuples = static_cast<uint64_t>(r.integer());
     else {
       std::fprintf(stderr,
                    "usage: federation_bench --owner-port P --importer-port P2 [--host H] [--token T] [--seconds S] "
-                   "[--batch N] [--latency-rate R] [--lead BATCHES] [--only throughput|latency] [--contract]\n");
+                   "[--batch N] [--latency-rate R] [--lead BATCHES] [--only throughput|latency] [--contract] "
+                   "[--internal [--tuples N]]\n");
       return 2;
     }
   }
@@ -511,6 +634,16 @@ int main(int argc, char** argv) {
                  "federation_bench: --owner-port and --importer-port are required; --batch 1..1000000, "
                  "--seconds up to 3600, --latency-rate 1000..1e7, --lead 1..10000\n");
     return 2;
+  }
+  if (a.internal) {
+    if (a.tuples < static_cast<uint64_t>(a.batch) || a.tuples > 100'000'000) {
+      std::fprintf(stderr, "federation_bench: --tuples %llu is outside --batch..100000000\n",
+                   static_cast<unsigned long long>(a.tuples));
+      return 2;
+    }
+    if (!create_stream(a, kOwnerStream)) return 1;
+    bench_internal(a);
+    return 0;
   }
   auto want = [&](const char* n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
   if (!create_stream(a, kOwnerStream) || !create_stream(a, kLocalStream)) return 1;

@@ -82,6 +82,8 @@ void write_import(JsonOut& j, const ImportInfo& i) {
   j.begin_object();
   j.key("stream").str(i.stream).key("owner").str(i.owner).key("state").str(i.state);
   j.key("reason").str(i.reason);
+  // A read of another node of this domain names that node.
+  if (!i.node.empty()) j.key("node").str(i.node);
   j.key("schema");
   if (i.schema) j.raw(engine::schema_to_json(*i.schema));
   else j.null();
@@ -727,9 +729,15 @@ void NodeImpl::create_import_route(const Request& req, const PathParams&, const 
     answer(Response::problem(400, "Bad Request", p->message()));
     return;
   }
+  // {"stream": "NAME", "node": "NODE"}: a stream that node NODE of this
+  // domain leads, read over the peer link into "@NODE/NAME"
+  // (docs/federation.md, "Reading a stream of another node of the domain").
+  const bool internal = doc.IsObject() && doc.HasMember("node");
   if (!doc.IsObject() || !doc.HasMember("stream") || !doc["stream"].IsString() ||
-      doc.MemberCount() != 1) {
-    answer(Response::problem(400, "Bad Request", "the body must be {\"stream\": \"DOMAIN/NAME\"}"));
+      doc.MemberCount() != (internal ? 2u : 1u) || (internal && !doc["node"].IsString())) {
+    answer(Response::problem(400, "Bad Request",
+                             "the body must be {\"stream\": \"DOMAIN/NAME\"} or, for a stream of another node "
+                             "of this domain, {\"stream\": \"NAME\", \"node\": \"NODE\"}"));
     return;
   }
   if (!peering_) {
@@ -741,11 +749,17 @@ void NodeImpl::create_import_route(const Request& req, const PathParams&, const 
     answer(Response::problem(400, "Bad Request", "the stream name is longer than 200 bytes"));
     return;
   }
-  if (find_stream(stream)) {
-    answer(Response::problem(409, "Conflict", "stream " + stream + " exists on this node already"));
+  const std::string node = internal ? std::string(doc["node"].GetString(), doc["node"].GetStringLength()) : "";
+  if (node.size() > 63) {
+    answer(Response::problem(400, "Bad Request", "the node name is longer than 63 bytes"));
     return;
   }
-  peering_->create_import(stream, nullptr, [answer](Result<ImportInfo> r) {
+  const std::string mirror = internal ? "@" + node + "/" + stream : stream;
+  if (find_stream(mirror)) {
+    answer(Response::problem(409, "Conflict", "stream " + mirror + " exists on this node already"));
+    return;
+  }
+  auto done = [answer](Result<ImportInfo> r) {
     if (!r.ok()) {
       answer(problem_for(r.error()));
       return;
@@ -753,7 +767,9 @@ void NodeImpl::create_import_route(const Request& req, const PathParams&, const 
     Response resp = Response::json(201, import_json(*r));
     resp.headers.emplace_back("Location", "/v1/imports/" + r->stream);
     answer(std::move(resp));
-  });
+  };
+  if (internal) peering_->create_internal_import(stream, node, nullptr, std::move(done));
+  else peering_->create_import(stream, nullptr, std::move(done));
 }
 
 void NodeImpl::get_import(const Request&, const PathParams& params, const Respond& answer) {

@@ -9,6 +9,8 @@
 // projection applied on the wire and its metering charging what the
 // importer acknowledged. MovedTest: a domain of two owner nodes, where the
 // one the importer dials answers RESET moved and the importer follows it.
+// InternalReadTest: a node reading a stream of another node of its own
+// domain, with no export, and a node of another domain refused.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -955,6 +957,301 @@ TEST_F(MovedTest, AVersionOneImporterGetsNotFoundNamingTheLeaderAndTriesItsNextN
   ASSERT_TRUE(info.ok()) << info.error().message;
   EXPECT_EQ(info->owner, "entente://acme/n1");
   EXPECT_EQ(mirror()->seqs(), one_to(10));
+}
+
+// ---------------------------------------------------------------------------
+// Reads between two nodes of one domain (docs/federation.md, "Reading a
+// stream of another node of the domain"): node acme/n2 reads acme/n1's
+// stream `bids` into "@n1/bids" while n1 exports nothing; a node of
+// another domain asking the same is refused.
+
+class InternalReadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    owner_dir_ = entente::testing::make_temp_dir("fed-internal-n1");
+    reader_dir_ = entente::testing::make_temp_dir("fed-internal-n2");
+    owner_ = std::make_unique<TestHost>(owner_dir_);
+    reader_ = std::make_unique<TestHost>(reader_dir_);
+    bids_ = std::make_shared<MemStream>("bids", bids_schema());
+    owner_->streams["bids"] = bids_;
+    // n2 lists n1 among the nodes of its own domain.
+    peers_ = std::make_shared<const std::vector<PeerDomainConfig>>(
+        std::vector<PeerDomainConfig>{{"acme", "", {{"n1", "127.0.0.1", 1}}}});
+    net_.link(kAcme, kAcme2);
+    start_owner();
+    start_reader();
+  }
+  void TearDown() override {
+    imports_.reset();
+    exports_.reset();
+    metering_.reset();
+    owner_acks_.reset();
+    owner_.reset();
+    reader_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(owner_dir_, ec);
+    std::filesystem::remove_all(reader_dir_, ec);
+  }
+
+  // (Re)starts n1's owner side, exporting nothing, from what its store holds.
+  void start_owner() {
+    exports_.reset();
+    owner_acks_ = std::make_unique<Acknowledgements>(owner_->store());
+    ASSERT_TRUE(owner_acks_->load().ok());
+    metering_ = std::make_unique<Metering>(owner_->store(), [this](const std::string& l) { owner_->log(l); });
+    ASSERT_TRUE(metering_->load().ok());
+    exports_ = std::make_unique<Exports>(
+        *owner_, ExportSender::Context{owner_wire_, *metering_, *owner_acks_, owner_traffic_},
+        Exports::Options{kAcme, {}, 1u << 20});
+  }
+  // (Re)starts n2's importer side from its catalog (its mirrors).
+  void start_reader(uint32_t window = 8u << 20) {
+    imports_.reset();
+    imports_ = std::make_unique<Imports>(*reader_, reader_wire_, reader_traffic_,
+                                         Imports::Options{kAcme2, window, [this] { return peers_; }});
+    ASSERT_TRUE(imports_->load().ok());
+  }
+  void run(std::vector<FrameType> hold = {}) {
+    while (!net_.frames.empty() || !reader_->queue.empty()) {
+      while (!net_.frames.empty()) {
+        Frame f = std::move(net_.frames.front());
+        net_.frames.pop_front();
+        if (std::find(hold.begin(), hold.end(), f.type) != hold.end()) {
+          held_.push_back(std::move(f));
+          continue;
+        }
+        deliver(f);
+      }
+      reader_->commit();
+    }
+  }
+  void deliver(const Frame& f) {
+    seen_.push_back(f);
+    if (f.to == kAcme) {
+      if (f.type == FrameType::open) {
+        exports_->on_open(f.from, f.channel, f.payload);
+      } else {
+        (void)exports_->on_frame(f.from, f.type, f.channel, f.payload);
+      }
+    } else if (f.to == kAcme2) {
+      (void)imports_->on_frame(f.from, f.type, f.channel, f.payload);
+    }
+  }
+  Result<ImportInfo> read_bids(std::vector<FrameType> hold = {}) {
+    std::optional<Result<ImportInfo>> answer;
+    imports_->create_internal("bids", "n1", nullptr, [&](Result<ImportInfo> r) { answer = std::move(r); },
+                              std::chrono::seconds(10));
+    run(std::move(hold));
+    if (!answer) return make_error(Errc::unavailable, "no answer");
+    return std::move(*answer);
+  }
+  // The link between n1 and n2 drops; both sides learn it.
+  void cut() {
+    net_.up.clear();
+    if (exports_) exports_->on_link_down(kAcme2);
+    if (imports_) imports_->on_link_down(kAcme, "test cut");
+  }
+  void reconnect() {
+    net_.link(kAcme, kAcme2);
+    imports_->on_link_up(kAcme);
+    run();
+  }
+  std::shared_ptr<MemStream> mirror() const {
+    auto it = reader_->streams.find("@n1/bids");
+    return it == reader_->streams.end() ? nullptr : it->second;
+  }
+  std::vector<Frame> seen(FrameType type) const {
+    std::vector<Frame> out;
+    for (const auto& f : seen_) {
+      if (f.type == type) out.push_back(f);
+    }
+    return out;
+  }
+  static engine::Batch rows(size_t n, int64_t price) {
+    engine::BatchBuilder b(bids_schema());
+    for (size_t i = 0; i < n; ++i) {
+      b.column(0).ints.push_back(price + static_cast<int64_t>(i));
+      b.column(1).append_str("item-0000");
+      b.event_time().push_back(1000 + static_cast<int64_t>(i));
+      b.seq().push_back(0);
+    }
+    return b.finish();
+  }
+  static std::vector<uint64_t> range(uint64_t from, uint64_t to) {
+    std::vector<uint64_t> v;
+    for (uint64_t i = from; i <= to; ++i) v.push_back(i);
+    return v;
+  }
+
+  std::string owner_dir_, reader_dir_;
+  std::unique_ptr<TestHost> owner_, reader_;
+  std::shared_ptr<MemStream> bids_;
+  std::shared_ptr<const std::vector<PeerDomainConfig>> peers_;
+  Net net_;
+  NetWire owner_wire_{kAcme, net_};
+  NetWire reader_wire_{kAcme2, net_};
+  Traffic owner_traffic_, reader_traffic_;
+  std::unique_ptr<Acknowledgements> owner_acks_;
+  std::unique_ptr<Metering> metering_;
+  std::unique_ptr<Exports> exports_;
+  std::unique_ptr<Imports> imports_;
+  std::vector<Frame> held_;
+  std::vector<Frame> seen_;
+};
+
+TEST_F(InternalReadTest, ANodeOfTheDomainGetsEveryTupleOnceWithTheOwnersNumbersWithoutAnExport) {
+  for (int i = 0; i < 3; ++i) bids_->publish(rows(100, i * 100));  // 1..300, before the read
+  auto info = read_bids();
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(info->stream, "@n1/bids");
+  EXPECT_EQ(info->node, "n1");
+  EXPECT_EQ(info->owner, "entente://acme/n1");
+  EXPECT_EQ(info->state, "active");
+  // The OPEN names the stream as its owner's domain does.
+  ASSERT_EQ(seen(FrameType::open).size(), 1u);
+  EXPECT_EQ(decode_open(seen(FrameType::open)[0].payload)->stream, "acme/bids");
+  ASSERT_NE(mirror(), nullptr);
+  EXPECT_EQ(*mirror()->schema(), *bids_schema());  // every field
+  EXPECT_EQ(mirror()->seqs(), range(1, 300));
+
+  for (int i = 3; i < 5; ++i) bids_->publish(rows(100, i * 100));
+  run();
+  EXPECT_EQ(mirror()->seqs(), range(1, 500));
+  EXPECT_EQ(bids_->seqs(), mirror()->seqs());  // the owner's numbers, one for one
+  EXPECT_EQ(imports_->info("@n1/bids")->acked, 500u);
+  // The owner keeps n2's acknowledgement apart from any domain's, and it
+  // pins the stream after it.
+  EXPECT_EQ(owner_acks_->acked("bids", "@n2"), std::optional<uint64_t>(500));
+  EXPECT_EQ(owner_acks_->acked("bids", "acme"), std::nullopt);
+  EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(501));
+  EXPECT_NE(std::find(owner_->lines.begin(), owner_->lines.end(),
+                      "federation: entente://acme/n2 opened acme/bids from 1 (a node of this domain)"),
+            owner_->lines.end());
+}
+
+TEST_F(InternalReadTest, AReaderThatRestartsResumesFromItsMirror) {
+  for (int i = 0; i < 2; ++i) bids_->publish(rows(40, i * 40));
+  ASSERT_TRUE(read_bids().ok());
+  cut();
+  imports_.reset();  // n2 stops; its mirror stays in its catalog
+  bids_->publish(rows(40, 80));
+
+  start_reader();
+  auto info = imports_->info("@n1/bids");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->node, "n1");
+  EXPECT_EQ(info->next_seq, 81u);
+  reconnect();
+  EXPECT_EQ(decode_open(seen(FrameType::open).back().payload)->from_seq, 81u);
+  EXPECT_EQ(decode_open(seen(FrameType::open).back().payload)->stream, "acme/bids");
+  EXPECT_EQ(mirror()->seqs(), range(1, 120));
+  EXPECT_EQ(imports_->info("@n1/bids")->state, "active");
+}
+
+TEST_F(InternalReadTest, AfterTheOwnerRestartsTheReaderResumesWithNothingLostOrDuplicated) {
+  for (int i = 0; i < 4; ++i) bids_->publish(rows(25, i * 25));  // 1..100
+  ASSERT_TRUE(read_bids().ok());
+  ASSERT_EQ(mirror()->seqs(), range(1, 100));
+  // 101..125 is stored and its ACK lost, 126..150 lost on the wire, when
+  // n1 dies.
+  bids_->publish(rows(25, 100));
+  bids_->publish(rows(25, 125));
+  ASSERT_EQ(net_.frames.size(), 2u);
+  deliver(net_.frames.front());
+  net_.frames.clear();
+  reader_->commit();
+  net_.frames.clear();
+  cut();
+  start_owner();  // n1 restarts: what n2 acknowledged comes back from its store
+  EXPECT_EQ(owner_acks_->acked("bids", "@n2"), std::optional<uint64_t>(100));
+  EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(101));
+  bids_->publish(rows(25, 150));  // 151..175 while the link is down
+
+  reconnect();
+  EXPECT_EQ(decode_open(seen(FrameType::open).back().payload)->from_seq, 126u);
+  EXPECT_EQ(mirror()->seqs(), range(1, 175));
+  EXPECT_EQ(owner_acks_->acked("bids", "@n2"), std::optional<uint64_t>(175));
+}
+
+TEST_F(InternalReadTest, TheOwnerKeepsWhatTheReaderHasNotAcknowledgedUntilItIsReleased) {
+  bids_->publish(rows(100, 0));  // 1..100
+  // Every ACK is held back: n2 stored the tuples, n1 does not know it.
+  ASSERT_TRUE(read_bids({FrameType::ack}).ok());
+  ASSERT_EQ(mirror()->seqs(), range(1, 100));
+  EXPECT_EQ(owner_acks_->acked("bids", "@n2"), std::nullopt);
+  EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(1));
+  for (auto& f : held_) net_.frames.push_back(std::move(f));
+  held_.clear();
+  run();
+  EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(101));
+
+  // The link drops and the owner restarts: the pin stays where n2 stood,
+  // whatever is appended meanwhile.
+  cut();
+  start_owner();
+  bids_->publish(rows(50, 100));
+  EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(101));
+
+  // The reading fragment is gone: its pin goes, durably.
+  ASSERT_TRUE(exports_->release_internal_reader("bids", "n2").ok());
+  EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
+  start_owner();
+  EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
+}
+
+TEST_F(InternalReadTest, AReadThatIsDeletedUnsubscribesAndReleasesTheOwnersPin) {
+  bids_->publish(rows(100, 0));
+  ASSERT_TRUE(read_bids().ok());
+  ASSERT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(101));
+  ASSERT_TRUE(imports_->forget("@n1/bids").ok());
+  run();
+  const auto resets = seen(FrameType::reset);
+  ASSERT_EQ(resets.size(), 1u);
+  EXPECT_EQ(decode_reset(resets[0].payload)->code, WireError::none);
+  EXPECT_EQ(exports_->open_channels(), 0u);
+  EXPECT_EQ(owner_acks_->acked("bids", "@n2"), std::nullopt);
+  EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
+  start_owner();  // durably
+  EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
+}
+
+TEST_F(InternalReadTest, ANodeOfAnotherDomainIsRefusedWithTheReason) {
+  // beta/n1 asks n1 for acme/bids as n2 does: n1 exports nothing to beta.
+  bids_->publish(rows(10, 0));
+  net_.link(kAcme, kBeta);
+  exports_->on_open(kBeta, 7, encode(Open{"acme/bids", 0, 1u << 20}));
+  ASSERT_EQ(net_.frames.size(), 1u);
+  const Frame f = net_.frames.front();
+  EXPECT_EQ(f.to, kBeta);
+  ASSERT_EQ(f.type, FrameType::reset);
+  auto reset = decode_reset(f.payload);
+  ASSERT_TRUE(reset.ok());
+  EXPECT_EQ(reset->code, WireError::not_exported);
+  EXPECT_EQ(reset->reason, "stream acme/bids is not exported to domain beta (no stream contract covers it)");
+  EXPECT_EQ(exports_->open_channels(), 0u);
+  EXPECT_EQ(owner_acks_->of("bids").size(), 0u);
+}
+
+TEST_F(InternalReadTest, AReadNamingThisNodeOrABadNameIsRefusedBeforeAnythingIsSent) {
+  std::vector<Result<ImportInfo>> answers;
+  auto keep = [&](Result<ImportInfo> r) { answers.push_back(std::move(r)); };
+  imports_->create_internal("bids", "n2", nullptr, keep, std::chrono::seconds(1));
+  imports_->create_internal("bids", "N 1", nullptr, keep, std::chrono::seconds(1));
+  imports_->create_internal("beta/bids", "n1", nullptr, keep, std::chrono::seconds(1));
+  imports_->create("@n1/bids", nullptr, keep, std::chrono::seconds(1));
+  ASSERT_EQ(answers.size(), 4u);
+  for (const auto& a : answers) {
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.error().code, Errc::invalid_argument);
+  }
+  EXPECT_EQ(answers[0].error().message, "stream bids of node n2 is this node's own; read it as 'bids'");
+  EXPECT_EQ(answers[1].error().message, "node name 'N 1' is not [a-z][a-z0-9-]* of at most 63 characters");
+  EXPECT_EQ(answers[2].error().message,
+            "'beta/bids' is not the name of a stream of domain acme (NAME, without a domain)");
+  EXPECT_EQ(answers[3].error().message,
+            "'@n1/bids' names a read of a node of this domain; ask for NAME and the node");
+  EXPECT_TRUE(net_.frames.empty());
+  EXPECT_TRUE(imports_->list().empty());
 }
 
 }  // namespace
