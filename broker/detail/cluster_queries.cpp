@@ -264,6 +264,11 @@ bool NodeImpl::forward_query_if_elsewhere(const http::Request& req, const std::s
                                           const http::Respond& answer) {
   if (!catalog_ || find_query(name)) return false;
   auto e = catalog_->get(query_key_of(name));
+  if (!e && catalog_->revision() == 0) {
+    answer(unavailable("finding query '" + name.substr(0, 100) + "' waits for the domain's catalog in etcd, "
+                       "which this node has not read yet (" + catalog_->problem() + ")"));
+    return true;
+  }
   if (!e) return false;
   auto node = node_of_entry(e->value);
   if (!node || *node == config_.node) return false;

@@ -87,6 +87,13 @@ std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node
   return j.take();
 }
 
+Status NodeImpl::catalog_not_read(const std::string& stream) const {
+  if (!catalog_ || catalog_->revision() != 0 || stream_leader(stream) || find_stream(stream)) return {};
+  return make_error(Errc::unavailable, "finding stream '" + stream.substr(0, 100) +
+                                           "' waits for the domain's catalog in etcd, which this node has not "
+                                           "read yet (" + catalog_->problem() + ")");
+}
+
 std::optional<std::string> NodeImpl::etcd_problem() const {
   if (!catalog_->synced()) return catalog_->problem();
   // A paused or partitioned etcd leaves the watch silent rather than
@@ -145,6 +152,12 @@ bool NodeImpl::forward_if_elsewhere(const http::Request& req, const RouteInfo& r
   const std::string_view path = route.path;
   if (!path.starts_with("/v1/streams/{name}")) return false;
   auto leader = stream_leader(params[0]);
+  if (!leader && !find_stream(params[0]) && catalog_->revision() == 0) {
+    // Not read the domain's catalog yet (just started, or etcd is down
+    // since): "no such stream" would be a guess.
+    answer(catalog_unavailable(catalog_->problem(), "finding stream '" + params[0].substr(0, 100) + "'"));
+    return true;
+  }
   if (!leader || *leader == config_.node) return false;
   if (hops_of(req) >= kMaxHops) {
     answer(http::Response::problem(508, "Loop Detected",

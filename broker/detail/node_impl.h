@@ -252,6 +252,9 @@ class NodeImpl final : public http::Handler {
   Status cluster_delete_query(const std::string& name);
   // The domain's nodes: this one alone, or every node in the membership view.
   std::vector<std::string> domain_nodes() const;
+  // unavailable when `stream` is neither here nor in the catalog and the
+  // catalog has not been read yet (so "no such stream" would be a guess).
+  Status catalog_not_read(const std::string& stream) const;
   // Why the domain's catalog cannot be changed now; nullopt when it can.
   std::optional<std::string> etcd_problem() const;
   // The controller's choice for a new stream or query with no placement.

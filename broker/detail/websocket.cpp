@@ -312,6 +312,10 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
   if (auto leader = stream_leader(param); leader && *leader != config_.node) {
     return forward_websocket(req, *leader, reject);
   }
+  if (Status unknown = catalog_not_read(param); !unknown.ok()) {
+    reject = problem_for(unknown.error());
+    return nullptr;
+  }
   auto stream = find_stream(param);
   if (!stream) {
     reject = http::Response::problem(404, "Not Found", "no stream '" + param.substr(0, 100) + "'");
