@@ -144,7 +144,9 @@ void Membership::start() {
   std::lock_guard lock(mu_);
   if (thread_.joinable()) return;
   stopping_ = false;
+  watch_stop_.store(false);
   thread_ = std::thread([this] { run(); });
+  watch_thread_ = std::thread([this] { watch_controller(); });
 }
 
 void Membership::stop(bool leave) {
@@ -152,11 +154,13 @@ void Membership::stop(bool leave) {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
+  watch_stop_.store(true);
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
   if (leave && lease_ != 0) {
     // Revoking deletes alive/<node> and, when held, the controller key:
-    // the others see this node leave at their next tick.
+    // the others see this node leave at once (their controller watch).
     (void)etcd_.revoke_lease(lease_);
     lease_ = 0;
   }
@@ -167,10 +171,36 @@ void Membership::run() {
   const auto period = std::chrono::milliseconds(std::max<int64_t>(100, options_.lease_ttl_ms / 3));
   std::unique_lock lock(mu_);
   while (!stopping_) {
+    tick_now_ = false;
     lock.unlock();
     tick();
     lock.lock();
-    cv_.wait_for(lock, period, [this] { return stopping_; });
+    cv_.wait_for(lock, period, [this] { return stopping_ || tick_now_; });
+  }
+}
+
+void Membership::watch_controller() {
+  // When the controller key goes (its holder's lease revoked or expired),
+  // campaign at once rather than at the next tick: the role passes within
+  // milliseconds of etcd deleting the key.
+  const std::string key = options_.prefix + "controller";
+  while (!watch_stop_.load()) {
+    auto on_events = [this](const std::vector<WatchEvent>& events, int64_t) {
+      for (const auto& e : events) {
+        if (e.type != WatchEvent::Type::erase) continue;
+        {
+          std::lock_guard lock(mu_);
+          tick_now_ = true;
+        }
+        cv_.notify_all();
+      }
+      return true;
+    };
+    Status s = etcd_.watch(key, false, 0, on_events, watch_stop_);
+    if (s.ok()) break;  // stopped
+    // etcd unreachable: the ticks report it; try again shortly.
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_; });
   }
 }
 

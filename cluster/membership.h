@@ -13,7 +13,8 @@
 //                      it at a time, and it passes to another node when the
 //                      holder's lease expires.
 //
-// One thread per node ticks every lease_ttl/3: it renews the lease (or
+// One thread per node ticks every lease_ttl/3, and at once when a second
+// thread, watching the controller key, sees it deleted: it renews the lease (or
 // grants a new one when it expired, re-registering), rewrites its load,
 // campaigns for the controller key, and reads the members back into the
 // view the API serves. When etcd is unreachable the view stays as last read
@@ -114,6 +115,8 @@ class Membership final {
  private:
   void run();
   void tick();
+  // Watches the controller key; its deletion wakes run() at once.
+  void watch_controller();
   // Each returns an error when etcd failed; the tick then stops there.
   Status keep_registered();
   Status campaign();
@@ -136,12 +139,15 @@ class Membership final {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool tick_now_ = false;  // REQUIRES: mu_; the controller key went: tick now
   MembershipView view_;  // REQUIRES: mu_
   std::atomic<bool> controller_{false};
   // When the lease was last granted or renewed (steady clock): the role is
   // only claimed within one TTL of it.
   std::atomic<int64_t> lease_renewed_steady_ms_{0};
   std::thread thread_;
+  std::atomic<bool> watch_stop_{false};
+  std::thread watch_thread_;
 };
 
 }  // namespace entente::cluster

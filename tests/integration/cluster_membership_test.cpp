@@ -211,9 +211,11 @@ TEST_F(ClusterMembershipLongLease, AStoppedControllerHandsTheRoleOverAtOnce) {
   ASSERT_TRUE(eventually(20, [&] { return !(second = agreed_controller(rest, {first})).empty(); }));
   const double handover_s = std::chrono::duration<double>(Clock::now() - stopped_at).count();
   std::printf("controller %s stopped; %s took over after %.2f s\n", first.c_str(), second.c_str(), handover_s);
-  // A revoked lease is seen at the survivors' next tick (TTL/3 = 3.3 s),
-  // well before the lease would have expired (10 s).
-  EXPECT_LT(handover_s, 6.0);
+  // The revoked lease deletes the controller key; the survivors watch it
+  // and campaign at once, long before the lease would have expired (10 s)
+  // or their next tick (3.3 s). The bound is loose for a loaded machine;
+  // the figure is printed above.
+  EXPECT_LT(handover_s, 2.0);
 }
 
 TEST_F(ClusterMembership, EtcdStoppedTheNodesKeepServingAndConverge) {
