@@ -168,6 +168,16 @@ std::string Catalog::problem() const {
   return problem_;
 }
 
+Result<std::optional<CatalogEntry>> Catalog::read(std::string_view key) {
+  ENTENTE_ASSIGN_OR_RETURN(RangeResult r, etcd_.get(root_ + std::string(key)));
+  if (r.kvs.empty()) return std::optional<CatalogEntry>();
+  CatalogEntry e;
+  e.key = std::string(key);
+  e.value = std::move(r.kvs[0].value);
+  e.mod_revision = r.kvs[0].mod_revision;
+  return std::optional<CatalogEntry>(std::move(e));
+}
+
 Result<int64_t> Catalog::create(std::string_view key, std::string_view value) {
   const std::string full = root_ + std::string(key);
   TxnOp put;

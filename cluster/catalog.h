@@ -66,6 +66,8 @@ class Catalog final {
   // Why the cache is not synced (empty when it is).
   std::string problem() const;
 
+  // Reads `key` from etcd itself, not the cache (nullopt: absent).
+  Result<std::optional<CatalogEntry>> read(std::string_view key);
   // Creates `key` only if absent. Errors: already_exists, unavailable.
   Result<int64_t> create(std::string_view key, std::string_view value);
   // Replaces `key` only if its mod_revision is still `expected`.

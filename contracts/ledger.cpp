@@ -129,12 +129,24 @@ Status Ledger::append_locked(const std::string& id, const Version& v) {
   const Contract fresh{id, {}};
   const Contract& c = it != contracts_.end() ? it->second : fresh;
   ENTENTE_RETURN_IF_ERROR(check_transition(c, v, v.by));
-  ENTENTE_RETURN_IF_ERROR(
-      store_.put(store::Cf::contracts, version_key(id, v.number), version_to_json(v), store::Durability::synced));
+  const std::string json = version_to_json(v);
+  if (gate_) ENTENTE_RETURN_IF_ERROR(gate_(id, v, json));
+  ENTENTE_RETURN_IF_ERROR(store_.put(store::Cf::contracts, version_key(id, v.number), json, store::Durability::synced));
   Contract& stored = contracts_[id];
   stored.id = id;
   stored.history.push_back(v);
   return Status::Ok();
+}
+
+void Ledger::set_gate(Gate gate) {
+  std::lock_guard lock(mu_);
+  gate_ = std::move(gate);
+}
+
+uint64_t Ledger::versions(std::string_view id) const {
+  std::lock_guard lock(mu_);
+  auto it = contracts_.find(id);
+  return it == contracts_.end() ? 0 : it->second.history.size();
 }
 
 Status Ledger::append(const std::string& id, const Version& v) {

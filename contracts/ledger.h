@@ -16,6 +16,7 @@
 // held across the synced write of append() so versions land in order).
 // Lifecycle: open() loads everything; there is nothing to stop.
 
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -51,6 +52,17 @@ class Ledger final {
   static Result<std::unique_ptr<Ledger>> open(store::Store& store);
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
+
+  // Called under the ledger's lock once a version passed every check and
+  // before it is stored: a domain of several nodes records it in the
+  // domain's one ledger first (docs/cluster.md, "One ledger per domain"),
+  // so two nodes cannot store different versions under one number. An
+  // error refuses the version; nothing is stored. `json` is the version's
+  // stored form (version_to_json).
+  using Gate = std::function<Status(const std::string& id, const Version& v, const std::string& json)>;
+  void set_gate(Gate gate);
+  // How many versions of contract `id` this ledger holds (0: none).
+  uint64_t versions(std::string_view id) const;
 
   // not_found "no contract c-…".
   Result<Contract> get(std::string_view id) const;
@@ -114,6 +126,7 @@ class Ledger final {
   store::Store& store_;
   mutable std::mutex mu_;
   std::map<std::string, Contract, std::less<>> contracts_;  // guarded by mu_
+  Gate gate_;  // guarded by mu_
   std::map<std::string, Counters, std::less<>> usage_;      // guarded by mu_
 };
 

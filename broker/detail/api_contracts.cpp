@@ -178,10 +178,8 @@ Diagnostics catalog_problems(const NodeImpl& node, const contracts::Terms& t,
   if (!checks_catalog(node, t)) return diag;
   contracts::check_stream_catalog(
       t,
-      [&node](const std::string& name) -> engine::SchemaPtr {
-        auto s = node.find_stream(name);
-        return s ? s->meta().schema : nullptr;
-      },
+      // In a domain of several nodes, any of its streams (docs/cluster.md).
+      [&node](const std::string& name) -> engine::SchemaPtr { return node.domain_stream_schema(name); },
       diag, given);
   return diag;
 }

@@ -112,11 +112,24 @@ Status NodeImpl::start_cluster() {
   cluster::MembershipOptions mo;
   mo.prefix = c.prefix;
   mo.lease_ttl_ms = c.lease_ttl_ms;
-  catalog_ = std::make_unique<cluster::Catalog>(*etcd_, c.prefix);
+  // A contract version another node recorded reaches this node's ledger
+  // as soon as the watch brings it (and at each tick otherwise).
+  catalog_ = std::make_unique<cluster::Catalog>(*etcd_, c.prefix, [this](const std::vector<std::string>& keys) {
+    for (const auto& k : keys) {
+      if (k.starts_with("contracts/")) {
+        reconcile_contracts();
+        return;
+      }
+    }
+  });
+  share_ledger();
   catalog_->start();
   membership_ = std::make_unique<cluster::Membership>(
       *etcd_, std::move(mo), std::move(self), [this] { return node_load(); }, cluster::Membership::RoleFn{},
-      [this] { reconcile_streams(); });
+      [this] {
+        reconcile_streams();
+        reconcile_contracts();
+      });
   membership_->start();
   return {};
 }

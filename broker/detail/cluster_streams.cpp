@@ -137,6 +137,15 @@ std::string NodeImpl::least_loaded_node(const cluster::MembershipView& view) con
   return best.empty() ? config_.node : best;
 }
 
+engine::SchemaPtr NodeImpl::domain_stream_schema(const std::string& name) const {
+  if (auto s = find_stream(name)) return s->meta().schema;
+  if (!catalog_) return nullptr;
+  auto e = catalog_->get(stream_key_of(name));
+  if (!e) return nullptr;
+  auto parsed = stream_entry_from_json(e->value);
+  return parsed.ok() ? parsed->meta.schema : nullptr;
+}
+
 std::optional<std::string> NodeImpl::stream_leader(const std::string& stream) const {
   if (!catalog_) return std::nullopt;
   auto e = catalog_->get(stream_key_of(stream));

@@ -122,6 +122,10 @@ class NodeImpl final : public http::Handler {
   // (conflict while a query reads it).
   Status delete_import(const std::string& name);
   StreamPtr find_stream(const std::string& name) const;
+  // The schema of a stream of the domain: this node's, or the catalog's
+  // for one another node leads; null when there is none.
+  engine::SchemaPtr domain_stream_schema(const std::string& name) const;
+
   std::vector<StreamPtr> list_streams() const;
 
   // Deploys a query network; all validation problems in `diag`.
@@ -252,6 +256,12 @@ class NodeImpl final : public http::Handler {
   Status cluster_delete_query(const std::string& name);
   // The domain's nodes: this one alone, or every node in the membership view.
   std::vector<std::string> domain_nodes() const;
+  // --- one contract ledger per domain (cluster_contracts.cpp)
+  // Gates this node's ledger on the domain's (etcd) one.
+  void share_ledger();
+  // Appends the domain's versions this node lacks; records its own that
+  // the domain lacks.
+  void reconcile_contracts();
   // unavailable when `stream` is neither here nor in the catalog and the
   // catalog has not been read yet (so "no such stream" would be a guess).
   Status catalog_not_read(const std::string& stream) const;
@@ -286,6 +296,7 @@ class NodeImpl final : public http::Handler {
   std::unique_ptr<cluster::Catalog> catalog_;
   // Queries this node is deploying after cluster_place_query (their
   // catalog entries say "deploying": reconcile_streams leaves them be).
+  std::mutex contracts_reconcile_mu_;  // one reconcile_contracts at a time
   std::mutex deploying_mu_;
   std::set<std::string> deploying_;  // REQUIRES: deploying_mu_
   // Forwards requests and WebSockets to the other nodes (its own threads).

@@ -134,6 +134,37 @@ TEST(LedgerTest, AppendRefusesANumberThatIsNotNext) {
   EXPECT_EQ(n.ledger().get("c-ffffffffffffffff").error().code, Errc::not_found);
 }
 
+// The gate a domain of several nodes puts before every append
+// (docs/cluster.md, "One ledger per domain"): it sees each checked version
+// with its stored form, and its refusal stores nothing.
+TEST(LedgerTest, TheGateSeesEveryCheckedVersionAndItsRefusalStoresNothing) {
+  Node n;
+  Contract c = testing::active_contract(stream_terms(), acme(), beta());
+  std::vector<std::pair<uint64_t, std::string>> seen;
+  bool refuse = false;
+  n.ledger().set_gate([&](const std::string& id, const Version& v, const std::string& json) -> Status {
+    EXPECT_EQ(id, c.id);
+    seen.emplace_back(v.number, json);
+    if (refuse) return make_error(Errc::unavailable, "etcd unreachable");
+    return {};
+  });
+  EXPECT_EQ(n.ledger().versions(c.id), 0u);
+  ASSERT_TRUE(n.ledger().append(c.id, c.history[0]).ok());
+  // A version that fails the ledger's own checks never reaches the gate.
+  EXPECT_FALSE(n.ledger().append(c.id, c.history[2]).ok());
+  refuse = true;
+  Status refused = n.ledger().append(c.id, c.history[1]);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "etcd unreachable");
+  EXPECT_EQ(n.ledger().versions(c.id), 1u);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].first, 1u);
+  EXPECT_EQ(seen[0].second, version_to_json(c.history[0]));
+  EXPECT_EQ(seen[1].first, 2u);
+  n.reopen();
+  EXPECT_EQ(n.ledger().versions(c.id), 1u);  // nothing of version 2 was stored
+}
+
 TEST(LedgerTest, RestartKeepsVersionsAndUsage) {
   Node n;
   Contract c = testing::active_contract(stream_terms(), acme(), beta());
