@@ -111,6 +111,7 @@ std::string Membership::load_json(const NodeLoad& l) {
   w.Uint64(l.lag_tuples);
   write_list(w, "streams_led", l.streams_led);
   write_list(w, "fragments", l.fragments);
+  write_string(w, "tokens", l.tokens);
   w.EndObject();
   return {sb.GetString(), sb.GetSize()};
 }
@@ -126,6 +127,7 @@ Result<NodeLoad> Membership::load_from_json(std::string_view json) {
   }
   l.streams_led = list_member(doc, "streams_led");
   l.fragments = list_member(doc, "fragments");
+  l.tokens = string_member(doc, "tokens");
   return l;
 }
 

@@ -56,6 +56,9 @@ struct NodeLoad {
   uint64_t lag_tuples = 0;   // input its queries have not processed yet
   std::vector<std::string> streams_led;  // streams appended on this node
   std::vector<std::string> fragments;    // query fragments running here
+  // A fingerprint of the node's API tokens (roles and hashes): forwarding
+  // needs every node of a domain to accept the same tokens.
+  std::string tokens;
 };
 
 struct Member {

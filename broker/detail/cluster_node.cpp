@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "broker/detail/json_out.h"
@@ -76,7 +77,20 @@ cluster::NodeLoad NodeImpl::node_load() {
     load.fragments.push_back(q->meta().name);
     load.lag_tuples += q->lag_tuples();
   }
+  load.tokens = tokens_fingerprint();
   return load;
+}
+
+std::string NodeImpl::tokens_fingerprint() const {
+  std::vector<std::string> lines;
+  {
+    std::lock_guard lock(tokens_mu_);  // a reload may replace them
+    for (const auto& t : config_.tokens) lines.push_back(std::string(role_name(t.role)) + ":" + t.sha256);
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  return hash_token(all).substr(0, 16);
 }
 
 std::vector<std::string> NodeImpl::domain_nodes() const {
@@ -156,7 +170,23 @@ void NodeImpl::get_nodes(const http::Request&, const PathParams&, const http::Re
     return;
   }
   const cluster::MembershipView v = membership_->view();
+  // Forwarding authenticates a request twice, here and where it is
+  // forwarded: nodes whose tokens differ refuse each other's callers.
+  const std::string mine = tokens_fingerprint();
+  std::vector<std::string> warnings;
+  for (const auto& m : v.members) {
+    if (m.up && m.load && !m.load->tokens.empty() && m.load->tokens != mine) {
+      warnings.push_back(m.record.node + " accepts other API tokens than " + config_.node +
+                         ": requests forwarded between them may be refused (every node of a domain needs the "
+                         "same tokens)");
+    }
+  }
   j.key("cluster").boolean(true).key("self").str(config_.node);
+  if (!warnings.empty()) {
+    j.key("warnings").begin_array();
+    for (const auto& w : warnings) j.str(w);
+    j.end_array();
+  }
   if (v.controller.empty()) j.key("controller").null();
   else j.key("controller").str(v.controller);
   // The view is what etcd said at the last tick; while etcd cannot be

@@ -219,6 +219,8 @@ class NodeImpl final : public http::Handler {
   Status start_cluster();
   // What this node reports to the others at every membership tick.
   cluster::NodeLoad node_load();
+  // A short hash of this node's tokens (roles and hashes, sorted).
+  std::string tokens_fingerprint() const;
   // --- the domain's streams (cluster_streams.cpp, docs/cluster.md)
   // The node the domain's catalog says leads `stream`; nullopt when the
   // stream is not in the catalog (or there is no cluster).

@@ -267,6 +267,26 @@ TEST(ClusterMembershipStart, ANodeStartedBeforeEtcdRegistersWhenItRuns) {
   })) << nodes_of(n1).body;
 }
 
+TEST(ClusterMembershipStart, NodesWhoseTokensDifferAreFlagged) {
+  if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
+  EtcdProcess etcd("etcd-tokens");
+  ASSERT_TRUE(etcd.start()) << etcd.last_error();
+  const std::string cluster = R"("cluster": {"etcd": [")" + etcd.endpoint() +
+                              R"("], "lease_ttl": "2s", "etcd_timeout": "500ms"})";
+  BrokerOptions a, b;
+  a.node = "n1";
+  a.extra_config = cluster;
+  b.node = "n2";
+  b.extra_config = cluster;
+  b.extra_tokens = R"({"name":"extra","role":"reader","sha256":")" + std::string(64, 'a') + R"("})";
+  BrokerProcess n1(a), n2(b);
+  ASSERT_TRUE(n1.start()) << n1.last_error();
+  ASSERT_TRUE(n2.start()) << n2.last_error();
+  ASSERT_TRUE(eventually(20, [&] {
+    return nodes_of(n1).body.find("n2 accepts other API tokens than n1") != std::string::npos;
+  })) << nodes_of(n1).body;
+}
+
 TEST(ClusterMembershipStart, WithoutAClusterSectionTheDomainIsThisNode) {
   BrokerProcess n1;
   ASSERT_TRUE(n1.start()) << n1.last_error();

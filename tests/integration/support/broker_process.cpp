@@ -35,7 +35,9 @@ BrokerProcess::BrokerProcess(BrokerOptions options) : options_(std::move(options
   cfg << "\"tokens\":[";
   cfg << "{\"name\":\"ops\",\"role\":\"admin\",\"sha256\":\"" << broker::hash_token(kAdminToken) << "\"},";
   cfg << "{\"name\":\"feed\",\"role\":\"publisher\",\"sha256\":\"" << broker::hash_token(kPublisherToken) << "\"},";
-  cfg << "{\"name\":\"dash\",\"role\":\"reader\",\"sha256\":\"" << broker::hash_token(kReaderToken) << "\"}]";
+  cfg << "{\"name\":\"dash\",\"role\":\"reader\",\"sha256\":\"" << broker::hash_token(kReaderToken) << "\"}";
+  if (!options_.extra_tokens.empty()) cfg << "," << options_.extra_tokens;
+  cfg << "]";
   if (!options_.extra_config.empty()) cfg << "," << options_.extra_config;
   cfg << "}";
   std::ofstream(config_path_) << cfg.str();

@@ -32,6 +32,8 @@ struct BrokerOptions {
   std::string extra_config;
   // Extra members of "api" (e.g. "\"limits\":{...}").
   std::string extra_api;
+  // Extra entries of "tokens", JSON objects without the brackets.
+  std::string extra_tokens;
 };
 
 inline BrokerOptions with_config(std::string extra) {
