@@ -674,6 +674,7 @@ struct E2eRun {
   uint64_t rows = 0;
   std::string mismatch;  // "" when the rows equal the engine-only rows
   double node_cpu_s = -1;  // the nodes' CPU time over `seconds` (--node-pid, summed)
+  std::vector<double> each_node_cpu_s;  // per --node-pid, in their order
   double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
 };
 
@@ -700,13 +701,19 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   Publisher pub(ep, publish, a.window);
   E2eRun run;
   const double node_cpu0 = nodes_cpu_seconds(a.node_pids);
+  std::vector<double> each_cpu0;
+  for (int pid : a.node_pids) each_cpu0.push_back(process_cpu_seconds(pid));
   const double bench_cpu0 = self_cpu_seconds();
   const auto t0 = Clock::now();
   Status s = pub.run(f);
   run.publish_seconds = seconds_between(t0, Clock::now());
   if (!s.ok()) return s.error();
   sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
-  if (node_cpu0 >= 0) run.node_cpu_s = nodes_cpu_seconds(a.node_pids) - node_cpu0;
+  if (node_cpu0 >= 0) {
+    run.node_cpu_s = nodes_cpu_seconds(a.node_pids) - node_cpu0;
+    for (size_t i = 0; i < a.node_pids.size(); ++i)
+      run.each_node_cpu_s.push_back(process_cpu_seconds(a.node_pids[i]) - each_cpu0[i]);
+  }
   run.bench_cpu_s = self_cpu_seconds() - bench_cpu0;
   sub.stop();
   run.rows = sub.rows();
@@ -797,6 +804,17 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
     std::snprintf(cpu, sizeof cpu, "%.3f", e2e.node_cpu_s);
     std::snprintf(cpu_per_event, sizeof cpu_per_event, "%.3f", e2e.node_cpu_s * 1e6 / n);
   }
+  // With several nodes, each one's CPU seconds: "nodes_cpu_s":[n1,n2,n3].
+  std::string each;
+  if (ep.cluster() && !e2e.each_node_cpu_s.empty()) {
+    each = ",\"nodes_cpu_s\":[";
+    for (size_t i = 0; i < e2e.each_node_cpu_s.size(); ++i) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%s%.3f", i ? "," : "", e2e.each_node_cpu_s[i]);
+      each += v;
+    }
+    each += "]";
+  }
   // The bytes of the streams published (all three, or the query's inputs).
   uint64_t published = 0;
   for (int s = 0; s < kStreams; ++s)
@@ -806,12 +824,12 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
       "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
       "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
       "\"node_cpu_s\":%s,\"node_cpu_us_per_event\":%s,\"bench_cpu_s\":%.3f,"
-      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s}\n",
+      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s%s}\n",
       q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(f.events.total()),
       a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e.seconds,
       e2e.publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null", cpu, cpu_per_event,
       e2e.bench_cpu_s, match ? "true" : "false", static_cast<unsigned long long>(outputs),
-      static_cast<unsigned long long>(e2e.rows), load, ep.cluster() ? ",\"forwarded\":" : "",
+      static_cast<unsigned long long>(e2e.rows), load, each.c_str(), ep.cluster() ? ",\"forwarded\":" : "",
       ep.cluster() ? json_escape(ep.forwarded()).c_str() : "", match ? "" : ",\"mismatch\":",
       match ? "" : json_escape(e2e.mismatch).c_str());
   std::fflush(stdout);
