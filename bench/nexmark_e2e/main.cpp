@@ -3,7 +3,7 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
