@@ -7,7 +7,20 @@
 #   scripts/bench-nexmark-e2e.sh [nexmark_e2e options, e.g. --events 5000000 --queries q5,q8]
 # Environment: BUILD_DIR (default build), NETWORK_THREADS (default 2),
 # MODES (default "fsync process"), PERF=1: record each node with
-# `perf record -g` into $PERF_OUT.MODE (default /tmp/nexmark-e2e.perf.data.MODE).
+# `perf record -g` into $PERF_OUT.MODE (default /tmp/nexmark-e2e.perf.data.MODE;
+# a cluster's nodes into $PERF_OUT.MODE.n1 .. .n3).
+#
+# NODES=3: per mode, first the one-node run above (the baseline; BASELINE=0
+# leaves it out), then a domain of three nodes n1..n3: its own etcd
+# (ETCD, default /usr/bin/etcd, on free loopback ports with a temporary data
+# directory) and three nodes with a `cluster` section, the same tokens, plain
+# HTTP on loopback. Once GET /v1/nodes on each lists three nodes up,
+# nexmark_e2e runs with the three ports: the inputs led by n1 (so the query
+# runs there), the query deployed through n2, persons published through n1,
+# auctions through n2, bids through n3, the output read through n3 (every
+# call not made to n1 is forwarded by its node to n1). After each pair of
+# lines one line {"bench":"nexmark_e2e_nodes_ratio",...} gives three nodes'
+# events/s over one node's. Exit status 77 (skipped) when etcd is not installed.
 #
 # The nodes accept a query falling behind by any number of tuples
 # (limits.query_max_lag_tuples 2^40) and 1 GiB of ingest queue: the bench
@@ -17,6 +30,13 @@
 # not the ingest's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+nodes=${NODES:-1}
+[[ $nodes == 1 || $nodes == 3 ]] || { echo "NODES is 1 or 3" >&2; exit 2; }
+etcd_bin=${ETCD:-/usr/bin/etcd}
+if [[ $nodes == 3 && ! -x $etcd_bin ]]; then
+  echo "etcd is not installed ($etcd_bin): apt-get install etcd-server (scripts/install-deps.sh)" >&2
+  exit 77
+fi
 build=${BUILD_DIR:-build}
 [[ -x $build/broker/entente && -x $build/bench/nexmark_e2e ]] || {
   echo "build first: cmake -S . -B $build && cmake --build $build --target entente nexmark_e2e" >&2
@@ -25,20 +45,32 @@ build=${BUILD_DIR:-build}
 dir=$(mktemp -d /tmp/entente-nexmark-e2e-XXXXXX)
 token=bench-admin-token
 pids=()
+# Stops every process started so far (nodes first, etcd last).
+stop_all() {
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[$i]}" 2>/dev/null && wait "${pids[$i]}" 2>/dev/null || true
+  done
+  pids=()
+}
 cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  stop_all
   rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 hash=$("$build/broker/entente" token-hash $token)
 
-# start_node NAME MODE: starts a node in $dir/NAME and sets $port.
+# start_node NAME MODE [NODE CLUSTER_JSON]: starts a node in $dir/NAME
+# (named NODE, default NAME, with `"cluster": CLUSTER_JSON` when given) and
+# sets $port and $node_pid.
 start_node() {
-  local name=$1 mode=$2
+  local name=$1 mode=$2 node=${3:-$1} cluster=""
+  [[ -z ${4:-} ]] || cluster=" \"cluster\": $4,"
   mkdir -p "$dir/$name"
   cat >"$dir/$name/node.json" <<JSON
 {
-  "domain": "bench", "node": "$name",
+  "domain": "bench", "node": "$node",$cluster
   "api": {"listen": "127.0.0.1:0", "tls": false},
   "data_dir": "$dir/$name/data",
   "tokens": [{"name": "bench", "role": "admin", "sha256": "$hash"}],
@@ -49,7 +81,7 @@ start_node() {
 JSON
   local run=()
   if [[ ${PERF:-0} == 1 ]]; then
-    run=(perf record -g -o "${PERF_OUT:-/tmp/nexmark-e2e.perf.data}.$mode" --)
+    run=(perf record -g -o "${PERF_OUT:-/tmp/nexmark-e2e.perf.data}.$mode${3:+.$node}" --)
   fi
   "${run[@]}" "$build/broker/entente" broker --config "$dir/$name/node.json" >"$dir/$name/out" 2>"$dir/$name/err" &
   pids+=($!)
@@ -64,9 +96,94 @@ JSON
   if [[ ${#run[@]} -gt 0 ]]; then node_pid=$(pgrep -P "$node_pid" -x entente || echo "$node_pid"); fi
 }
 
+# A port nothing listens on now, picked at random among 20000..59999.
+free_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  echo "no free port" >&2
+  return 1
+}
+
+# start_etcd: a one-member etcd in $dir/etcd (the flags of
+# tests/support/etcd_process.h); sets $etcd_endpoint once /health says so.
+start_etcd() {
+  local attempt client peer
+  for attempt in 1 2 3; do
+    client=$(free_port) peer=$(free_port)
+    etcd_endpoint=http://127.0.0.1:$client
+    rm -rf "$dir/etcd"
+    mkdir -p "$dir/etcd"
+    "$etcd_bin" --name=bench --data-dir="$dir/etcd/data" \
+      --listen-client-urls="$etcd_endpoint" --advertise-client-urls="$etcd_endpoint" \
+      --listen-peer-urls="http://127.0.0.1:$peer" --initial-advertise-peer-urls="http://127.0.0.1:$peer" \
+      --initial-cluster="bench=http://127.0.0.1:$peer" --initial-cluster-state=new >"$dir/etcd/log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 150); do
+      kill -0 "${pids[-1]}" 2>/dev/null || break
+      curl -sf "$etcd_endpoint/health" 2>/dev/null | grep -q '"health":"true"' && return 0
+      sleep 0.1
+    done
+    kill -TERM "${pids[-1]}" 2>/dev/null && wait "${pids[-1]}" 2>/dev/null || true
+    unset 'pids[-1]'
+  done
+  echo "etcd did not start; its log:" >&2
+  tail -20 "$dir/etcd/log" >&2
+  exit 1
+}
+
+# nodes_up PORT: true when GET /v1/nodes on PORT lists three nodes, all up.
+nodes_up() {
+  local body
+  body=$(curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$1/v1/nodes") || return 1
+  [[ $(grep -o '"state":"up"' <<<"$body" | wc -l) -eq 3 && $(grep -o '"state":"' <<<"$body" | wc -l) -eq 3 ]]
+}
+
+# The e2e_events_per_s of the line of query $2 in file $1 ("null" if none).
+rate_of() {
+  grep "\"query\":\"$2\"" "$1" | sed -n 's/.*"e2e_events_per_s":\([0-9.]*\|null\).*/\1/p' | tail -1
+}
+
 status=0
 for mode in ${MODES:-fsync process}; do
-  start_node "$mode" "$mode"
-  "$build/bench/nexmark_e2e" --port "$port" --node-pid "$node_pid" --token "$token" "$@" || status=$?
+  one=$dir/one.$mode three=$dir/three.$mode
+  : >"$one"
+  if [[ $nodes == 1 || ${BASELINE:-1} == 1 ]]; then
+    start_node "$mode" "$mode"
+    "$build/bench/nexmark_e2e" --port "$port" --node-pid "$node_pid" --token "$token" "$@" | tee "$one" || status=$?
+    stop_all
+  fi
+  [[ $nodes == 3 ]] || continue
+  start_etcd
+  cluster="{\"etcd\": [\"$etcd_endpoint\"], \"prefix\": \"/entente-bench/$mode/\", \"lease_ttl\": \"5s\"}"
+  ports=() node_pids=()
+  for n in n1 n2 n3; do
+    start_node "$mode-$n" "$mode" "$n" "$cluster"
+    ports+=(--port "$port")
+    node_pids+=(--node-pid "$node_pid")
+  done
+  up=0
+  for _ in $(seq 200); do
+    nodes_up "${ports[1]}" && nodes_up "${ports[3]}" && nodes_up "${ports[5]}" && { up=1; break; }
+    sleep 0.1
+  done
+  if [[ $up == 0 ]]; then
+    echo "the three nodes ($mode) did not all list three nodes up within 20 s:" >&2
+    for n in n1 n2 n3; do tail -5 "$dir/$mode-$n/err" >&2; done
+    exit 1
+  fi
+  "$build/bench/nexmark_e2e" "${ports[@]}" "${node_pids[@]}" --token "$token" "$@" | tee "$three" || status=$?
+  stop_all
+  # Three nodes' events/s over one node's, per query in both files.
+  for q in $(sed -n 's/.*"query":"\([a-z0-9]*\)".*/\1/p' "$three"); do
+    r1=$(rate_of "$one" "$q") r3=$(rate_of "$three" "$q")
+    [[ -n $r1 && $r1 != null && -n $r3 && $r3 != null ]] || continue
+    awk -v q="$q" -v m="$mode" -v a="$r1" -v b="$r3" 'BEGIN {
+      printf "{\"bench\":\"nexmark_e2e_nodes_ratio\",\"query\":\"%s\",\"ingest_durability\":\"%s\",", q, m
+      printf "\"one_node_events_per_s\":%.0f,\"three_nodes_events_per_s\":%.0f,\"three_over_one\":%.3f,", a, b, b / a
+      printf "\"target_three_over_one\":0.7}\n" }'
+  done
 done
 exit $status

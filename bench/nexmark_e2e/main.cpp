@@ -3,7 +3,7 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
@@ -37,9 +37,17 @@
 // does not call finish(), so both runs compute the same thing.
 //
 // Nodes. Every request goes to an endpoint chosen by `Endpoints` (where to
-// create, publish, deploy, subscribe). With one --port all go to that node;
-// spreading them over a domain of several nodes is for when the domain has
-// them (issue 13) and is refused for now.
+// create, publish, deploy, subscribe). With one --port all go to that node.
+// With several (the nodes of one domain, docs/cluster.md) the first port's
+// node leads the three input streams (created with "node") and so runs the
+// query, which the controller places next to its inputs; the query is
+// deployed through the second node, stream s is published through node
+// s mod N (persons through the first, auctions the second, bids the third)
+// and the output is read through the last. Every call not made to the
+// first node is forwarded by the node it reaches to the first: the figure
+// is the cost of that relay, not of internal arcs (a query is not cut
+// across nodes yet). The bench checks that the query runs on the first
+// node (every box's "placement" through every node) before it publishes.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +58,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -88,25 +97,79 @@ struct Args {
   int repeat = 3;          // engine-only runs; the fastest counts
   double timeout_s = 300;  // for the whole output to arrive
   bool inputs_only = false;
-  int node_pid = 0;  // --node-pid: the node's process, for its CPU time (same machine)
+  std::vector<int> node_pids;  // --node-pid, repeated: the nodes' processes, for their CPU time (same machine)
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
 // Which node each part of a run talks to. One node: all of them. A domain of
-// several nodes answers every call for the whole domain (issue 13), so a
-// three-node run will publish each stream through its own node, subscribe
-// through a third, and deploy with a placement that cuts the query across
-// them; that is where it slots in.
+// several nodes answers every call for the whole domain (docs/cluster.md):
+// the first node leads the inputs and runs the query, the others reach it
+// by forwarding (see "Nodes" above). A query cut across the nodes with
+// internal arcs would slot in at deploy() once the domain can place one.
 class Endpoints final {
  public:
-  explicit Endpoints(std::vector<bench::Node> nodes) : nodes_(std::move(nodes)) {}
+  explicit Endpoints(std::vector<bench::Node> nodes) : nodes_(std::move(nodes)), names_(nodes_.size()) {}
   size_t size() const { return nodes_.size(); }
+  bool cluster() const { return nodes_.size() > 1; }
   const bench::Node& admin() const { return nodes_[0]; }
-  const bench::Node& publish(int stream) const { return nodes_[static_cast<size_t>(stream) % nodes_.size()]; }
+  const bench::Node& deploy() const { return nodes_[cluster() ? 1 : 0]; }
+  size_t publish_index(int stream) const { return static_cast<size_t>(stream) % nodes_.size(); }
+  const bench::Node& publish(int stream) const { return nodes_[publish_index(stream)]; }
   const bench::Node& subscribe() const { return nodes_.back(); }
+  const bench::Node& node(size_t i) const { return nodes_[i]; }
+
+  // With several nodes: each port's node name and the domain, from
+  // GET /v1/nodes ("self", "domain"), and a check that every node sees all
+  // of them up.
+  Status discover() {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      auto r = bench::call(nodes_[i], "GET", "/v1/nodes");
+      if (!r.ok()) return make_error(Errc::io_error, "GET /v1/nodes: " + r.error().message);
+      rapidjson::Document d;
+      d.Parse(r->body.data(), r->body.size());
+      if (r->status != 200 || d.HasParseError() || !d.IsObject() || !d.HasMember("self") || !d["self"].IsString() ||
+          !d.HasMember("domain") || !d["domain"].IsString() || !d.HasMember("nodes") || !d["nodes"].IsArray())
+        return make_error(Errc::invalid_argument, "port " + std::to_string(nodes_[i].port) +
+                                                      " is not a node of a domain of several nodes: GET /v1/nodes: " +
+                                                      r->body.substr(0, 300));
+      names_[i] = d["self"].GetString();
+      if (i == 0) domain_ = d["domain"].GetString();
+      else if (domain_ != d["domain"].GetString())
+        return make_error(Errc::invalid_argument, "the ports are nodes of different domains");
+      size_t up = 0;
+      for (const auto& m : d["nodes"].GetArray())
+        if (m.IsObject() && m.HasMember("state") && m["state"].IsString() && std::string(m["state"].GetString()) == "up")
+          ++up;
+      if (up < nodes_.size())
+        return make_error(Errc::unavailable, names_[i] + " sees " + std::to_string(up) + " nodes up, not " +
+                                                 std::to_string(nodes_.size()));
+    }
+    for (size_t i = 0; i < names_.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (names_[i] == names_[j]) return make_error(Errc::invalid_argument, "two ports reach node " + names_[i]);
+    return Status::Ok();
+  }
+  const std::string& name(size_t i) const { return names_[i]; }
+  const std::string& leader() const { return names_[0]; }
+  const std::string& domain() const { return domain_; }
+
+  // What goes through which node, for the JSON line, e.g. "publish persons
+  // via n1 direct, auctions via n2, bids via n3; subscribe via n3; deploy
+  // via n2; query on n1".
+  std::string forwarded() const {
+    std::string out = "publish";
+    for (int s = 0; s < kStreams; ++s) {
+      out += std::string(s ? ", " : " ") + kStreamNames[s] + " via " + names_[publish_index(s)];
+      if (publish_index(s) == 0) out += " direct";
+    }
+    out += "; subscribe via " + names_.back() + "; deploy via " + names_[cluster() ? 1 : 0] + "; query on " + leader();
+    return out;
+  }
 
  private:
   std::vector<bench::Node> nodes_;
+  std::vector<std::string> names_;
+  std::string domain_;
 };
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -138,6 +201,18 @@ double process_cpu_seconds(int pid) {
     if (i == 15) stime = std::stoull(field);
   }
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The CPU seconds of every process of `pids` together; -1 when there are
+// none or one cannot be read.
+double nodes_cpu_seconds(const std::vector<int>& pids) {
+  double sum = 0;
+  for (int pid : pids) {
+    const double s = process_cpu_seconds(pid);
+    if (s < 0) return -1;
+    sum += s;
+  }
+  return pids.empty() ? -1 : sum;
 }
 
 // This process's CPU seconds (every thread).
@@ -349,11 +424,59 @@ Status create_streams(const Endpoints& ep, const std::vector<bool>& publish) {
     if (!publish[static_cast<size_t>(s)]) continue;
     const std::string body = std::string("{\"name\":\"") + kStreamNames[s] + "\",\"schema\":" +
                              schema_json(*schemas[s]) +
-                             ",\"event_time\":\"date_time\",\"retention\":{\"max_tuples\":0,\"max_bytes\":0}}";
+                             ",\"event_time\":\"date_time\",\"retention\":{\"max_tuples\":0,\"max_bytes\":0}" +
+                             (ep.cluster() ? ",\"node\":\"" + ep.leader() + "\"" : std::string()) + "}";
     ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.admin(), "POST", "/v1/streams", body), 201,
                                    std::string("creating stream ") + kStreamNames[s]));
   }
   return Status::Ok();
+}
+
+// Polls `target` through `node` until it answers 200 and `check` (given the
+// body) returns "", for up to 20 s: a node of a domain of several nodes
+// learns the catalog from etcd's watch, a moment after the write.
+Status await_ok(const bench::Node& node, const std::string& target,
+                const std::function<std::string(const std::string&)>& check) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  std::string last;
+  for (;;) {
+    auto r = bench::call(node, "GET", target);
+    if (!r.ok()) last = r.error().message;
+    else if (r->status != 200) last = "HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 300);
+    else if ((last = check(r->body)).empty()) return Status::Ok();
+    if (Clock::now() >= deadline) return make_error(Errc::unavailable, "GET " + target + " on port " +
+                                                                        std::to_string(node.port) + ": " + last);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// With several nodes, before anything is published: every node that will
+// publish a stream knows it, every node says that every box of the query
+// runs on the leader (placement "DOMAIN/LEADER"), and the subscribing node
+// knows the output stream.
+Status await_cluster_ready(const Endpoints& ep, const std::vector<bool>& publish, const std::string& query_name,
+                           const std::string& output) {
+  if (!ep.cluster()) return Status::Ok();
+  const auto any = [](const std::string&) { return std::string(); };
+  for (int s = 0; s < kStreams; ++s)
+    if (publish[static_cast<size_t>(s)])
+      ENTENTE_RETURN_IF_ERROR(await_ok(ep.publish(s), std::string("/v1/streams/") + kStreamNames[s], any));
+  const std::string want = ep.domain() + "/" + ep.leader();
+  const auto on_leader = [&want](const std::string& body) -> std::string {
+    rapidjson::Document d;
+    d.Parse(body.data(), body.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("boxes") || !d["boxes"].IsArray() || d["boxes"].Empty())
+      return "no boxes in " + body.substr(0, 300);
+    for (const auto& b : d["boxes"].GetArray()) {
+      if (!b.IsObject() || !b.HasMember("placement") || !b["placement"].IsString()) return "a box without placement";
+      if (want != b["placement"].GetString())
+        return std::string("box placed on ") + b["placement"].GetString() + ", not " + want;
+    }
+    return {};
+  };
+  for (size_t i = 0; i < ep.size(); ++i)
+    ENTENTE_RETURN_IF_ERROR(await_ok(ep.node(i), "/v1/queries/" + query_name, on_leader));
+  return await_ok(ep.subscribe(), "/v1/streams/" + output, any);
 }
 
 // The query document under the bench's names: query `query_name`, output
@@ -550,7 +673,8 @@ struct E2eRun {
   double publish_seconds = 0;  // first publish .. last publish answer
   uint64_t rows = 0;
   std::string mismatch;  // "" when the rows equal the engine-only rows
-  double node_cpu_s = -1;  // the node's CPU time over `seconds` (--node-pid)
+  double node_cpu_s = -1;  // the nodes' CPU time over `seconds` (--node-pid, summed)
+  std::vector<double> each_node_cpu_s;  // per --node-pid, in their order
   double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
 };
 
@@ -569,20 +693,27 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   clean(ep, query_name);
   ENTENTE_RETURN_IF_ERROR(create_streams(ep, publish));
   ENTENTE_ASSIGN_OR_RETURN(std::string doc, deployable(q, query_name, output));
-  ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.admin(), "POST", "/v1/queries", doc), 201, "deploying " + q.name));
+  ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.deploy(), "POST", "/v1/queries", doc), 201, "deploying " + q.name));
+  ENTENTE_RETURN_IF_ERROR(await_cluster_ready(ep, publish, query_name, output));
 
   Subscriber sub(ep.subscribe(), output, expected);
   ENTENTE_RETURN_IF_ERROR(sub.start());
   Publisher pub(ep, publish, a.window);
   E2eRun run;
-  const double node_cpu0 = a.node_pid > 0 ? process_cpu_seconds(a.node_pid) : -1;
+  const double node_cpu0 = nodes_cpu_seconds(a.node_pids);
+  std::vector<double> each_cpu0;
+  for (int pid : a.node_pids) each_cpu0.push_back(process_cpu_seconds(pid));
   const double bench_cpu0 = self_cpu_seconds();
   const auto t0 = Clock::now();
   Status s = pub.run(f);
   run.publish_seconds = seconds_between(t0, Clock::now());
   if (!s.ok()) return s.error();
   sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
-  if (node_cpu0 >= 0) run.node_cpu_s = process_cpu_seconds(a.node_pid) - node_cpu0;
+  if (node_cpu0 >= 0) {
+    run.node_cpu_s = nodes_cpu_seconds(a.node_pids) - node_cpu0;
+    for (size_t i = 0; i < a.node_pids.size(); ++i)
+      run.each_node_cpu_s.push_back(process_cpu_seconds(a.node_pids[i]) - each_cpu0[i]);
+  }
   run.bench_cpu_s = self_cpu_seconds() - bench_cpu0;
   sub.stop();
   run.rows = sub.rows();
@@ -600,7 +731,8 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
 int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
-               "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID]\n");
+               "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] "
+               "[--node-pid PID ...]\n");
   return 2;
 }
 
@@ -633,7 +765,7 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (n == "--repeat") a.repeat = r.integer();
     else if (n == "--timeout") a.timeout_s = r.number();
     else if (n == "--inputs-only") a.inputs_only = true;
-    else if (n == "--node-pid") a.node_pid = r.integer();
+    else if (n == "--node-pid") a.node_pids.push_back(r.integer());
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
@@ -641,9 +773,8 @@ int parse_args(int argc, char** argv, Args& a) {
     std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
     return usage();
   }
-  if (ports.size() > 1) {
-    std::fprintf(stderr, "%s: several nodes need a domain of several nodes (issue 13); give one --port for now\n",
-                 kProg);
+  if (ports.size() > 8) {
+    std::fprintf(stderr, "%s: at most 8 --port\n", kProg);
     return 2;
   }
   for (uint16_t p : ports) {
@@ -673,6 +804,17 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
     std::snprintf(cpu, sizeof cpu, "%.3f", e2e.node_cpu_s);
     std::snprintf(cpu_per_event, sizeof cpu_per_event, "%.3f", e2e.node_cpu_s * 1e6 / n);
   }
+  // With several nodes, each one's CPU seconds: "nodes_cpu_s":[n1,n2,n3].
+  std::string each;
+  if (ep.cluster() && !e2e.each_node_cpu_s.empty()) {
+    each = ",\"nodes_cpu_s\":[";
+    for (size_t i = 0; i < e2e.each_node_cpu_s.size(); ++i) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%s%.3f", i ? "," : "", e2e.each_node_cpu_s[i]);
+      each += v;
+    }
+    each += "]";
+  }
   // The bytes of the streams published (all three, or the query's inputs).
   uint64_t published = 0;
   for (int s = 0; s < kStreams; ++s)
@@ -682,12 +824,13 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
       "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
       "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
       "\"node_cpu_s\":%s,\"node_cpu_us_per_event\":%s,\"bench_cpu_s\":%.3f,"
-      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s}\n",
+      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s%s}\n",
       q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(f.events.total()),
       a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e.seconds,
       e2e.publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null", cpu, cpu_per_event,
       e2e.bench_cpu_s, match ? "true" : "false", static_cast<unsigned long long>(outputs),
-      static_cast<unsigned long long>(e2e.rows), load, match ? "" : ",\"mismatch\":",
+      static_cast<unsigned long long>(e2e.rows), load, each.c_str(), ep.cluster() ? ",\"forwarded\":" : "",
+      ep.cluster() ? json_escape(ep.forwarded()).c_str() : "", match ? "" : ",\"mismatch\":",
       match ? "" : json_escape(e2e.mismatch).c_str());
   std::fflush(stdout);
 }
@@ -697,7 +840,13 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
 int main(int argc, char** argv) {
   Args a;
   if (int bad = parse_args(argc, argv, a)) return bad;
-  const Endpoints ep(a.nodes);
+  Endpoints ep(a.nodes);
+  if (ep.cluster()) {
+    if (Status s = ep.discover(); !s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
+      return 1;
+    }
+  }
   std::vector<Query> queries;
   for (const std::string& name : a.queries) {
     auto q = load_query(name);
