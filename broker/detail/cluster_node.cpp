@@ -145,6 +145,21 @@ Status NodeImpl::start_cluster() {
         reconcile_contracts();
       });
   membership_->start();
+  metrics_.add_collector([this](MetricsWriter& w) {
+    const cluster::MembershipView v = membership_->view();
+    size_t up = 0;
+    for (const auto& m : v.members) up += m.up;
+    w.gauge("entente_cluster_controller", "1 while this node holds the domain's controller lease", {},
+            v.is_controller ? 1 : 0);
+    w.gauge("entente_cluster_etcd_reachable", "1 when this node's last membership tick reached etcd", {},
+            v.etcd_error ? 0 : 1);
+    w.gauge("entente_cluster_nodes_up", "Nodes of the domain holding a live lease, as this node last read them",
+            {}, static_cast<double>(up));
+    w.gauge("entente_cluster_catalog_current", "1 while this node's copy of the domain's catalog follows etcd",
+            {}, catalog_->synced() ? 1 : 0);
+    w.gauge("entente_cluster_catalog_revision", "The etcd revision this node's copy of the catalog reflects", {},
+            static_cast<double>(catalog_->revision()));
+  });
   return {};
 }
 

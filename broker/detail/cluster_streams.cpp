@@ -386,6 +386,11 @@ http::ForwardOptions NodeImpl::forward_options(const http::Request& req) const {
 
 void NodeImpl::forward(const http::Request& req, const std::string& node, const http::Respond& answer,
                        std::optional<std::string> body) {
+  metrics_
+      .counter("entente_cluster_forwarded_total",
+               "Requests and WebSocket sessions this node forwarded to another node of the domain",
+               {{"node", node}, {"kind", "http"}})
+      .inc();
   auto target = target_of(node);
   if (!target.ok()) {
     answer(problem_for(target.error()));
@@ -408,6 +413,11 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::forward_websocket(const http::
                                                            "nodes' catalogs disagree for now (retry)");
     return nullptr;
   }
+  metrics_
+      .counter("entente_cluster_forwarded_total",
+               "Requests and WebSocket sessions this node forwarded to another node of the domain",
+               {{"node", node}, {"kind", "websocket"}})
+      .inc();
   auto target = target_of(node);
   if (!target.ok()) {
     reject = problem_for(target.error());

@@ -150,6 +150,13 @@ TEST_F(ClusterStreams, CreatedOnOneNodePublishedThroughASecondSubscribedThroughA
   ASSERT_EQ(info.status, 200u) << info.body;
   EXPECT_EQ(parse(info.body)["next_seq"].GetUint64(), 13u);
   EXPECT_EQ(field(info.body, "node"), "n1");
+  // n2 counted what it forwarded to n1.
+  auto metrics = node("n2").request("GET", "/metrics", {}, kReaderToken);
+  EXPECT_NE(metrics.body.find(R"(entente_cluster_forwarded_total{kind="http",node="n1"})"), std::string::npos)
+      << metrics.body.substr(0, 2000);
+  EXPECT_NE(metrics.body.find(R"(entente_cluster_forwarded_total{kind="websocket",node="n1"} 1)"), std::string::npos);
+  EXPECT_NE(metrics.body.find("entente_cluster_etcd_reachable 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("entente_cluster_nodes_up 3"), std::string::npos);
   // The same name again, through any node: 409.
   auto again = node("n3").request("POST", "/v1/streams", stream_body("bids"));
   EXPECT_EQ(again.status, 409u) << again.body;
