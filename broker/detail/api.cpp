@@ -245,6 +245,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"POST", "/v1/admin/backup", Role::admin, false, &N::post_backup},
       {"GET", "/v1/peers", Role::reader, false, &N::get_peers},
       {"GET", "/v1/nodes", Role::reader, false, &N::get_nodes},
+      {"DELETE", "/v1/nodes/{node}", Role::admin, false, &N::delete_node},
       {"GET", "/v1/imports", Role::reader, false, &N::list_imports},
       {"POST", "/v1/imports", Role::admin, false, &N::create_import_route},
       {"GET", "/v1/imports/{domain}/{name}", Role::reader, false, &N::get_import},

@@ -215,4 +215,51 @@ void NodeImpl::get_nodes(const http::Request&, const PathParams&, const http::Re
   answer(http::Response::json(200, j.take()));
 }
 
+void NodeImpl::delete_node(const http::Request&, const PathParams& params, const http::Respond& answer) {
+  const std::string& name = params.at(0);
+  if (!membership_) {
+    answer(http::Response::problem(409, "Conflict", "domain " + config_.domain + " is one node, " + config_.node +
+                                                        " (no cluster section); there is no other node to remove"));
+    return;
+  }
+  if (name == config_.node) {
+    answer(http::Response::problem(409, "Conflict", "a node does not remove itself: stop " + name +
+                                                        " and remove it through another node"));
+    return;
+  }
+  const cluster::MembershipView v = membership_->view();
+  auto it = std::find_if(v.members.begin(), v.members.end(),
+                         [&](const cluster::Member& m) { return m.record.node == name; });
+  if (it == v.members.end()) {
+    answer(http::Response::problem(404, "Not Found", "no node '" + name.substr(0, 63) + "' in domain " +
+                                                         config_.domain));
+    return;
+  }
+  if (it->up) {
+    answer(http::Response::problem(409, "Conflict", name + " is up (it holds its lease); stop it first"));
+    return;
+  }
+  // What the catalog still places on it would be unreachable.
+  std::string held;
+  for (const auto& s : list_streams_led_by(name)) held += (held.empty() ? "" : ", ") + s;
+  if (!held.empty()) {
+    answer(http::Response::problem(409, "Conflict", name + " still leads or runs " + held +
+                                                        "; delete those first (its data is on that node)"));
+    return;
+  }
+  if (auto why = etcd_problem()) {
+    http::Response r = http::Response::problem(503, "Service Unavailable",
+                                               "removing a node waits for etcd: " + *why);
+    r.headers.emplace_back("Retry-After", "1");
+    answer(std::move(r));
+    return;
+  }
+  auto erased = etcd_->erase(config_.cluster.prefix + "nodes/" + name);
+  if (!erased.ok()) {
+    answer(problem_for(erased.error()));
+    return;
+  }
+  answer(http::Response{204, "application/json", "", {}});
+}
+
 }  // namespace entente::broker::detail

@@ -146,6 +146,24 @@ engine::SchemaPtr NodeImpl::domain_stream_schema(const std::string& name) const 
   return parsed.ok() ? parsed->meta.schema : nullptr;
 }
 
+std::vector<std::string> NodeImpl::list_streams_led_by(const std::string& node) const {
+  std::vector<std::string> out;
+  if (!catalog_) return out;
+  for (const auto& e : catalog_->list("streams/")) {
+    if (auto parsed = stream_entry_from_json(e.value); parsed.ok() && parsed->node == node) {
+      out.push_back("stream " + parsed->meta.name);
+    }
+  }
+  for (const auto& e : catalog_->list("queries/")) {
+    rapidjson::Document d;
+    d.Parse(e.value.data(), e.value.size());
+    if (d.IsObject() && d.HasMember("node") && d["node"].IsString() && d["node"].GetString() == node) {
+      out.push_back("query " + e.key.substr(std::string("queries/").size()));
+    }
+  }
+  return out;
+}
+
 std::optional<std::string> NodeImpl::stream_leader(const std::string& stream) const {
   if (!catalog_) return std::nullopt;
   auto e = catalog_->get(stream_key_of(stream));

@@ -193,6 +193,8 @@ class NodeImpl final : public http::Handler {
   void get_peers(const http::Request& req, const PathParams& params, const http::Respond& answer);
   // GET /v1/nodes (cluster_node.cpp, docs/cluster.md).
   void get_nodes(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // DELETE /v1/nodes/{node}: forgets a node that is gone for good.
+  void delete_node(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void list_imports(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void create_import_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void get_import(const http::Request& req, const PathParams& params, const http::Respond& answer);
@@ -267,6 +269,8 @@ class NodeImpl final : public http::Handler {
   // unavailable when `stream` is neither here nor in the catalog and the
   // catalog has not been read yet (so "no such stream" would be a guess).
   Status catalog_not_read(const std::string& stream) const;
+  // "stream NAME" / "query NAME" for each catalog entry placed on `node`.
+  std::vector<std::string> list_streams_led_by(const std::string& node) const;
   // Why the domain's catalog cannot be changed now; nullopt when it can.
   std::optional<std::string> etcd_problem() const;
   // The controller's choice for a new stream or query with no placement.

@@ -168,6 +168,33 @@ TEST_F(ClusterMembership, StreamsLedShowWhereEachStreamLives) {
   }));
 }
 
+TEST_F(ClusterMembership, ANodeGoneForGoodIsForgottenOnlyWhenDownAndHoldingNothing) {
+  ASSERT_TRUE(eventually(20, [&] { return !agreed_controller({"n1", "n2", "n3"}).empty(); }));
+  ASSERT_EQ(nodes_[0]->request("POST", "/v1/streams",
+                               R"({"name":"bids","schema":[{"name":"price","type":"int64"}],"node":"n2"})")
+                .status,
+            201u);
+  EXPECT_EQ(nodes_[0]->request("DELETE", "/v1/nodes/n3").status, 409u);  // up
+  EXPECT_EQ(nodes_[0]->request("DELETE", "/v1/nodes/n1").status, 409u);  // itself
+  EXPECT_EQ(nodes_[0]->request("DELETE", "/v1/nodes/n9").status, 404u);
+  EXPECT_EQ(nodes_[0]->request("DELETE", "/v1/nodes/n3", {}, kReaderToken).status, 403u);
+  node("n3").kill();
+  node("n2").kill();
+  ASSERT_TRUE(eventually(20, [&] {
+    DomainView v = nodes_of(*nodes_[0]);
+    return v.state["n3"] == "down" && v.state["n2"] == "down";
+  })) << nodes_of(*nodes_[0]).body;
+  auto held = nodes_[0]->request("DELETE", "/v1/nodes/n2");
+  EXPECT_EQ(held.status, 409u) << held.body;  // leads bids
+  EXPECT_NE(held.body.find("stream bids"), std::string::npos) << held.body;
+  auto gone = nodes_[0]->request("DELETE", "/v1/nodes/n3");
+  EXPECT_EQ(gone.status, 204u) << gone.body;
+  ASSERT_TRUE(eventually(20, [&] {
+    DomainView v = nodes_of(*nodes_[0]);
+    return v.ok && !v.state.count("n3") && v.state.count("n2");
+  })) << nodes_of(*nodes_[0]).body;
+}
+
 TEST_F(ClusterMembership, AKilledControllerIsReplacedAndComesBackAsAMember) {
   std::string first;
   ASSERT_TRUE(eventually(20, [&] { return !(first = agreed_controller({"n1", "n2", "n3"})).empty(); }));
