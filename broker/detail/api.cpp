@@ -509,6 +509,37 @@ void NodeImpl::list_queries_route(const Request&, const PathParams&, const Respo
   answer(Response::json(200, j.take()));
 }
 
+std::optional<QueryPlacement> NodeImpl::place_query(const Request& req, const Respond& answer) {
+  auto placement = read_placement(req.body);
+  if (!placement.ok()) {
+    answer(problem_for(placement.error()));
+    return std::nullopt;
+  }
+  // Where it runs: a network the engine refuses is answered by the
+  // deploy, with every problem.
+  Diagnostics ignored;
+  auto net = engine::QueryNetwork::parse(placement->network_json, ignored);
+  if (net.ok()) {
+    Diagnostics diag;
+    if (Status st = check_fragments(*placement, *net, domain_nodes(), diag); !st.ok()) {
+      if (diag.ok()) answer(problem_for(st.error()));
+      else
+        answer(Response::problem(400, "Bad Request",
+                                 st.error().message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
+                                     diag.items().front().path + ": " + diag.items().front().message,
+                                 diagnostics_members(diag)));
+      return std::nullopt;
+    }
+  }
+  if (!catalog_ && !placement->node.empty() && placement->node != config_.node) {
+    answer(Response::problem(400, "Bad Request", "$.placement.node: domain " + config_.domain + " is one node, " +
+                                                     config_.node + " (no cluster section)"));
+    return std::nullopt;
+  }
+  if (catalog_ && net.ok() && !cluster_place_query(req, *placement, *net, answer)) return std::nullopt;
+  return std::move(placement).value();
+}
+
 void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const Respond& answer) {
   if (!json_body(req, answer)) return;
   if (rapidjson::Document doc; auto p = read_json(req.body, doc)) {
@@ -518,35 +549,8 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
     answer(Response::problem(400, "Bad Request", p->message(), diagnostics_members(diag)));
     return;
   }
-  auto placement = read_placement(req.body);
-  if (!placement.ok()) {
-    answer(problem_for(placement.error()));
-    return;
-  }
-  {
-    // Where it runs: a network the engine refuses is answered below, by
-    // the deploy, with every problem.
-    Diagnostics ignored;
-    auto net = engine::QueryNetwork::parse(placement->network_json, ignored);
-    if (net.ok()) {
-      Diagnostics diag;
-      if (Status st = check_fragments(*placement, *net, domain_nodes(), diag); !st.ok()) {
-        if (diag.ok()) answer(problem_for(st.error()));
-        else
-          answer(Response::problem(400, "Bad Request",
-                                   st.error().message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
-                                       diag.items().front().path + ": " + diag.items().front().message,
-                                   diagnostics_members(diag)));
-        return;
-      }
-    }
-    if (!catalog_ && !placement->node.empty() && placement->node != config_.node) {
-      answer(Response::problem(400, "Bad Request", "$.placement.node: domain " + config_.domain +
-                                                       " is one node, " + config_.node + " (no cluster section)"));
-      return;
-    }
-    if (catalog_ && net.ok() && !cluster_place_query(req, *placement, *net, answer)) return;
-  }
+  auto placement = place_query(req, answer);
+  if (!placement) return;
   auto deploy = [this, body = placement->network_json, answer]() {
     Diagnostics diag;
     auto q = deploy_query(body, diag);

@@ -247,6 +247,9 @@ class NodeImpl final : public http::Handler {
   std::shared_ptr<http::WebSocketSession> forward_websocket(const http::Request& req, const std::string& node,
                                                             http::Response& reject);
   // --- the domain's queries (cluster_queries.cpp)
+  // Reads and checks a deploy's "placement"; in a cluster, places the
+  // query (cluster_place_query). nullopt once it answered or forwarded.
+  std::optional<QueryPlacement> place_query(const http::Request& req, const http::Respond& answer);
   // Decides where a query runs; true when here (its catalog entry is
   // then written), false when it answered or forwarded the request.
   bool cluster_place_query(const http::Request& req, const QueryPlacement& placement,
