@@ -13,6 +13,7 @@
 
 #include "rapidjson/document.h"
 #include "tests/integration/support/contracts.h"
+#include "tests/integration/support/cluster.h"
 #include "tests/integration/support/federation.h"
 #include "tests/integration/support/ws_reader.h"
 #include "tests/support/etcd_process.h"
@@ -32,8 +33,7 @@ class ClusterContracts : public ::testing::Test {
     for (const char* name : {"n1", "n2", "n3"}) {
       FedNode& n = fed_.add("acme", name);
       n.pins(*beta_);  // no export: only a contract shares bids
-      n.config_extra(R"("checkpoint_interval": "200ms", "cluster": {"etcd": [")" + etcd_->endpoint() +
-                     R"("], "lease_ttl": "2s", "etcd_timeout": "500ms"})");
+      n.config_extra(R"("checkpoint_interval": "200ms", )" + cluster_section(*etcd_));
       acme_.push_back(&n);
     }
     beta_->pins(*acme_[1]);  // beta lists acme/n2 alone

@@ -16,6 +16,7 @@
 
 #include "rapidjson/document.h"
 #include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/cluster.h"
 #include "tests/integration/support/ws_reader.h"
 #include "tests/support/etcd_process.h"
 
@@ -27,15 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kBatches = 240;
 constexpr int kRowsPerBatch = 25;
 
-bool eventually(double seconds, const std::function<bool()>& done) {
-  const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (Clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
-}
-
 class ClusterFaults : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -45,8 +37,7 @@ class ClusterFaults : public ::testing::Test {
     for (const char* name : {"n1", "n2", "n3"}) {
       BrokerOptions o;
       o.node = name;
-      o.extra_config = R"("checkpoint_interval": "100ms", "cluster": {"etcd": [")" + etcd_->endpoint() +
-                       R"("], "lease_ttl": "2s", "etcd_timeout": "500ms"})";
+      o.extra_config = R"("checkpoint_interval": "100ms", )" + cluster_section(*etcd_);
       nodes_.push_back(std::make_unique<BrokerProcess>(o));
     }
     for (auto& n : nodes_) ASSERT_TRUE(n->start()) << n->last_error();

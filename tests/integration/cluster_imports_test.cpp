@@ -20,6 +20,7 @@
 #include "federation/messages.h"
 
 #include "rapidjson/document.h"
+#include "tests/integration/support/cluster.h"
 #include "tests/integration/support/federation.h"
 #include "tests/integration/support/ws_reader.h"
 #include "tests/support/etcd_process.h"
@@ -49,8 +50,7 @@ class ClusterImports : public ::testing::Test {
       // without dialing beta.
       n.pins(*beta_, "", beta_->ca_file());
       n.exports("bids", {"beta"});
-      n.config_extra(R"("checkpoint_interval": "200ms", "cluster": {"etcd": [")" + etcd_->endpoint() +
-                     R"("], "lease_ttl": "2s", "etcd_timeout": "500ms"})");
+      n.config_extra(R"("checkpoint_interval": "200ms", )" + cluster_section(*etcd_));
       acme_.push_back(&n);
     }
     // beta knows one node of acme: n2.

@@ -17,6 +17,7 @@
 
 #include "rapidjson/document.h"
 #include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/cluster.h"
 #include "tests/support/etcd_process.h"
 
 namespace entente::testing {
@@ -58,16 +59,6 @@ DomainView nodes_of(const BrokerProcess& b) {
   return v;
 }
 
-// Polls until `done` holds or `seconds` pass; returns whether it held.
-bool eventually(double seconds, const std::function<bool()>& done) {
-  const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (Clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
-}
-
 class ClusterMembership : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -84,9 +75,7 @@ class ClusterMembership : public ::testing::Test {
   }
 
   std::string cluster_section() const {
-    return R"("cluster": {"etcd": [")" + etcd_->endpoint() +
-           R"("], "lease_ttl": ")" + lease_ttl_ +
-           R"(", "etcd_timeout": "500ms", "prefix": "/test/acme/"})";
+    return testing::cluster_section(*etcd_, lease_ttl_, "/test/acme/");
   }
 
   // Every running node in `expect_up` sees exactly those nodes up, the
@@ -277,8 +266,7 @@ TEST(ClusterMembershipStart, ANodeStartedBeforeEtcdRegistersWhenItRuns) {
   if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
   EtcdProcess etcd("etcd-late");
   BrokerOptions o;
-  o.extra_config = R"("cluster": {"etcd": [")" + etcd.endpoint() +
-                   R"("], "lease_ttl": "2s", "etcd_timeout": "500ms"})";
+  o.extra_config = cluster_section(etcd);
   BrokerProcess n1(o);
   ASSERT_TRUE(n1.start()) << n1.last_error();
   ASSERT_TRUE(eventually(10, [&] {
@@ -298,8 +286,7 @@ TEST(ClusterMembershipStart, NodesWhoseTokensDifferAreFlagged) {
   if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
   EtcdProcess etcd("etcd-tokens");
   ASSERT_TRUE(etcd.start()) << etcd.last_error();
-  const std::string cluster = R"("cluster": {"etcd": [")" + etcd.endpoint() +
-                              R"("], "lease_ttl": "2s", "etcd_timeout": "500ms"})";
+  const std::string cluster = cluster_section(etcd);
   BrokerOptions a, b;
   a.node = "n1";
   a.extra_config = cluster;
