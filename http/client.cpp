@@ -129,26 +129,6 @@ ClientResponse to_client_response(bhttp::response<bhttp::string_body>&& res) {
   return out;
 }
 
-bool is_token(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c <= 32 || c >= 127 || c == ':' || c == '(' || c == ')' || c == ',' || c == '/' ||
-        c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' || c == '[' ||
-        c == '\\' || c == ']' || c == '{' || c == '}' || c == '"') {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool is_target(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) <= 32 || c == 127) return false;
-  }
-  return true;
-}
-
 Status check_headers(const std::vector<std::pair<std::string, std::string>>& headers) {
   for (const auto& [name, value] : headers) {
     if (!is_token(name) || !is_header_safe(value)) {

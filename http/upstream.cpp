@@ -86,29 +86,9 @@ bool is_stale_connection(const error_code& ec) {
          ec == ssl::error::stream_truncated;
 }
 
-bool is_token(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c <= 32 || c >= 127 || c == ':' || c == '(' || c == ')' || c == ',' || c == '/' ||
-        c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' || c == '[' ||
-        c == '\\' || c == ']' || c == '{' || c == '}' || c == '"') {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool is_target(std::string_view s) {
-  if (s.empty() || s.front() != '/') return false;
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) <= 32 || c == 127) return false;
-  }
-  return true;
-}
-
 Status check_request(std::string_view method, std::string_view target, const HeaderList& headers) {
   if (!is_token(method)) return make_error(Errc::invalid_argument, "invalid method");
-  if (!is_target(target)) {
+  if (!target.starts_with('/') || !is_target(target)) {  // origin form: another node's path
     return make_error(Errc::invalid_argument, "invalid request target '" + std::string(target) + "'");
   }
   for (const auto& [name, value] : headers) {

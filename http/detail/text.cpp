@@ -91,6 +91,26 @@ bool is_header_safe(std::string_view s) {
   return true;
 }
 
+bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c <= 32 || c >= 127 || c == ':' || c == '(' || c == ')' || c == ',' || c == '/' ||
+        c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' || c == '[' ||
+        c == '\\' || c == ']' || c == '{' || c == '}' || c == '"') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool is_target(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) <= 32 || c == 127) return false;
+  }
+  return true;
+}
+
 std::optional<FramingRefusal> check_transfer_codings(const std::vector<std::string_view>& values) {
   // The field is a comma-separated list that may span several field lines;
   // empty list elements are allowed and ignored (RFC 9110 §5.6.1).

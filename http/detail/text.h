@@ -35,6 +35,11 @@ void append_json_string(std::string& out, std::string_view s);
 
 // True when `s` may be sent as a header value (no CR, LF or NUL).
 bool is_header_safe(std::string_view s);
+// True when `s` is an RFC 9110 token: a method or a header name.
+bool is_token(std::string_view s);
+// True when `s` may be sent as a request target: not empty, no control
+// characters, spaces or DEL.
+bool is_target(std::string_view s);
 
 // Why a request's Transfer-Encoding makes its framing unusable (RFC 9112
 // §6.1), given every Transfer-Encoding field value in order: 400 when

@@ -19,6 +19,7 @@
 #include "http/client.h"
 #include "http/server.h"
 #include "tests/support/etcd_process.h"
+#include "tests/support/eventually.h"
 
 namespace entente::cluster {
 namespace {
@@ -27,16 +28,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::EtcdProcess;
 
-// Polls `pred` until it holds or `timeout` passes: etcd on a loaded
-// machine takes its time, so tests wait for end states, never fixed sleeps.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() >= deadline) return pred();
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
-}
+using testing::eventually;
 
 std::unique_ptr<Etcd> make_etcd(std::vector<std::string> endpoints, int64_t timeout_ms = 5'000) {
   EtcdOptions o;

@@ -19,6 +19,7 @@
 
 #include "cluster/catalog.h"
 #include "tests/support/etcd_process.h"
+#include "tests/support/eventually.h"
 
 namespace entente::cluster {
 namespace {
@@ -27,14 +28,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::EtcdProcess;
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() >= deadline) return pred();
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
-}
+using testing::eventually;
 
 std::unique_ptr<Etcd> client_of(const EtcdProcess& etcd) {
   EtcdOptions o;

@@ -35,6 +35,7 @@
 #include <gtest/gtest.h>
 
 #include "http/client.h"
+#include "tests/support/free_port.h"
 #include "tests/support/temp_dir.h"
 
 namespace entente::testing {
@@ -250,24 +251,8 @@ class EtcdProcess {
     return !ec;
   }
 
-  // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0,
-  // then released); 0 if none could be had.
-  static uint16_t free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return 0;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof addr;
-    uint16_t port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port = ntohs(addr.sin_port);
-    }
-    ::close(fd);
-    return port;
-  }
+  // A TCP port on 127.0.0.1 that was free a moment ago; 0 if none.
+  static uint16_t free_port() { return free_loopback_port(); }
 
  private:
   std::string name_;

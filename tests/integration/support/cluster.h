@@ -6,22 +6,15 @@
 #include <chrono>
 #include <functional>
 #include <string>
-#include <thread>
 
 #include "tests/support/etcd_process.h"
+#include "tests/support/eventually.h"
 
 namespace entente::testing {
 
-// Polls `done` every 100 ms until it holds or `seconds` pass; returns
-// whether it held. Tests wait for end states, never fixed sleeps.
+// eventually(pred, timeout) of tests/support/eventually.h, in seconds.
 inline bool eventually(double seconds, const std::function<bool()>& done) {
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
+  return eventually(done, std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
 }
 
 // The "cluster" member of a node's configuration: `etcd`, a short lease so

@@ -36,11 +36,9 @@
 
 #include "federation/link.h"
 #include "tests/integration/support/broker_process.h"
+#include "tests/support/free_port.h"
 
 namespace entente::testing {
-
-// A free TCP port on 127.0.0.1 (bound, read back, released).
-uint16_t free_loopback_port();
 
 // "acme/bids" -> "acme%2Fbids", for URLs.
 std::string url_name(const std::string& stream);
