@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "base/json_read.h"
@@ -489,6 +490,82 @@ std::string internal_stream_name(std::string_view query, std::string_view box, s
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return std::string(query.substr(0, kHashedPrefixLength)) + "--" + hex;
+}
+
+SchemaPtr internal_stream_schema(const Schema& port) {
+  std::vector<Field> fields = port.fields();
+  auto free_name = [&](std::string base) {
+    std::string name = base;
+    for (int i = 1; port.index_of(name); ++i) name = base + "_" + std::to_string(i);
+    return name;
+  };
+  fields.push_back({free_name("_wm"), Type::Int64});
+  fields.push_back({free_name("_wm_only"), Type::Bool});
+  return make_schema(std::move(fields));
+}
+
+Batch internal_rows(const SchemaPtr& internal, const Batch& batch, EventTime wm) {
+  Batch out(internal);
+  out.columns = batch.columns;
+  auto wms = std::make_shared<Column>(Type::Int64);
+  wms->ints.assign(batch.rows(), wm);
+  auto only = std::make_shared<Column>(Type::Bool);
+  only->bools.assign(batch.rows(), 0);
+  out.columns.push_back(std::move(wms));
+  out.columns.push_back(std::move(only));
+  out.event_time = batch.event_time;
+  out.seq = batch.seq;
+  return out;
+}
+
+Batch internal_mark(const SchemaPtr& internal, EventTime wm) {
+  BatchBuilder b(internal);
+  const size_t n = internal->size();
+  for (size_t i = 0; i + 2 < n; ++i) {
+    Column& c = b.column(i);
+    switch (c.type) {
+      case Type::Int64:
+      case Type::Timestamp: c.ints.push_back(0); break;
+      case Type::Double: c.doubles.push_back(0); break;
+      case Type::Bool: c.bools.push_back(0); break;
+      case Type::String: c.append_str(""); break;
+    }
+  }
+  b.column(n - 2).ints.push_back(wm);
+  b.column(n - 1).bools.push_back(1);
+  b.event_time().push_back(wm);
+  b.seq().push_back(0);
+  return b.finish();
+}
+
+void push_internal(Executor& exec, size_t input, const SchemaPtr& port, const Batch& internal) {
+  const size_t n = port->size();
+  if (internal.columns.size() != n + 2 || internal.schema->size() != n + 2 ||
+      internal.column(n).type != Type::Int64 || internal.column(n + 1).type != Type::Bool)
+    throw std::invalid_argument("push_internal: not a batch of the internal stream of schema " + port->to_string());
+  const auto& wm = internal.column(n).ints;
+  const auto& only = internal.column(n + 1).bools;
+  const std::vector<ColumnPtr> data(internal.columns.begin(), internal.columns.begin() + static_cast<long>(n));
+  const Batch rows = internal.project(port, data);
+  const size_t total = internal.rows();
+  size_t i = 0;
+  while (i < total) {
+    exec.advance_watermark(input, wm[i]);
+    if (only[i]) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < total && !only[j] && wm[j] == wm[i]) ++j;
+    if (i == 0 && j == total) {
+      exec.push(input, rows);
+    } else {
+      std::vector<uint32_t> idx(j - i);
+      std::iota(idx.begin(), idx.end(), static_cast<uint32_t>(i));
+      exec.push(input, rows.take(idx));
+    }
+    i = j;
+  }
 }
 
 std::vector<FragmentSpec> whole_query_fragment(const QueryNetwork& net, std::string name, std::string node) {

@@ -94,4 +94,29 @@ std::string fragment_network_name(std::string_view query, std::string_view fragm
 // of query>--<16 hex digits of a stable hash of (query, box, port)>".
 std::string internal_stream_name(std::string_view query, std::string_view box, size_t port);
 
+// --- Carrying an arc across an internal stream (docs/query-networks.md,
+// "Cutting a query into fragments"). Between fragments on two nodes the
+// rows travel through a log, so the producer's output watermark
+// (Executor::output_watermark) must travel in it too, at the same places
+// among the rows as in the whole network. An internal stream's schema is
+// the producing port's with two more fields: the watermark the producer
+// had sent before the row, and whether the row is only a watermark (a
+// mark: its other values are zero and it is not a row of the query).
+
+// The producing port's fields, then "_wm" (int64) and "_wm_only" (bool)
+// (renamed "_wm_1", ... when the port has a field of that name).
+SchemaPtr internal_stream_schema(const Schema& port);
+// The rows of `batch` (the port's schema) as rows of `internal`, each
+// after watermark `wm`. Shares batch's columns, event times and seqs.
+Batch internal_rows(const SchemaPtr& internal, const Batch& batch, EventTime wm);
+// One mark: "the watermark is now `wm`".
+Batch internal_mark(const SchemaPtr& internal, EventTime wm);
+// Feeds rows of an internal stream to `exec`'s input `input` (its schema
+// `port`, its watermarks "manual"): before each run of data rows the
+// input's watermark is advanced to theirs, then the run is pushed (as
+// `port` rows, with their event times); a mark advances the watermark.
+// A batch whose schema is not internal_stream_schema(*port) throws
+// std::invalid_argument (the broker checks schemas before).
+void push_internal(Executor& exec, size_t input, const SchemaPtr& port, const Batch& internal);
+
 }  // namespace entente::engine

@@ -186,17 +186,22 @@ inline Run run_cut(const QueryNetwork& net, const QueryCut& cut, const Feed& fee
 }
 
 // The fragments one after the other, in pipeline order, as if every
-// internal stream were delayed as long as can be: each fragment first gets
-// everything its internal streams carried (one stream after the other, each
-// batch preceded by the producer's output watermark at the time, and the
-// watermark after each call), then all of its query inputs' batches, then
-// finish(). Only the final rows can be compared with the whole network's.
+// internal stream were delayed as long as can be, and through the encoding
+// the broker logs an internal stream in (internal_stream_schema): each
+// producer's rows are written after the watermark it had sent before them,
+// with a mark after each call that moved its output watermark; records of
+// three writes each are concatenated, as a runner's flush does; each
+// consumer reads them back with push_internal. A fragment first gets
+// everything its internal streams carried (one stream after the other),
+// then all of its query inputs' batches, then finish(). Only the final rows
+// can be compared with the whole network's.
 inline Run run_staged(const QueryNetwork& net, const QueryCut& cut, const Feed& feed) {
-  struct Event {
-    EventTime watermark;
-    std::optional<Batch> batch;
+  struct Stream {
+    SchemaPtr schema;
+    EventTime last = kMinTime;  // the watermark of the last row or mark written
+    std::vector<Batch> writes;
   };
-  std::map<std::string, std::vector<Event>> streams;  // by internal stream
+  std::map<std::string, Stream> streams;  // by internal stream
   Run run;
   for (size_t f : cut.pipeline_order) {
     const FragmentPlan& plan = cut.fragments[f];
@@ -205,23 +210,40 @@ inline Run run_staged(const QueryNetwork& net, const QueryCut& cut, const Feed& 
     auto is_internal = [&](const std::string& name) {
       return std::find(plan.writes.begin(), plan.writes.end(), name) != plan.writes.end();
     };
+    auto stream_of = [&](size_t o) -> Stream& {
+      Stream& s = streams[fnet.outputs()[o].name];
+      if (!s.schema) s.schema = internal_stream_schema(*fnet.outputs()[o].schema);
+      return s;
+    };
     auto record_watermarks = [&] {
-      for (size_t o = 0; o < fnet.outputs().size(); ++o)
-        if (is_internal(fnet.outputs()[o].name))
-          streams[fnet.outputs()[o].name].push_back({ex->output_watermark(o), std::nullopt});
+      for (size_t o = 0; o < fnet.outputs().size(); ++o) {
+        if (!is_internal(fnet.outputs()[o].name)) continue;
+        Stream& s = stream_of(o);
+        if (const EventTime wm = ex->output_watermark(o); wm > s.last) {
+          s.writes.push_back(internal_mark(s.schema, wm));
+          s.last = wm;
+        }
+      }
     };
     auto made = Executor::create(fnet, [&](size_t o, const Batch& b) {
       const std::string& name = fnet.outputs()[o].name;
-      if (is_internal(name)) streams[name].push_back({ex->output_watermark(o), b});
-      else run.outputs[name].push_back(b);
+      if (!is_internal(name)) {
+        run.outputs[name].push_back(b);
+        return;
+      }
+      Stream& s = stream_of(o);
+      s.last = ex->output_watermark(o);
+      s.writes.push_back(internal_rows(s.schema, b, s.last));
     });
     EXPECT_TRUE(made.ok());
     ex = std::move(made).value();
     for (const std::string& stream : plan.reads) {
       const size_t in = *fnet.input_index(stream);
-      for (const Event& e : streams[stream]) {
-        ex->advance_watermark(in, e.watermark);
-        if (e.batch) ex->push(in, *e.batch);
+      const Stream& s = streams[stream];
+      for (size_t i = 0; i < s.writes.size(); i += 3) {
+        const size_t end = std::min(i + 3, s.writes.size());
+        const Batch record = concat(s.schema, std::span<const Batch>(s.writes.data() + i, end - i));
+        push_internal(*ex, in, fnet.inputs()[in].schema, record);
         record_watermarks();
       }
     }

@@ -717,5 +717,41 @@ TEST(ExecutorOutputWatermark, FollowsTheBoxAndSurvivesRestore) {
   EXPECT_EQ(ex->output_watermark(0), kMaxWatermark);
 }
 
+// ---------------------------------------------------------------------------
+// The internal stream encoding (the run_staged equivalence tests carry every
+// cut above through it; these check its edges)
+
+TEST(InternalStream, SchemaAddsWatermarkFieldsWithFreeNames) {
+  const Schema port({{"a", Type::Int64}, {"_wm", Type::String}});
+  const SchemaPtr s = internal_stream_schema(port);
+  ASSERT_EQ(s->size(), 4u);
+  EXPECT_EQ(s->field(2).name, "_wm_1");
+  EXPECT_EQ(s->field(2).type, Type::Int64);
+  EXPECT_EQ(s->field(3).name, "_wm_only");
+  EXPECT_EQ(s->field(3).type, Type::Bool);
+  EXPECT_TRUE(Schema::make(s->fields()).ok());
+}
+
+TEST(InternalStream, RowsAndMarksRoundTripThroughTheCodec) {
+  const QueryNetwork net = parse_ok(kChain);
+  const SchemaPtr port = net.inputs()[0].schema;
+  const SchemaPtr internal = internal_stream_schema(*port);
+  const Feed feed = interleave(make_bids(3, 10, 1), {});
+  const Batch rows = feed.pushes.front().second;
+  std::vector<Batch> parts{internal_mark(internal, 5), internal_rows(internal, rows, 7), internal_mark(internal, 9)};
+  const Batch all = concat(internal, parts);
+  std::string bytes;
+  encode_batch(all, bytes);
+  std::string_view in = bytes;
+  auto back = decode_batch(in);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->rows(), rows.rows() + 2);
+  EXPECT_EQ(back->column(port->size()).ints.front(), 5);
+  EXPECT_EQ(back->column(port->size() + 1).bools.back(), 1);
+  // A batch of another schema is refused.
+  std::unique_ptr<Executor> ex = std::move(Executor::create(net, [](size_t, const Batch&) {})).value();
+  EXPECT_THROW(push_internal(*ex, 0, port, rows), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace entente::engine
