@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "cluster/etcd.h"
 #include "cluster/membership.h"
 #include "federation/peering.h"
+#include "engine/fragments.h"
 #include "engine/network.h"
 #include "store/stream_log.h"
 
@@ -609,7 +611,8 @@ std::vector<StreamPtr> NodeImpl::list_streams() const {
   return out;
 }
 
-Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view network_json, Diagnostics& diag) {
+Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view network_json, Diagnostics& diag,
+                                                            const FragmentOf* fragment) {
   auto net = engine::QueryNetwork::parse(network_json, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, "the query network is invalid");
   std::unique_lock lock(catalog_mu_);
@@ -621,10 +624,34 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   QueryMeta meta;
   meta.name = name;
   meta.network_json = std::string(network_json);
+  if (fragment) {
+    meta.query = fragment->query;
+    meta.fragment = fragment->fragment;
+  } else if (name.find("--") != std::string::npos) {
+    diag.error("$.name", "'--' is reserved for the fragments of a query cut across nodes");
+  }
   std::vector<StreamPtr> ins, outs;
   for (size_t i = 0; i < net->inputs().size(); ++i) {
     const auto& in = net->inputs()[i];
     const std::string path = "$.inputs[" + std::to_string(i) + "]";
+    if (fragment && fragment->reads.count(in.name)) {
+      // An internal stream: read from its first tuple, with the watermark
+      // its rows carry.
+      const std::string& local = fragment->reads.at(in.name);
+      auto it = streams_.find(local);
+      if (it == streams_.end()) {
+        diag.error(path + ".name", "internal stream '" + in.name + "' is not on this node (as '" + local + "')");
+        continue;
+      }
+      if (!(*it->second->meta().schema == *engine::internal_stream_schema(*in.schema)))
+        diag.error(path + ".schema", "does not match internal stream '" + local + "', whose schema is " +
+                                         it->second->meta().schema->to_string());
+      meta.internal_inputs.push_back(static_cast<uint32_t>(ins.size()));
+      ins.push_back(it->second);
+      meta.inputs.push_back(local);
+      meta.start.push_back(1);
+      continue;
+    }
     // The stream the input reads: its name, or "stream" (a stream of this
     // domain named DOMAIN/NAME is the local NAME).
     std::string stream_name = in.stream.empty() ? in.name : in.stream;
@@ -652,7 +679,11 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   for (size_t o = 0; o < net->outputs().size(); ++o) {
     const auto& out = net->outputs()[o];
     const std::string path = "$.outputs[" + std::to_string(o) + "].name";
-    if (Status s = check_stream_name(out.name); !s.ok()) diag.error(path, s.error().message);
+    const bool internal = fragment && fragment->writes.count(out.name);
+    if (internal) meta.internal_outputs.push_back(static_cast<uint32_t>(o));
+    if (internal) {
+      if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
+    } else if (Status s = check_stream_name(out.name); !s.ok()) diag.error(path, s.error().message);
     else if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
     meta.outputs.push_back(out.name);
   }
@@ -669,8 +700,10 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     StreamMeta sm;
     sm.name = net->outputs()[o].name;
     sm.id.value = allocate_id();
-    sm.schema = net->outputs()[o].schema;
-    sm.producer = "query:" + name;
+    const bool internal = std::find(meta.internal_outputs.begin(), meta.internal_outputs.end(), o) !=
+                          meta.internal_outputs.end();
+    sm.schema = internal ? engine::internal_stream_schema(*net->outputs()[o].schema) : net->outputs()[o].schema;
+    sm.producer = "query:" + (fragment ? fragment->query : name);
     sm.retention = {config_.retention.max_tuples, config_.retention.max_bytes, config_.retention.max_age_ms};
     sm.created_ms = meta.created_ms;
     wb.put(store::Cf::catalog, stream_key(sm.name), stream_meta_to_json(sm));

@@ -95,6 +95,12 @@ Status Peering::LinkWire::add_dial_target(const certs::Identity& peer, const std
   return l->add_dial_target(PeerConfig{peer, host, port});
 }
 
+Status Peering::dial_own_node(const std::string& node, const std::string& host, uint16_t port) {
+  const certs::Identity id{self_.domain, node};
+  if (wire_.is_up(id)) return {};
+  return wire_.add_dial_target(id, host, port);
+}
+
 void Peering::LinkWire::remove_dial_target(const certs::Identity& peer) {
   if (LinkManager* l = links.load(std::memory_order_acquire)) l->remove_dial_target(peer);
 }

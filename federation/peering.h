@@ -96,6 +96,11 @@ class Peering final : public LinkHandler {
   // an arc between query fragments on two nodes of one domain.
   void create_internal_import(const std::string& stream, const std::string& node, engine::SchemaPtr expected,
                               ImportDone done, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Dials node `node` of this domain at host:port (where the domain's
+  // membership says its peer link listens), unless a link to it is
+  // configured already; the node is authenticated as any peer, by the
+  // domain's own CA and exactly that identity.
+  Status dial_own_node(const std::string& node, const std::string& host, uint16_t port);
   // Owner side: node `node` of this domain no longer reads `stream` (its
   // fragment is gone): what it acknowledged stops pinning retention.
   Status release_internal_reader(const std::string& stream, const std::string& node) {

@@ -97,6 +97,8 @@ std::string import_json(const ImportInfo& i) {
   return j.take();
 }
 
+}  // namespace
+
 std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement,
                        const Peering* peering) {
   const auto& m = q->meta();
@@ -142,6 +144,8 @@ std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string&
   j.end_object();
   return j.take();
 }
+
+namespace {
 
 // Splits "/v1/streams/x/tuples" into segments.
 std::vector<std::string_view> segments(std::string_view path) {
@@ -240,6 +244,9 @@ const std::vector<RouteInfo>& api_routes() {
       {"POST", "/v1/queries", Role::admin, false, &N::deploy_query_route},
       {"GET", "/v1/queries/{name}", Role::reader, false, &N::get_query},
       {"DELETE", "/v1/queries/{name}", Role::admin, false, &N::delete_query_route},
+      {"PUT", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::put_fragment_route},
+      {"GET", "/v1/queries/{name}/fragments/{fragment}", Role::reader, false, &N::get_fragment_route},
+      {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
       {"GET", "/v1/checkpoints", Role::reader, false, &N::list_checkpoints},
       {"POST", "/v1/checkpoints", Role::admin, false, &N::take_checkpoints},
       {"POST", "/v1/admin/backup", Role::admin, false, &N::post_backup},
@@ -420,9 +427,12 @@ void NodeImpl::list_streams_route(const Request& req, const PathParams&, const R
     cluster_list_streams(req, answer);
     return;
   }
+  const bool internal = list_internal_streams(req);
   JsonOut j;
   j.begin_object().key("streams").begin_array();
-  for (auto& s : list_streams()) j.raw(stream_json(*this, s));
+  for (auto& s : list_streams()) {
+    if (internal || !is_internal_stream(s->meta().name)) j.raw(stream_json(*this, s));
+  }
   j.end_array().end_object();
   answer(Response::json(200, j.take()));
 }
@@ -499,7 +509,10 @@ void NodeImpl::list_queries_route(const Request&, const PathParams&, const Respo
   const std::string placement = config_.domain + "/" + config_.node;
   JsonOut j;
   j.begin_object().key("queries").begin_array();
-  for (auto& q : list_queries()) j.raw(query_json(q, placement, peering_.get()));
+  for (auto& q : list_queries()) {
+    // A fragment shows under its query (cluster_list_queries).
+    if (q->meta().fragment.empty()) j.raw(query_json(q, placement, peering_.get()));
+  }
   if (catalog_) {
     std::vector<std::string> others;
     cluster_list_queries(others);
@@ -637,6 +650,10 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
 
 void NodeImpl::get_query(const Request& req, const PathParams& params, const Respond& answer) {
   const std::string& name = params.at(0);
+  if (auto cut = cut_entry(name)) {
+    get_cut_query(req, *cut, answer);
+    return;
+  }
   if (forward_query_if_elsewhere(req, name, answer)) return;
   auto q = find_query(name);
   if (!q) answer(Response::problem(404, "Not Found", "no query '" + name.substr(0, 100) + "'"));
@@ -644,6 +661,10 @@ void NodeImpl::get_query(const Request& req, const PathParams& params, const Res
 }
 
 void NodeImpl::delete_query_route(const Request& req, const PathParams& params, const Respond& answer) {
+  if (auto cut = cut_entry(params.at(0))) {
+    delete_cut_query(req, *cut, answer);
+    return;
+  }
   if (forward_query_if_elsewhere(req, params.at(0), answer)) return;
   Status st = catalog_ ? cluster_delete_query(params.at(0)) : delete_query(params.at(0));
   if (!st.ok()) answer(problem_for(st.error()));

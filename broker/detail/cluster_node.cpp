@@ -143,6 +143,7 @@ Status NodeImpl::start_cluster() {
       [this] {
         reconcile_streams();
         reconcile_contracts();
+        dial_internal_sources();
       });
   membership_->start();
   metrics_.add_collector([this](MetricsWriter& w) {

@@ -110,13 +110,8 @@ Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& ne
   for (const auto& f : *specs) {
     if (!f.node.empty()) named.insert(f.node);
   }
-  if (named.size() > 1) {
-    std::string which;
-    for (const auto& n : named) which += (which.empty() ? "" : ", ") + n;
-    return make_error(Errc::unsupported, "$.placement.fragments: the fragments are valid but on several nodes (" +
-                                             which + "); this version runs a query on one node: place every "
-                                             "fragment on the same node, or the whole query with {\"node\": NODE}");
-  }
+  // Fragments on several nodes: the query is cut (cluster_deploy_cut).
+  if (named.size() > 1) return {};
   if (!named.empty()) placement.node = *named.begin();
   placement.fragments_json.clear();
   return {};
@@ -139,6 +134,11 @@ bool NodeImpl::cluster_place_query(const http::Request& req, const QueryPlacemen
                        "now (" + *why + "); tuples keep flowing meanwhile"));
     return false;
   }
+  if (name.find("--") != std::string::npos) {
+    answer(http::Response::problem(400, "Bad Request",
+                                   "$.name: '--' is reserved for the fragments of a query cut across nodes"));
+    return false;
+  }
   if (auto e = catalog_->get(query_key_of(name))) {
     answer(http::Response::problem(409, "Conflict", "query '" + name + "' exists in domain " + config_.domain +
                                                         " (on " + node_of_entry(e->value).value_or("?") + ")"));
@@ -151,6 +151,10 @@ bool NodeImpl::cluster_place_query(const http::Request& req, const QueryPlacemen
                                                           *leader + ")"));
       return false;
     }
+  }
+  if (!placement.fragments_json.empty()) {
+    cluster_deploy_cut(req, placement, net, answer);
+    return false;
   }
   const cluster::MembershipView view = membership_->view();
   std::string node = placement.node;
@@ -282,6 +286,14 @@ void NodeImpl::cluster_list_queries(std::vector<std::string>& extra_json) const 
   for (const auto& e : catalog_->list("queries/")) {
     const std::string name = e.key.substr(std::string("queries/").size());
     if (local.count(name)) continue;
+    if (auto cut = cut_entry(name)) {
+      JsonOut j;
+      j.begin_object().key("name").str(name).key("state").str(cut->state).key("fragments").begin_array();
+      for (const auto& [f, n] : cut->fragments) j.begin_object().key("name").str(f).key("node").str(n).end_object();
+      j.end_array().end_object();
+      extra_json.push_back(j.take());
+      continue;
+    }
     JsonOut j;
     j.begin_object().key("name").str(name).key("node").str(node_of_entry(e.value).value_or(""));
     j.end_object();

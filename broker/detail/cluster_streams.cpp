@@ -286,17 +286,20 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
   answer(std::move(r));
 }
 
-void NodeImpl::cluster_list_streams(const http::Request&, const http::Respond& answer) {
+void NodeImpl::cluster_list_streams(const http::Request& req, const http::Respond& answer) {
+  const bool internal = list_internal_streams(req);
   JsonOut j;
   j.begin_object().key("streams").begin_array();
   std::set<std::string> listed;
   for (auto& s : list_streams()) {
+    if (!internal && is_internal_stream(s->meta().name)) continue;
     j.raw(stream_json(*this, s));
     listed.insert(s->meta().name);
   }
   for (const auto& e : catalog_->list("streams/")) {
     auto parsed = stream_entry_from_json(e.value);
     if (!parsed.ok() || listed.count(parsed->meta.name) || parsed->node == config_.node) continue;
+    if (!internal && is_internal_stream(parsed->meta.name)) continue;
     j.raw(remote_stream_json(*parsed));
   }
   j.end_array();

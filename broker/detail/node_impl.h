@@ -43,6 +43,10 @@ class Peering;
 struct ImportInfo;
 }  // namespace entente::federation
 
+namespace entente::engine {
+struct QueryCut;
+}
+
 namespace entente::broker::detail {
 
 using federation::Contracting;
@@ -79,6 +83,16 @@ std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& pa
 
 // A query body's "placement" (docs/cluster.md), and the body without it,
 // which is the query network the engine reads.
+// The catalog entry of a query cut into fragments across nodes
+// (cluster_fragments.cpp).
+struct CutEntry {
+  std::vector<std::pair<std::string, std::string>> fragments;  // name, node; in pipeline order
+  std::vector<std::string> outputs;
+  std::string state;  // "deploying", "running"
+  std::string json;   // the entry
+  int64_t revision = 0;
+};
+
 struct QueryPlacement {
   std::string node;  // empty: the controller decides
   std::string fragments_json;  // "placement.fragments" as given; empty: none
@@ -128,9 +142,19 @@ class NodeImpl final : public http::Handler {
 
   std::vector<StreamPtr> list_streams() const;
 
-  // Deploys a query network; all validation problems in `diag`.
-  Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json,
-                                                    Diagnostics& diag);
+  // Deploys a query network; all validation problems in `diag`. With
+  // `fragment`, the network is a fragment of a query cut across nodes
+  // (engine::cut_query): its internal inputs read the local streams
+  // `fragment->reads` names, from their first tuple, and its internal
+  // outputs are created as internal streams (engine::internal_stream_schema).
+  struct FragmentOf {
+    std::string query;
+    std::string fragment;
+    std::map<std::string, std::string> reads;  // internal stream -> local stream holding it
+    std::set<std::string> writes;              // internal streams written
+  };
+  Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
+                                                    const FragmentOf* fragment = nullptr);
   Status delete_query(const std::string& name);
   std::shared_ptr<QueryRunner> find_query(const std::string& name) const;
   std::vector<std::shared_ptr<QueryRunner>> list_queries() const;
@@ -261,6 +285,26 @@ class NodeImpl final : public http::Handler {
   // The queries of other nodes, as {"name", "node"} objects.
   void cluster_list_queries(std::vector<std::string>& extra_json) const;
   Status cluster_delete_query(const std::string& name);
+  // --- queries cut into fragments across nodes (cluster_fragments.cpp)
+  // The catalog entry of `query` when it is a cut query.
+  std::optional<CutEntry> cut_entry(const std::string& query) const;
+  static std::string query_of_entry(const CutEntry& entry);
+  // Deploys a query whose placement puts fragments on several nodes.
+  void cluster_deploy_cut(const http::Request& req, const QueryPlacement& placement,
+                          const engine::QueryNetwork& net, const http::Respond& answer);
+  // Deletes the first `deployed` fragments in pipeline order, last first.
+  void undo_cut(const http::Request& req, const std::string& query, const engine::QueryCut& cut, size_t deployed,
+                std::function<void()> done);
+  void get_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
+  void delete_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
+  // Dials `node`'s peer link where the membership says it listens.
+  Status dial_domain_node(const std::string& node);
+  // Dials the node behind each read of another node's stream (after a
+  // restart, the links to them are not configured anywhere else).
+  void dial_internal_sources();
+  void put_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void get_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void delete_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   // The domain's nodes: this one alone, or every node in the membership view.
   std::vector<std::string> domain_nodes() const;
   // --- one contract ledger per domain (cluster_contracts.cpp)
@@ -353,5 +397,16 @@ std::string with_placement(std::string_view network_json, const std::string& nod
 
 // The API's answer for an error: 404, 409, 403, 503 (Retry-After), 500 or 400.
 http::Response problem_for(const Error& e);
+// An internal stream of a query cut across nodes ("QUERY--..."), or a
+// node's copy of one ("@NODE/QUERY--..."): hidden from GET /v1/streams
+// unless it asks for them with ?internal=true.
+inline bool is_internal_stream(std::string_view name) { return name.find("--") != std::string_view::npos; }
+inline bool list_internal_streams(const http::Request& req) {
+  auto v = req.param("internal");
+  return v && (*v == "true" || *v == "1");
+}
+// A query runner as the API shows it (GET /v1/queries/{name}); `placement`
+// is "DOMAIN/NODE".
+std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement, const Peering* peering);
 
 }  // namespace entente::broker::detail

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "engine/codec.h"
+#include "engine/fragments.h"
 #include "engine/serde.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
@@ -153,6 +154,20 @@ std::string query_meta_to_json(const QueryMeta& m) {
   w.EndArray();
   w.Key("created_ms");
   w.Int64(m.created_ms);
+  if (!m.fragment.empty()) {
+    w.Key("query");
+    w.String(m.query.c_str(), static_cast<rapidjson::SizeType>(m.query.size()));
+    w.Key("fragment");
+    w.String(m.fragment.c_str(), static_cast<rapidjson::SizeType>(m.fragment.size()));
+    w.Key("internal_inputs");
+    w.StartArray();
+    for (auto i : m.internal_inputs) w.Uint(i);
+    w.EndArray();
+    w.Key("internal_outputs");
+    w.StartArray();
+    for (auto o : m.internal_outputs) w.Uint(o);
+    w.EndArray();
+  }
   w.EndObject();
   return {sb.GetString(), sb.GetSize()};
 }
@@ -190,6 +205,21 @@ Result<QueryMeta> query_meta_from_json(std::string_view json) {
   }
   if (m.start.size() != m.inputs.size()) return bad();
   m.created_ms = created->GetInt64();
+  // A fragment's fields (absent from whole queries and older records).
+  if (const auto* f = get("fragment")) {
+    const auto *q = get("query"), *ii = get("internal_inputs"), *io = get("internal_outputs");
+    if (!f->IsString() || !q || !q->IsString() || !ii || !ii->IsArray() || !io || !io->IsArray()) return bad();
+    m.fragment = f->GetString();
+    m.query = q->GetString();
+    for (auto& v : ii->GetArray()) {
+      if (!v.IsUint() || v.GetUint() >= m.inputs.size()) return bad();
+      m.internal_inputs.push_back(v.GetUint());
+    }
+    for (auto& v : io->GetArray()) {
+      if (!v.IsUint() || v.GetUint() >= m.outputs.size()) return bad();
+      m.internal_outputs.push_back(v.GetUint());
+    }
+  }
   return m;
 }
 
@@ -218,9 +248,22 @@ Result<std::shared_ptr<QueryRunner>> QueryRunner::create(QueryMeta meta,
   if (r->network_.inputs().size() != r->inputs_.size() ||
       r->network_.outputs().size() != r->outputs_.size())
     return make_error(Errc::corrupt, "query '" + r->meta_.name + "': inputs or outputs do not match its network");
+  r->internal_in_.resize(r->inputs_.size());
+  r->internal_out_.assign(r->outputs_.size(), false);
+  r->out_watermark_.assign(r->outputs_.size(), engine::kMinTime);
+  for (auto i : r->meta_.internal_inputs) r->internal_in_.at(i) = r->network_.inputs()[i].schema;
+  for (auto o : r->meta_.internal_outputs) r->internal_out_.at(o) = true;
   QueryRunner* self = r.get();
   auto exec = engine::Executor::create(r->network_, [self](size_t out, const engine::Batch& b) {
-    if (b.rows() > 0) self->pending_out_[out].push_back(b);
+    if (b.rows() == 0) return;
+    if (!self->internal_out_[out]) {
+      self->pending_out_[out].push_back(b);
+      return;
+    }
+    // The rows go after the watermark that preceded them here.
+    const engine::EventTime wm = self->executor_->output_watermark(out);
+    self->out_watermark_[out] = wm;
+    self->pending_out_[out].push_back(engine::internal_rows(self->outputs_[out]->meta().schema, b, wm));
   });
   if (!exec.ok()) return exec.error();
   r->executor_ = std::move(exec).value();
@@ -285,6 +328,10 @@ Status QueryRunner::recover() {
     std::string_view snap;
     if (!r.varint(journal) || !r.bytes(snap)) return corrupt();
     ENTENTE_RETURN_IF_ERROR(executor_->restore(snap));
+    // A checkpoint is taken between steps, after which every internal
+    // output had written its watermark (push_input).
+    for (size_t o = 0; o < outputs_.size(); ++o)
+      if (internal_out_[o]) out_watermark_[o] = executor_->output_watermark(o);
     journal_next_ = journal;
     next_checkpoint_id_ = cp->id + 1;
     CheckpointInfo info{meta_.name, cp->id, cp->bytes.size(), 0, 0};
@@ -322,7 +369,7 @@ Status QueryRunner::recover() {
                                            std::to_string(pos_[e.input]));
     std::vector<engine::Batch> batches;
     ENTENTE_RETURN_IF_ERROR(read_range(e.input, e.first, e.last, batches));
-    for (auto& b : batches) executor_->push(e.input, std::move(b));
+    for (auto& b : batches) push_input(e.input, std::move(b));
     pos_[e.input] = e.last + 1;
     journal_next_ = seq + 1;
     if (!flush_outputs(/*replaying=*/true)) return make_error(Errc::io_error, state_);
@@ -381,10 +428,25 @@ bool QueryRunner::step(size_t i) {
     }
   }
   journal_pending_.push_back({static_cast<uint32_t>(i), pos_[i], last});
-  for (auto& b : batches) executor_->push(i, std::move(b));
+  for (auto& b : batches) push_input(i, std::move(b));
   pos_[i] = last + 1;
   positions_[i].store(pos_[i], std::memory_order_release);
   return true;
+}
+
+void QueryRunner::push_input(size_t input, engine::Batch&& batch) {
+  if (internal_in_[input]) engine::push_internal(*executor_, input, internal_in_[input], batch);
+  else executor_->push(input, std::move(batch));
+  // A watermark that moved without rows goes out as a mark: the consumer
+  // needs it to close its windows as the whole query would. Deterministic
+  // (once per push that moved it), so recovery writes the same marks.
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    if (!internal_out_[o]) continue;
+    const engine::EventTime wm = executor_->output_watermark(o);
+    if (wm <= out_watermark_[o]) continue;
+    out_watermark_[o] = wm;
+    pending_out_[o].push_back(engine::internal_mark(outputs_[o]->meta().schema, wm));
+  }
 }
 
 bool QueryRunner::flush_outputs(bool replaying) {

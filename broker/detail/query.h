@@ -68,6 +68,14 @@ struct QueryMeta {
   std::vector<std::string> outputs;   // stream per network output, by index
   std::vector<uint64_t> start;        // first position per input at deploy
   int64_t created_ms = 0;
+  // A fragment of a query cut across nodes (docs/cluster.md, "Queries cut
+  // into fragments"): the query and fragment names (empty for a whole
+  // query), and which inputs and outputs are internal streams, whose rows
+  // carry the producer's watermark (engine::internal_stream_schema).
+  std::string query;
+  std::string fragment;
+  std::vector<uint32_t> internal_inputs;   // indexes into inputs
+  std::vector<uint32_t> internal_outputs;  // indexes into outputs
 };
 std::string query_meta_to_json(const QueryMeta& m);
 Result<QueryMeta> query_meta_from_json(std::string_view json);
@@ -138,6 +146,10 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   bool flush_outputs(bool replaying);
   void take_checkpoint(std::vector<CheckpointDone> dones);
   Status read_range(size_t input, uint64_t first, uint64_t last, std::vector<engine::Batch>& out);
+  // Pushes into the executor (an internal input's rows through
+  // engine::push_internal), then marks each internal output whose
+  // watermark moved. REQUIRES: mu_ held.
+  void push_input(size_t input, engine::Batch&& batch);
   void fail(const std::string& why);
 
   friend class EnginePool;
@@ -153,6 +165,12 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   std::vector<uint64_t> pos_;              // REQUIRES: mu_
   std::vector<uint64_t> out_next_;         // REQUIRES: mu_
   std::vector<std::vector<engine::Batch>> pending_out_;  // REQUIRES: mu_
+  // Per input: the network's schema when it is an internal stream, else null.
+  std::vector<engine::SchemaPtr> internal_in_;
+  // Per output: true when it is an internal stream.
+  std::vector<bool> internal_out_;
+  // Per internal output: the watermark of the last row or mark written.
+  std::vector<engine::EventTime> out_watermark_;  // REQUIRES: mu_
   struct JournalEntry {
     uint32_t input;
     uint64_t first, last;

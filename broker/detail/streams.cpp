@@ -420,6 +420,8 @@ Status check_stream_name(std::string_view name) {
   for (char c : name)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
       return bad("may contain only a-z, 0-9, '-' and '_'");
+  if (name.find("--") != std::string_view::npos)
+    return bad("contains '--', which is reserved for the internal streams of queries cut across nodes");
   return Status::Ok();
 }
 

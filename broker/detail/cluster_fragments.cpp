@@ -1,0 +1,615 @@
+// Queries cut into fragments across the nodes of a domain (docs/cluster.md,
+// "Queries cut into fragments"). The node that receives the deploy is its
+// coordinator: it writes the query's catalog entry (its fragments, their
+// nodes, the internal streams between them), then deploys the fragments one
+// by one, producers first, each on its node through
+// PUT /v1/queries/{query}/fragments/{fragment}; a node running a fragment
+// reads the internal streams it needs from their producers' nodes over the
+// peer links (Peering::create_internal_import) and runs the fragment as a
+// query runner of its own (its journal and checkpoints). Reads and deletes
+// through any node fan out to the fragments' nodes.
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "cluster/catalog.h"
+#include "cluster/membership.h"
+#include "engine/fragments.h"
+#include "engine/network.h"
+#include "federation/peering.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+namespace entente::broker::detail {
+namespace {
+
+constexpr size_t kMaxFragmentBody = 1u << 20;
+
+std::string query_key_of(std::string_view name) { return "queries/" + std::string(name); }
+std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
+
+std::string text_of(const rapidjson::Value& v) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  v.Accept(w);
+  return {sb.GetString(), sb.GetSize()};
+}
+
+http::Response unavailable(std::string detail) {
+  http::Response r = http::Response::problem(503, "Service Unavailable", detail);
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+// The "detail" of a problem answer, else its body.
+std::string detail_of(const http::Response& r) {
+  rapidjson::Document d;
+  d.Parse(r.body.data(), r.body.size());
+  if (!d.HasParseError() && d.IsObject() && d.HasMember("detail") && d["detail"].IsString())
+    return d["detail"].GetString();
+  return r.body.substr(0, 300);
+}
+
+bool success(const http::Response& r) { return r.status >= 200 && r.status < 300; }
+
+// A request to `node` made from the user's `req` (its credentials), as a
+// first hop whatever `req` was.
+http::Request sub_request(const http::Request& req, std::string method, std::string target, std::string body) {
+  http::Request sub;
+  sub.method = std::move(method);
+  sub.target = target;
+  sub.path = std::move(target);
+  sub.remote = req.remote;
+  for (const auto& h : req.headers) {
+    if (h.first == "authorization") sub.headers.push_back(h);
+  }
+  if (!body.empty()) {
+    sub.headers.emplace_back("content-type", "application/json");
+    sub.content_type = "application/json";
+  }
+  sub.body = std::move(body);
+  return sub;
+}
+
+std::string fragment_target(const std::string& query, const std::string& fragment) {
+  return "/v1/queries/" + query + "/fragments/" + fragment;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ the catalog
+
+std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query) const {
+  if (!catalog_) return std::nullopt;
+  auto e = catalog_->get(query_key_of(query));
+  if (!e) return std::nullopt;
+  rapidjson::Document d;
+  d.Parse(e->value.data(), e->value.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray()) return std::nullopt;
+  CutEntry c;
+  c.revision = e->mod_revision;
+  c.json = e->value;
+  if (d.HasMember("state") && d["state"].IsString()) c.state = d["state"].GetString();
+  for (const auto& f : d["fragments"].GetArray()) {
+    if (!f.IsObject() || !f.HasMember("name") || !f.HasMember("node") || !f["name"].IsString() ||
+        !f["node"].IsString())
+      return std::nullopt;
+    c.fragments.push_back({f["name"].GetString(), f["node"].GetString()});
+  }
+  if (d.HasMember("outputs") && d["outputs"].IsArray()) {
+    for (const auto& o : d["outputs"].GetArray())
+      if (o.IsString()) c.outputs.emplace_back(o.GetString());
+  }
+  return c;
+}
+
+namespace {
+
+// The catalog entry of a cut query: its fragments in pipeline order (the
+// order to deploy them in; deleted in reverse), the internal streams, the
+// query's outputs and a state.
+std::string cut_entry_json(const std::string& query, const engine::QueryCut& cut, const std::string& state) {
+  JsonOut j;
+  j.begin_object();
+  j.key("query").str(query);
+  j.key("state").str(state);
+  j.key("fragments").begin_array();
+  for (size_t f : cut.pipeline_order) {
+    const auto& p = cut.fragments[f];
+    j.begin_object().key("name").str(p.name).key("node").str(p.node).key("boxes").begin_array();
+    for (size_t i = 0; i < p.network.box_ids().size(); ++i) j.str(p.network.box_ids()[i]);
+    j.end_array().end_object();
+  }
+  j.end_array();
+  j.key("arcs").begin_array();
+  for (const auto& a : cut.arcs) {
+    j.begin_object().key("stream").str(a.stream).key("from").str(a.from).key("from_fragment").str(a.from_fragment);
+    j.key("to_fragments").begin_array();
+    for (const auto& t : a.to_fragments) j.str(t);
+    j.end_array().end_object();
+  }
+  j.end_array();
+  j.key("outputs").begin_array();
+  for (const auto& p : cut.fragments)
+    for (const auto& o : p.outputs) j.str(o);
+  j.end_array();
+  j.end_object();
+  return j.take();
+}
+
+// PUT /v1/queries/{query}/fragments/{fragment}'s body for fragment `f`.
+std::string fragment_body(const engine::QueryCut& cut, const engine::FragmentPlan& f) {
+  JsonOut j;
+  j.begin_object();
+  j.key("network").raw(f.network_json);
+  j.key("reads").begin_array();
+  for (const auto& stream : f.reads) {
+    for (const auto& a : cut.arcs) {
+      if (a.stream != stream) continue;
+      for (const auto& p : cut.fragments)
+        if (p.name == a.from_fragment) j.begin_object().key("stream").str(stream).key("node").str(p.node).end_object();
+    }
+  }
+  j.end_array();
+  j.key("writes").begin_array();
+  for (const auto& w : f.writes) j.str(w);
+  j.end_array();
+  j.end_object();
+  return j.take();
+}
+
+}  // namespace
+
+// ------------------------------------------------------- the coordinator
+
+void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement& placement,
+                                  const engine::QueryNetwork& net, const http::Respond& answer) {
+  const std::string name = net.name();
+  Diagnostics diag;
+  rapidjson::Document d;
+  d.Parse(placement.fragments_json.data(), placement.fragments_json.size());
+  auto specs = engine::read_fragment_specs(d, diag);
+  if (!specs.ok()) {
+    answer(problem_for(specs.error()));
+    return;
+  }
+  // A fragment that names no node runs on the node that got the deploy.
+  for (auto& s : *specs)
+    if (s.node.empty()) s.node = config_.node;
+  auto cut = engine::cut_query(net, *specs, diag);
+  if (!cut.ok()) {
+    answer(problem_for(cut.error()));
+    return;
+  }
+  const cluster::MembershipView view = membership_->view();
+  for (size_t i = 0; i < specs->size(); ++i) {
+    const std::string& node = (*specs)[i].node;
+    auto it = std::find_if(view.members.begin(), view.members.end(),
+                           [&](const cluster::Member& m) { return m.record.node == node; });
+    if (it == view.members.end() || !it->up) {
+      answer(unavailable("$.placement.fragments[" + std::to_string(i) + "].node: " + node +
+                         " is down; the query can be deployed once it is back"));
+      return;
+    }
+  }
+  for (const auto& f : cut->fragments) {
+    if (f.inputs.empty()) continue;
+    // A fragment reads the query's inputs where they are appended.
+    for (const auto& in_name : f.inputs) {
+      const auto& in = net.inputs()[*net.input_index(in_name)];
+      const std::string stream = in.stream.empty() ? in.name : in.stream;
+      if (stream.find('/') != std::string::npos) continue;  // another domain's: imported there
+      auto leader = stream_leader(stream);
+      if (leader && *leader != f.node) {
+        answer(http::Response::problem(
+            409, "Conflict",
+            "$.placement: fragment " + f.name + " on " + f.node + " reads stream " + stream + ", which " + *leader +
+                " leads; place the fragment that reads a stream on the node that leads it"));
+        return;
+      }
+    }
+  }
+  auto created = catalog_->create(query_key_of(name), cut_entry_json(name, *cut, "deploying"));
+  if (!created.ok()) {
+    if (created.error().code == Errc::unavailable)
+      answer(unavailable("deploying a query waits for the domain's catalog in etcd: " + created.error().message));
+    else if (created.error().code == Errc::already_exists)
+      answer(http::Response::problem(409, "Conflict", "query '" + name + "' exists in domain " + config_.domain));
+    else
+      answer(problem_for(created.error()));
+    return;
+  }
+
+  // Deploys the fragments one after the other, producers first.
+  struct Run {
+    engine::QueryCut cut;
+    std::string query;
+    http::Request req;
+    http::Respond answer;
+    size_t next = 0;
+    std::vector<std::string> bodies;  // each fragment's answer, in pipeline order
+  };
+  auto run = std::make_shared<Run>();
+  run->cut = std::move(cut).value();
+  run->query = name;
+  run->req = sub_request(req, "GET", "/", "");
+  run->answer = answer;
+  auto step = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak_step = step;
+  *step = [this, run, weak_step]() {
+    auto self_step = weak_step.lock();
+    if (run->next == run->cut.pipeline_order.size()) {
+      // Every fragment runs: the entry says so.
+      auto e = cut_entry(run->query);
+      if (e) (void)catalog_->update(query_key_of(run->query), cut_entry_json(run->query, run->cut, "running"),
+                                     e->revision);
+      JsonOut j;
+      j.begin_object().key("name").str(run->query).key("state").str("running").key("fragments").begin_array();
+      for (size_t k = 0; k < run->bodies.size(); ++k) {
+        const auto& f = run->cut.fragments[run->cut.pipeline_order[k]];
+        j.begin_object().key("name").str(f.name).key("node").str(f.node).key("runner").raw(run->bodies[k]).end_object();
+      }
+      j.end_array().end_object();
+      http::Response r = http::Response::json(201, j.take());
+      r.headers.emplace_back("Location", "/v1/queries/" + run->query);
+      run->answer(std::move(r));
+      return;
+    }
+    const auto& f = run->cut.fragments[run->cut.pipeline_order[run->next]];
+    http::Request put = sub_request(run->req, "PUT", fragment_target(run->query, f.name), fragment_body(run->cut, f));
+    forward(put, f.node, [this, run, self_step, fname = f.name, fnode = f.node](http::Response r) {
+      if (success(r)) {
+        run->bodies.push_back(r.body);
+        ++run->next;
+        (*self_step)();
+        return;
+      }
+      // Undo: the fragments deployed so far, consumers first, then the entry.
+      http::Response failed = http::Response::problem(
+          r.status, r.status == 400 ? "Bad Request" : "Deploy Failed",
+          "fragment " + fname + " on " + fnode + ": " + detail_of(r) + " (nothing of query " + run->query +
+              " stays deployed)");
+      undo_cut(run->req, run->query, run->cut, run->next,
+               [this, run, failed = std::move(failed)]() mutable {
+                 if (auto e = cut_entry(run->query)) (void)catalog_->erase(query_key_of(run->query), e->revision);
+                 run->answer(std::move(failed));
+               });
+    });
+  };
+  // The chain keeps itself alive through the callbacks it hands forward
+  // (each holds the next step; the step holds itself only weakly).
+  (*step)();
+}
+
+void NodeImpl::undo_cut(const http::Request& req, const std::string& query, const engine::QueryCut& cut,
+                        size_t deployed, std::function<void()> done) {
+  if (deployed == 0) {
+    done();
+    return;
+  }
+  const auto& f = cut.fragments[cut.pipeline_order[deployed - 1]];
+  http::Request del = sub_request(req, "DELETE", fragment_target(query, f.name), "");
+  forward(del, f.node, [this, req, query, cut, deployed, done = std::move(done)](http::Response) mutable {
+    undo_cut(req, query, cut, deployed - 1, std::move(done));
+  });
+}
+
+// ------------------------------------------- reads and deletes of a cut query
+
+void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer) {
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    std::vector<http::Response> got;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = entry.fragments.size();
+  join->got.resize(entry.fragments.size());
+  const std::string query = query_of_entry(entry);
+  for (size_t i = 0; i < entry.fragments.size(); ++i) {
+    const auto& [fname, fnode] = entry.fragments[i];
+    http::Request get = sub_request(req, "GET", fragment_target(query, fname), "");
+    forward(get, fnode, [join, i, entry, query, answer](http::Response r) {
+      {
+        std::lock_guard lock(join->mu);
+        join->got[i] = std::move(r);
+        if (--join->left != 0) return;
+      }
+      // Every fragment answered (or its node did not).
+      JsonOut j;
+      bool all_running = true;
+      j.begin_object().key("name").str(query);
+      std::string fragments;
+      JsonOut fj;
+      fj.begin_array();
+      for (size_t k = 0; k < entry.fragments.size(); ++k) {
+        const http::Response& got = join->got[k];
+        fj.begin_object().key("name").str(entry.fragments[k].first).key("node").str(entry.fragments[k].second);
+        if (success(got)) {
+          rapidjson::Document d;
+          d.Parse(got.body.data(), got.body.size());
+          if (!d.IsObject() || !d.HasMember("state") || !d["state"].IsString() ||
+              std::string_view(d["state"].GetString()) != "running")
+            all_running = false;
+          fj.key("runner").raw(got.body);
+        } else {
+          all_running = false;
+          fj.key("runner").null().key("error").str(detail_of(got));
+        }
+        fj.end_object();
+      }
+      fj.end_array();
+      j.key("state").str(entry.state != "running" ? entry.state : all_running ? "running" : "degraded");
+      j.key("fragments").raw(fj.take());
+      rapidjson::Document e;
+      e.Parse(entry.json.data(), entry.json.size());
+      if (e.IsObject() && e.HasMember("arcs")) j.key("arcs").raw(text_of(e["arcs"]));
+      j.key("outputs").begin_array();
+      for (const auto& o : entry.outputs) j.str(o);
+      j.end_array().end_object();
+      answer(http::Response::json(200, j.take()));
+    });
+  }
+}
+
+void NodeImpl::delete_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer) {
+  if (auto why = etcd_problem()) {
+    answer(unavailable("deleting a query waits for the domain's catalog in etcd (" + *why + ")"));
+    return;
+  }
+  // Consumers first: each fragment stops reading before its producer goes.
+  struct Run {
+    CutEntry entry;
+    std::string query;
+    http::Request req;
+    http::Respond answer;
+    size_t left;
+  };
+  auto run = std::make_shared<Run>(Run{entry, query_of_entry(entry), sub_request(req, "GET", "/", ""), answer,
+                                       entry.fragments.size()});
+  auto step = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak_step = step;
+  *step = [this, run, weak_step]() {
+    auto self_step = weak_step.lock();
+    if (run->left == 0) {
+      if (auto e = cut_entry(run->query)) (void)catalog_->erase(query_key_of(run->query), e->revision);
+      run->answer(http::Response{204, "application/json", "", {}});
+      return;
+    }
+    const auto& [fname, fnode] = run->entry.fragments[run->left - 1];
+    http::Request del = sub_request(run->req, "DELETE", fragment_target(run->query, fname), "");
+    forward(del, fnode, [run, self_step, fname = fname, fnode = fnode](http::Response r) {
+      if (!success(r) && r.status != 404) {
+        run->answer(http::Response::problem(
+            r.status, "Delete Failed",
+            "fragment " + fname + " on " + fnode + ": " + detail_of(r) + " (the fragments after it in the "
+            "pipeline are deleted; retry the DELETE for the rest)"));
+        return;
+      }
+      --run->left;
+      (*self_step)();
+    });
+  };
+  (*step)();
+}
+
+std::string NodeImpl::query_of_entry(const CutEntry& entry) {
+  rapidjson::Document d;
+  d.Parse(entry.json.data(), entry.json.size());
+  if (d.IsObject() && d.HasMember("query") && d["query"].IsString()) return d["query"].GetString();
+  return {};
+}
+
+// ------------------------------------------------- a fragment on its node
+
+Status NodeImpl::dial_domain_node(const std::string& node) {
+  if (!peering_ || !membership_) return make_error(Errc::unavailable, "this node has no federation or cluster section");
+  for (const auto& m : membership_->view().members) {
+    if (m.record.node != node) continue;
+    const std::string& a = m.record.peer_address;
+    const size_t colon = a.rfind(':');
+    if (colon == std::string::npos) break;
+    std::string host = a.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    const unsigned long port = std::strtoul(a.c_str() + colon + 1, nullptr, 10);
+    if (port == 0 || port > 65535) break;
+    return peering_->dial_own_node(node, host, static_cast<uint16_t>(port));
+  }
+  return make_error(Errc::unavailable, "node " + node + " has no peer address in the domain's membership");
+}
+
+void NodeImpl::dial_internal_sources() {
+  if (!peering_) return;
+  std::set<std::string> nodes;
+  for (const auto& imp : peering_->imports())
+    if (!imp.node.empty()) nodes.insert(imp.node);
+  for (const auto& n : nodes) (void)dial_domain_node(n);
+}
+
+namespace {
+
+struct FragmentRequest {
+  std::string network_json;
+  std::vector<std::pair<std::string, std::string>> reads;  // stream, producer node
+  std::set<std::string> writes;
+};
+
+Result<FragmentRequest> read_fragment_request(std::string_view body) {
+  auto bad = [](std::string why) { return make_error(Errc::invalid_argument, std::move(why)); };
+  if (body.size() > kMaxFragmentBody) return bad("the body is larger than 1 MiB");
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject()) return bad("expected {\"network\", \"reads\", \"writes\"}");
+  FragmentRequest f;
+  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
+    const std::string_view key(it->name.GetString(), it->name.GetStringLength());
+    if (key != "network" && key != "reads" && key != "writes") return bad("$." + std::string(key) + ": unknown field");
+  }
+  if (!d.HasMember("network") || !d["network"].IsObject()) return bad("$.network: expected the fragment's network");
+  f.network_json = text_of(d["network"]);
+  if (!d.HasMember("reads") || !d["reads"].IsArray() || d["reads"].Size() > engine::kMaxFragments * 64)
+    return bad("$.reads: expected an array of {\"stream\", \"node\"}");
+  for (rapidjson::SizeType i = 0; i < d["reads"].Size(); ++i) {
+    const auto& r = d["reads"][i];
+    if (!r.IsObject() || r.MemberCount() != 2 || !r.HasMember("stream") || !r["stream"].IsString() ||
+        !r.HasMember("node") || !r["node"].IsString())
+      return bad("$.reads[" + std::to_string(i) + "]: expected {\"stream\", \"node\"}");
+    f.reads.emplace_back(r["stream"].GetString(), r["node"].GetString());
+  }
+  if (!d.HasMember("writes") || !d["writes"].IsArray() || d["writes"].Size() > 1000)
+    return bad("$.writes: expected an array of internal stream names");
+  for (rapidjson::SizeType i = 0; i < d["writes"].Size(); ++i) {
+    if (!d["writes"][i].IsString()) return bad("$.writes[" + std::to_string(i) + "]: expected a stream name");
+    f.writes.insert(d["writes"][i].GetString());
+  }
+  return f;
+}
+
+}  // namespace
+
+void NodeImpl::put_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  const std::string& query = params.at(0);
+  const std::string& fragment = params.at(1);
+  const std::string runner = engine::fragment_network_name(query, fragment);
+  if (auto q = find_query(runner)) {
+    // Deployed already (a retried PUT): the same answer.
+    answer(http::Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
+    return;
+  }
+  auto f = read_fragment_request(req.body);
+  if (!f.ok()) {
+    answer(problem_for(f.error()));
+    return;
+  }
+  Diagnostics diag;
+  auto net = engine::QueryNetwork::parse(f->network_json, diag);
+  if (!net.ok()) {
+    answer(http::Response::problem(400, "Bad Request", "$.network: " + diag.to_string()));
+    return;
+  }
+  if (net->name() != runner) {
+    answer(http::Response::problem(400, "Bad Request", "$.network.name: expected '" + runner + "' (the query's name, "
+                                                           "'--', the fragment's name)"));
+    return;
+  }
+  auto ctx = std::make_shared<FragmentOf>();
+  ctx->query = query;
+  ctx->fragment = fragment;
+  ctx->writes = f->writes;
+  std::vector<std::pair<std::string, std::string>> remote;  // stream, node
+  for (const auto& [stream, node] : f->reads) {
+    if (node == config_.node) {
+      ctx->reads[stream] = stream;
+    } else {
+      ctx->reads[stream] = "@" + node + "/" + stream;
+      remote.emplace_back(stream, node);
+    }
+  }
+  auto deploy = [this, ctx, network = f->network_json, answer]() {
+    Diagnostics diag;
+    auto q = deploy_query(network, diag, ctx.get());
+    if (!q.ok()) {
+      answer(diag.ok() ? problem_for(q.error())
+                       : http::Response::problem(400, "Bad Request", q.error().message + ": " + diag.to_string()));
+      return;
+    }
+    // The fragment's streams are led by this node.
+    int64_t last = 0;
+    for (const auto& o : (*q)->meta().outputs) {
+      if (auto s = find_stream(o)) {
+        if (auto rev = catalog_->create(stream_key_of(o), stream_catalog_entry(s->meta(), config_.node)); rev.ok())
+          last = std::max(last, *rev);
+      }
+    }
+    if (last != 0) catalog_->wait_for(last, config_.cluster.etcd_timeout_ms);
+    answer(http::Response::json(201, query_json(*q, config_.domain + "/" + config_.node, peering_.get())));
+  };
+  if (remote.empty()) {
+    deploy();
+    return;
+  }
+  if (!peering_) {
+    answer(http::Response::problem(400, "Bad Request", "fragment " + fragment + " reads internal streams of other "
+                                                           "nodes, over peer links: this node has no federation section"));
+    return;
+  }
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    bool failed = false;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = remote.size();
+  for (const auto& [stream, node] : remote) {
+    const auto in = net->input_index(stream);
+    if (!in) {
+      answer(http::Response::problem(400, "Bad Request", "$.reads: '" + stream + "' is not an input of the network"));
+      return;
+    }
+    (void)dial_domain_node(node);  // create_internal_import waits for the link
+    peering_->create_internal_import(
+        stream, node, engine::internal_stream_schema(*net->inputs()[*in].schema),
+        [join, deploy, answer, stream = stream, node = node](Result<ImportInfo> r) {
+          const bool ok = r.ok() || r.error().code == Errc::already_exists;
+          {
+            std::lock_guard lock(join->mu);
+            if (join->failed) return;
+            if (!ok) join->failed = true;
+            else if (--join->left != 0) return;
+          }
+          if (!ok) {
+            Error e = r.error();
+            e.message = "reading internal stream " + stream + " from " + node + ": " + e.message;
+            answer(problem_for(e));
+            return;
+          }
+          deploy();
+        });
+  }
+}
+
+void NodeImpl::get_fragment_route(const http::Request&, const PathParams& params, const http::Respond& answer) {
+  auto q = find_query(engine::fragment_network_name(params.at(0), params.at(1)));
+  if (!q) {
+    answer(http::Response::problem(404, "Not Found", "no fragment " + params.at(1).substr(0, 40) + " of query '" +
+                                                         params.at(0).substr(0, 100) + "' on " + config_.node));
+    return;
+  }
+  answer(http::Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
+}
+
+void NodeImpl::delete_fragment_route(const http::Request&, const PathParams& params, const http::Respond& answer) {
+  const std::string runner = engine::fragment_network_name(params.at(0), params.at(1));
+  auto q = find_query(runner);
+  if (!q) {
+    answer(http::Response::problem(404, "Not Found", "no fragment " + params.at(1).substr(0, 40) + " of query '" +
+                                                         params.at(0).substr(0, 100) + "' on " + config_.node));
+    return;
+  }
+  const QueryMeta meta = q->meta();
+  if (Status st = delete_query(runner); !st.ok()) {
+    answer(problem_for(st.error()));
+    return;
+  }
+  // What it read from other nodes, and the streams it wrote.
+  for (auto i : meta.internal_inputs) {
+    const std::string& mirror = meta.inputs[i];
+    if (mirror.starts_with("@")) {
+      if (Status st = delete_import(mirror); !st.ok() && st.error().code != Errc::not_found) {
+        answer(problem_for(st.error()));
+        return;
+      }
+    }
+  }
+  if (catalog_) {
+    for (const auto& o : meta.outputs) (void)catalog_->erase(stream_key_of(o));
+  }
+  answer(http::Response{204, "application/json", "", {}});
+}
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,277 @@
+// A query cut into three fragments on the three nodes of a domain
+// (docs/cluster.md, "Queries cut into fragments"): acme is three real broker
+// processes sharing one real etcd, each with its own peer-link listener and
+// certificate from `entente certs`, none configured to dial another (a node
+// dials the node whose internal stream it reads where the membership says
+// it listens). The query filters bids on n1, maps them on n2 and counts
+// them per auction in tumbling windows on n3: the rows and the watermark
+// cross two internal streams before the windows close. The same query runs
+// whole on n1 beside it. kill -9 and restart of each node in turn while the
+// producer publishes; at the end both outputs are read through n2 and must
+// be identical row for row (values, event times, sequence numbers), the
+// counts must add up to every tuple published, and the numbering must have
+// no gap and no repeat.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "tests/integration/support/cluster.h"
+#include "tests/integration/support/federation.h"
+#include "tests/integration/support/ws_reader.h"
+#include "tests/support/etcd_process.h"
+
+namespace entente::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kBatches = 150;
+constexpr int kRowsPerBatch = 20;
+constexpr int kAuctions = 7;
+
+const char* kSchema =
+    R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  return d;
+}
+
+// bids → keep (filter) → cents (map) → counts (1 s tumbling count per
+// auction) → output; `placement` as given.
+std::string query(const std::string& name, const std::string& output, const std::string& placement) {
+  return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
+         std::string(kSchema) +
+         R"(}],"boxes":[)"
+         R"({"id":"keep","type":"filter","options":{"predicates":["price >= 0"],"drop_unmatched":true}},)"
+         R"({"id":"cents","type":"map","options":{"fields":[{"name":"auction","expr":"auction"},)"
+         R"({"name":"cents","expr":"price * 100"}]}},)"
+         R"({"id":"counts","type":"aggregate","options":{"group_by":["auction"],)"
+         R"("window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]}}],)"
+         R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"cents"},{"from":"cents","to":"counts"}],)"
+         R"("outputs":[{"name":")" +
+         output + R"(","from":"counts"}],"placement":)" + placement + "}";
+}
+
+class ClusterCut : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
+    etcd_ = std::make_unique<EtcdProcess>("etcd-cut");
+    ASSERT_TRUE(etcd_->start()) << etcd_->last_error();
+    for (const char* name : {"n1", "n2", "n3"}) {
+      FedNode& n = fed_.add("acme", name);
+      n.config_extra(R"("checkpoint_interval": "200ms", )" + cluster_section(*etcd_));
+      nodes_.push_back(&n);
+    }
+    ASSERT_TRUE(fed_.start_all()) << fed_.last_error();
+    ASSERT_TRUE(eventually(20s, [&] { return all_up(); })) << "the nodes do not all see each other up";
+  }
+
+  BrokerProcess& node(int i) { return nodes_.at(static_cast<size_t>(i - 1))->process(); }
+
+  bool all_up() {
+    for (FedNode* n : nodes_) {
+      auto r = n->process().try_request("GET", "/v1/nodes", {}, kReaderToken);
+      if (!r.ok() || r->status != 200) return false;
+      auto d = parse(r->body);
+      if (!d.IsObject() || !d.HasMember("nodes")) return false;
+      int up = 0;
+      for (const auto& m : d["nodes"].GetArray()) up += std::string(m["state"].GetString()) == "up";
+      if (up != 3) return false;
+    }
+    return true;
+  }
+
+  // Batch b: kRowsPerBatch bids 100 ms of event time after batch b-1's,
+  // or the end marker (b = 0): an hour later, auction -1, which closes
+  // every window.
+  static std::string batch(int b) {
+    if (b == 0) return R"([{"auction":-1,"price":0,"date_time":)" + std::to_string(3'600'000 + kBatches * 100) + "}]";
+    std::string body = "[";
+    for (int k = 0; k < kRowsPerBatch; ++k) {
+      if (k) body += ",";
+      body += R"({"auction":)" + std::to_string((b * 31 + k) % kAuctions) + R"(,"price":)" + std::to_string(k) +
+              R"(,"date_time":)" + std::to_string(b * 100 + k) + "}";
+    }
+    return body + "]";
+  }
+
+  // Publishes batch b (producer "p", number b; the end marker kBatches + 1) through n1, n2, n3 in
+  // turn from `start` until one answers 200: a 502 or 503 while a node is
+  // down means "not stored", and the producer's number makes a resend safe.
+  void publish(int b, size_t start) {
+    const auto deadline = Clock::now() + 60s;
+    for (size_t attempt = 0; Clock::now() < deadline; ++attempt) {
+      FedNode& via = *nodes_[(start + attempt) % nodes_.size()];
+      if (!via.running()) continue;
+      auto r = via.process().try_request(
+          "POST", "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b == 0 ? kBatches + 1 : b), batch(b),
+          kPublisherToken);
+      if (r.ok() && r->status == 200) return;
+      if (r.ok() && r->status != 502 && r->status != 503 && r->status != 504 && r->status != 429)
+        FAIL() << "batch " << b << ": " << r->status << " " << r->body;
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "batch " << b << " was not stored within 60 s";
+  }
+
+  // Waits until the cut query's output holds every window that batch b
+  // closed (each has a row per auction), read through a running node: the
+  // rows crossed all three nodes, so the kill that follows hits a pipeline
+  // with state in every fragment.
+  void wait_through(int b) {
+    const uint64_t want = static_cast<uint64_t>(b / 10) * kAuctions;
+    uint64_t got = 0;
+    ASSERT_TRUE(eventually(30s, [&] {
+      for (FedNode* n : nodes_) {
+        if (!n->running()) continue;
+        got = next_seq(n->process(), "counts-cut") - 1;
+        return got >= want;
+      }
+      return false;
+    })) << "the cut query's output has " << got << " rows after batch " << b << ", expected " << want;
+  }
+
+  Federation fed_;
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::vector<FedNode*> nodes_;
+};
+
+TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfEachNode) {
+  auto created = node(2).request("POST", "/v1/streams",
+                                 R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  auto whole = node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})"));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  // Deployed through n3; each fragment on its node, producers first.
+  auto cut = node(3).request(
+      "POST", "/v1/queries",
+      query("cut", "counts-cut",
+            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
+            R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+  EXPECT_NE(cut.body.find(R"("name":"cut")"), std::string::npos) << cut.body;
+
+  // Through any node: the fragments, their nodes, positions and boxes.
+  for (int i = 1; i <= 3; ++i) {
+    auto got = node(i).request("GET", "/v1/queries/cut", {}, kReaderToken);
+    ASSERT_EQ(got.status, 200u) << got.body;
+    auto d = parse(got.body);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("fragments")) << got.body;
+    ASSERT_EQ(d["fragments"].Size(), 3u) << got.body;
+    EXPECT_STREQ(d["state"].GetString(), "running") << got.body;
+    const char* want_nodes[] = {"n1", "n2", "n3"};
+    for (rapidjson::SizeType f = 0; f < 3; ++f) {
+      EXPECT_STREQ(d["fragments"][f]["node"].GetString(), want_nodes[f]) << got.body;
+      ASSERT_TRUE(d["fragments"][f]["runner"].IsObject()) << got.body;
+      EXPECT_TRUE(d["fragments"][f]["runner"].HasMember("positions")) << got.body;
+      EXPECT_TRUE(d["fragments"][f]["runner"]["boxes"][0].HasMember("cpu_ns_per_tuple")) << got.body;
+    }
+  }
+  // Internal streams are hidden from the listing; the query is listed once.
+  auto listed = node(2).request("GET", "/v1/streams", {}, kReaderToken);
+  EXPECT_EQ(listed.body.find("cut--"), std::string::npos) << listed.body;
+  auto queries = node(2).request("GET", "/v1/queries", {}, kReaderToken);
+  EXPECT_EQ(queries.body.find("cut--"), std::string::npos) << queries.body;
+  EXPECT_NE(queries.body.find(R"("name":"cut")"), std::string::npos) << queries.body;
+
+  // kill -9 of n2 at batch 30 (back at 50), n3 at 70 (back at 90), n1 —
+  // the stream's leader and the first fragment's node — at 110 (back at once).
+  for (int b = 1; b <= kBatches; ++b) {
+    if (b == 30 || b == 70 || b == 110) {
+      ASSERT_NO_FATAL_FAILURE(wait_through(b - 1));
+    }
+    if (b == 30) nodes_[1]->process().kill();
+    if (b == 50) {
+      ASSERT_TRUE(nodes_[1]->start()) << nodes_[1]->last_error();
+    }
+    if (b == 70) nodes_[2]->process().kill();
+    if (b == 90) {
+      ASSERT_TRUE(nodes_[2]->start()) << nodes_[2]->last_error();
+    }
+    if (b == 110) {
+      nodes_[0]->process().kill();
+      std::this_thread::sleep_for(300ms);
+      ASSERT_TRUE(nodes_[0]->start()) << nodes_[0]->last_error();
+    }
+    publish(b, static_cast<size_t>(b));
+    if (HasFatalFailure()) return;
+  }
+  publish(0, 0);
+  ASSERT_TRUE(eventually(30s, [&] { return all_up(); }));
+
+  // The whole query's output is the reference: read it through n2 once
+  // complete (the end marker closed every window: 150 batches of 100 ms
+  // are 15 windows of 1 s, each with every auction).
+  uint64_t rows = 0;
+  ASSERT_TRUE(eventually(60s, [&] {
+    rows = next_seq(node(2), "counts-whole") - 1;
+    return rows > 0 && next_seq(node(2), "counts-cut") - 1 >= rows;
+  })) << "whole " << next_seq(node(2), "counts-whole") << ", cut " << next_seq(node(2), "counts-cut");
+  std::this_thread::sleep_for(500ms);  // nothing more may come
+  rows = next_seq(node(2), "counts-whole") - 1;
+  ASSERT_EQ(next_seq(node(2), "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
+  const ReadResult want = read_stream(node(2), "counts-whole", 1, rows, 60'000);
+  const ReadResult got = read_stream(node(2), "counts-cut", 1, rows, 60'000);
+  ASSERT_EQ(want.tuples.size(), rows) << want.error;
+  ASSERT_EQ(got.tuples.size(), rows) << got.error;
+  int64_t total = 0;
+  for (uint64_t i = 0; i < rows; ++i) {
+    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
+    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
+    auto d = parse(got.tuples[i].line);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("n")) << got.tuples[i].line;
+    if (d["auction"].GetInt64() >= 0) total += d["n"].GetInt64();
+  }
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+
+  // Deleting through n1 removes every fragment and internal stream.
+  auto del = node(1).request("DELETE", "/v1/queries/cut", {}, kAdminToken);
+  ASSERT_EQ(del.status, 204u) << del.body;
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_EQ(node(i).request("GET", "/v1/queries/cut", {}, kReaderToken).status, 404u);
+    auto all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken);
+    EXPECT_EQ(all.body.find("cut--"), std::string::npos) << "node " << i << ": " << all.body;
+  }
+  EXPECT_EQ(node(2).request("GET", "/v1/streams/counts-cut", {}, kReaderToken).status, 404u);
+}
+
+TEST_F(ClusterCut, BadCutsAreRefusedAndLeaveNothing) {
+  auto created = node(1).request("POST", "/v1/streams",
+                                 R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  // The fragment reading bids is not on bids' node.
+  auto far = node(1).request(
+      "POST", "/v1/queries",
+      query("far", "far-out",
+            R"({"fragments":[{"name":"a","node":"n2","boxes":["keep"]},{"name":"b","node":"n3","boxes":["cents","counts"]}]})"));
+  EXPECT_EQ(far.status, 409u) << far.body;
+  EXPECT_NE(far.body.find("leads"), std::string::npos) << far.body;
+  // An unknown node.
+  auto unknown = node(1).request(
+      "POST", "/v1/queries",
+      query("unk", "unk-out",
+            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n9","boxes":["cents","counts"]}]})"));
+  EXPECT_EQ(unknown.status, 400u) << unknown.body;
+  EXPECT_NE(unknown.body.find("$.placement.fragments[1].node"), std::string::npos) << unknown.body;
+  // "--" is reserved.
+  auto reserved = node(1).request("POST", "/v1/queries", query("x--y", "xy-out", R"({"node":"n1"})"));
+  EXPECT_EQ(reserved.status, 400u) << reserved.body;
+  auto stream = node(1).request("POST", "/v1/streams", R"({"name":"a--b","schema":)" + std::string(kSchema) + "}");
+  EXPECT_EQ(stream.status, 400u) << stream.body;
+  for (int i = 1; i <= 3; ++i) {
+    auto q = node(i).request("GET", "/v1/queries", {}, kReaderToken);
+    EXPECT_EQ(q.body, R"({"queries":[]})") << "node " << i;
+  }
+}
+
+}  // namespace
+}  // namespace entente::testing
