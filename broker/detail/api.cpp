@@ -534,7 +534,11 @@ std::optional<QueryPlacement> NodeImpl::place_query(const Request& req, const Re
   auto net = engine::QueryNetwork::parse(placement->network_json, ignored);
   if (net.ok()) {
     Diagnostics diag;
-    if (Status st = check_fragments(*placement, *net, domain_nodes(), diag); !st.ok()) {
+    auto leader_of = [this](const std::string& stream) -> std::string {
+      if (!catalog_) return config_.node;
+      return stream_leader(stream).value_or("");
+    };
+    if (Status st = check_fragments(*placement, *net, domain_nodes(), config_.node, leader_of, diag); !st.ok()) {
       if (diag.ok()) answer(problem_for(st.error()));
       else
         answer(Response::problem(400, "Bad Request",
@@ -650,7 +654,7 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
 
 void NodeImpl::get_query(const Request& req, const PathParams& params, const Respond& answer) {
   const std::string& name = params.at(0);
-  if (auto cut = cut_entry(name)) {
+  if (auto cut = find_query(name) ? std::nullopt : cut_entry(name, true)) {
     get_cut_query(req, *cut, answer);
     return;
   }
@@ -661,7 +665,7 @@ void NodeImpl::get_query(const Request& req, const PathParams& params, const Res
 }
 
 void NodeImpl::delete_query_route(const Request& req, const PathParams& params, const Respond& answer) {
-  if (auto cut = cut_entry(params.at(0))) {
+  if (auto cut = find_query(params.at(0)) ? std::nullopt : cut_entry(params.at(0), true)) {
     delete_cut_query(req, *cut, answer);
     return;
   }

@@ -84,9 +84,14 @@ std::string fragment_target(const std::string& query, const std::string& fragmen
 
 // ------------------------------------------------------------ the catalog
 
-std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query) const {
+std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh) const {
   if (!catalog_) return std::nullopt;
   auto e = catalog_->get(query_key_of(query));
+  if (!e && fresh) {
+    // Not in this node's copy yet: deployed through another node a moment
+    // ago, its watch event on the way. etcd itself says.
+    if (auto r = catalog_->read(query_key_of(query)); r.ok()) e = *r;
+  }
   if (!e) return std::nullopt;
   rapidjson::Document d;
   d.Parse(e->value.data(), e->value.size());

@@ -4,6 +4,8 @@
 // the query's "placement"), and read or deleted through any node.
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "broker/detail/json_out.h"
@@ -86,11 +88,13 @@ Result<QueryPlacement> read_placement(std::string_view body) {
 }
 
 Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
-                       const std::vector<std::string>& nodes, Diagnostics& diag) {
+                       const std::vector<std::string>& nodes, const std::string& here,
+                       const std::function<std::string(const std::string&)>& leader_of, Diagnostics& diag) {
   if (placement.fragments_json.empty()) return {};
   rapidjson::Document d;
   d.Parse(placement.fragments_json.data(), placement.fragments_json.size());
   auto specs = engine::read_fragment_specs(d, diag);
+  std::optional<engine::QueryCut> cut;
   if (specs.ok()) {
     // Every fragment on a node of the domain.
     for (size_t i = 0; i < specs->size(); ++i) {
@@ -101,19 +105,44 @@ Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& ne
       diag.error("$.placement.fragments[" + std::to_string(i) + "].node",
                  node + " is not a node of this domain (its nodes: " + known + ")");
     }
-    (void)engine::cut_query(net, *specs, diag);
+    if (auto c = engine::cut_query(net, *specs, diag); c.ok()) cut = std::move(c).value();
   }
-  if (!diag.ok()) return make_error(Errc::invalid_argument, "the placement is invalid");
-  // A cut is valid; this version runs a query on one node, so all of its
-  // fragments must say the same node (or none: the controller's choice).
-  std::set<std::string> named;
-  for (const auto& f : *specs) {
-    if (!f.node.empty()) named.insert(f.node);
+  if (!diag.ok() || !cut) return make_error(Errc::invalid_argument, "the placement is invalid");
+  // A fragment without a node goes next to what it reads, producers first.
+  std::map<std::string, std::string> node_of;  // fragment -> node
+  for (size_t f : cut->pipeline_order) {
+    engine::FragmentPlan& p = cut->fragments[f];
+    if (p.node.empty()) {
+      for (const auto& in_name : p.inputs) {
+        const auto& in = net.inputs()[*net.input_index(in_name)];
+        if (p.node.empty()) p.node = leader_of(in.stream.empty() ? in.name : in.stream);
+      }
+      for (const auto& stream : p.reads) {
+        for (const auto& a : cut->arcs)
+          if (a.stream == stream && p.node.empty()) p.node = node_of[a.from_fragment];
+      }
+      if (p.node.empty()) p.node = here;
+    }
+    node_of[p.name] = p.node;
   }
-  // Fragments on several nodes: the query is cut (cluster_deploy_cut).
-  if (named.size() > 1) return {};
-  if (!named.empty()) placement.node = *named.begin();
-  placement.fragments_json.clear();
+  std::set<std::string> used;
+  for (const auto& p : cut->fragments) used.insert(p.node);
+  if (used.size() == 1) {
+    placement.node = *used.begin();
+    placement.fragments_json.clear();
+    return {};
+  }
+  // On several nodes: the query is cut (cluster_deploy_cut), every node said.
+  JsonOut j;
+  j.begin_array();
+  for (size_t i = 0; i < specs->size(); ++i) {
+    j.begin_object().key("name").str((*specs)[i].name).key("node").str(node_of[(*specs)[i].name]);
+    j.key("boxes").begin_array();
+    for (const auto& b : (*specs)[i].boxes) j.str(b);
+    j.end_array().end_object();
+  }
+  j.end_array();
+  placement.fragments_json = j.take();
   return {};
 }
 
@@ -268,6 +297,11 @@ bool NodeImpl::forward_query_if_elsewhere(const http::Request& req, const std::s
                                           const http::Respond& answer) {
   if (!catalog_ || find_query(name)) return false;
   auto e = catalog_->get(query_key_of(name));
+  if (!e && catalog_->revision() != 0) {
+    // Deployed through another node a moment ago, its watch event on the
+    // way: etcd itself says.
+    if (auto r = catalog_->read(query_key_of(name)); r.ok()) e = *r;
+  }
   if (!e && catalog_->revision() == 0) {
     answer(unavailable("finding query '" + name.substr(0, 100) + "' waits for the domain's catalog in etcd, "
                        "which this node has not read yet (" + catalog_->problem() + ")"));

@@ -122,6 +122,11 @@ std::string NodeImpl::least_loaded_node(const cluster::MembershipView& view) con
     if (d.IsObject() && d.HasMember("node") && d["node"].IsString() && weight.count(d["node"].GetString())) {
       weight[d["node"].GetString()]++;
     }
+    // A query cut across nodes weighs one per fragment on each node.
+    if (auto cut = cut_entry(e.key.substr(std::string("queries/").size()))) {
+      for (const auto& f : cut->fragments)
+        if (weight.count(f.second)) weight[f.second]++;
+    }
   }
   std::string best;
   double best_cpu = 0;
@@ -157,8 +162,13 @@ std::vector<std::string> NodeImpl::list_streams_led_by(const std::string& node) 
   for (const auto& e : catalog_->list("queries/")) {
     rapidjson::Document d;
     d.Parse(e.value.data(), e.value.size());
+    const std::string name = e.key.substr(std::string("queries/").size());
     if (d.IsObject() && d.HasMember("node") && d["node"].IsString() && d["node"].GetString() == node) {
-      out.push_back("query " + e.key.substr(std::string("queries/").size()));
+      out.push_back("query " + name);
+    }
+    if (auto cut = cut_entry(name)) {
+      for (const auto& f : cut->fragments)
+        if (f.second == node) out.push_back("fragment " + name + "/" + f.first);
     }
   }
   return out;

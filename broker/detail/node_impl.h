@@ -287,7 +287,8 @@ class NodeImpl final : public http::Handler {
   Status cluster_delete_query(const std::string& name);
   // --- queries cut into fragments across nodes (cluster_fragments.cpp)
   // The catalog entry of `query` when it is a cut query.
-  std::optional<CutEntry> cut_entry(const std::string& query) const;
+  // With `fresh`, an entry this node's copy lacks is read from etcd.
+  std::optional<CutEntry> cut_entry(const std::string& query, bool fresh = false) const;
   static std::string query_of_entry(const CutEntry& entry);
   // Deploys a query whose placement puts fragments on several nodes.
   void cluster_deploy_cut(const http::Request& req, const QueryPlacement& placement,
@@ -387,11 +388,16 @@ std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node
 
 Result<QueryPlacement> read_placement(std::string_view body);
 // Checks "placement.fragments" against the network and the domain's
-// `nodes` (docs/cluster.md): every problem in `diag` with its path. A valid
-// cut whose fragments name one node becomes `node`; on several nodes it is
-// refused (unsupported) for now.
+// `nodes` (docs/cluster.md): every problem in `diag` with its path. Then
+// gives each fragment that names no node one: the node that leads the
+// first stream it reads (`leader_of`, "" when unknown), or the node of the
+// fragment producing the first internal stream it reads, or `here`. When
+// the fragments are then all on one node the query runs whole there
+// (`node` set, fragments_json cleared); on several, fragments_json is the
+// fragments with every node said (cluster_deploy_cut).
 Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
-                       const std::vector<std::string>& nodes, Diagnostics& diag);
+                       const std::vector<std::string>& nodes, const std::string& here,
+                       const std::function<std::string(const std::string&)>& leader_of, Diagnostics& diag);
 // `network_json` with "placement": {"node": NODE}.
 std::string with_placement(std::string_view network_json, const std::string& node);
 

@@ -244,6 +244,51 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
   EXPECT_EQ(node(2).request("GET", "/v1/streams/counts-cut", {}, kReaderToken).status, 404u);
 }
 
+// Two fragments on one node (their arc stays on the node: the consumer
+// reads the producer's internal stream directly) and one on another; the
+// fragment without a node runs next to the stream it reads (n1).
+TEST_F(ClusterCut, FragmentsSharingANodeReadTheirArcLocally) {
+  ASSERT_EQ(node(1).request("POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}")
+                .status,
+            201u);
+  ASSERT_EQ(node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})")).status, 201u);
+  auto cut = node(2).request(
+      "POST", "/v1/queries",
+      query("cut", "counts-cut",
+            R"({"fragments":[{"name":"a","boxes":["keep"]},{"name":"b","node":"n1","boxes":["cents"]},)"
+            R"({"name":"c","node":"n2","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+  const std::string body = node(3).request("GET", "/v1/queries/cut", {}, kReaderToken).body;
+  auto got = parse(body);
+  ASSERT_TRUE(got.IsObject() && got.HasMember("fragments")) << body;
+  EXPECT_STREQ(got["fragments"][0]["node"].GetString(), "n1");
+  EXPECT_STREQ(got["fragments"][2]["node"].GetString(), "n2");
+  // b reads a's stream on n1 itself; c reads b's from n1 into @n1/....
+  EXPECT_STREQ(got["fragments"][1]["runner"]["inputs"][0].GetString(), "cut--keep_0");
+  EXPECT_STREQ(got["fragments"][2]["runner"]["inputs"][0].GetString(), "@n1/cut--cents_0");
+  auto internal = node(1).request("GET", "/v1/streams?internal=true", {}, kReaderToken);
+  EXPECT_NE(internal.body.find("cut--keep_0"), std::string::npos) << internal.body;
+  // Each node's load report (every lease tick) lists the fragments it runs.
+  std::string nodes;
+  EXPECT_TRUE(eventually(10s, [&] {
+    nodes = node(1).request("GET", "/v1/nodes", {}, kReaderToken).body;
+    return nodes.find("cut--c") != std::string::npos && nodes.find("cut--a") != std::string::npos;
+  })) << nodes;
+
+  for (int b = 1; b <= 40; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));
+  ASSERT_NO_FATAL_FAILURE(publish(0, 0));
+  uint64_t rows = 0;
+  ASSERT_TRUE(eventually(30s, [&] {
+    rows = next_seq(node(1), "counts-whole") - 1;
+    return rows >= 4u * kAuctions && next_seq(node(1), "counts-cut") - 1 == rows;
+  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
+  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 30'000);
+  const ReadResult have = read_stream(node(3), "counts-cut", 1, rows, 30'000);
+  ASSERT_EQ(want.tuples.size(), rows) << want.error;
+  ASSERT_EQ(have.tuples.size(), rows) << have.error;
+  for (uint64_t i = 0; i < rows; ++i) ASSERT_EQ(have.tuples[i].line, want.tuples[i].line) << "row " << i;
+}
+
 TEST_F(ClusterCut, BadCutsAreRefusedAndLeaveNothing) {
   auto created = node(1).request("POST", "/v1/streams",
                                  R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}");
