@@ -204,7 +204,7 @@ bool NodeImpl::cluster_place_query(const http::Request& req, const QueryPlacemen
   } else if (view.is_controller) {
     // A query reads its inputs where they are appended: it goes to the
     // node that leads them. Inputs on several nodes need the query cut
-    // into fragments, which this version does not do.
+    // into fragments, which only the user can say how.
     std::set<std::string> leaders;
     std::string which;
     for (const auto& in : net.inputs()) {
@@ -216,8 +216,9 @@ bool NodeImpl::cluster_place_query(const http::Request& req, const QueryPlacemen
     }
     if (leaders.size() > 1) {
       answer(http::Response::problem(409, "Conflict", "the query's inputs are appended on different nodes (" +
-                                                          which + "); this version runs a query on one node, "
-                                                          "next to its inputs: create them on one node"));
+                                                          which + "); cut the query into fragments, each next "
+                                                          "to the inputs it reads: \"placement\": {\"fragments\": "
+                                                          "[{\"name\", \"node\", \"boxes\"}, ...]}"));
       return false;
     }
     node = leaders.empty() ? config_.node : *leaders.begin();

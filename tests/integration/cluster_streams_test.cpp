@@ -208,7 +208,7 @@ TEST_F(ClusterStreams, AQueryDeployedThroughAnyNodeRunsNextToItsInputAndIsReadEv
   }));
 }
 
-TEST_F(ClusterStreams, InputsOnTwoNodesAreRefusedUntilQueriesCanBeCut) {
+TEST_F(ClusterStreams, InputsOnTwoNodesWithoutAPlacementAreRefusedWithHowToCut) {
   ASSERT_EQ(node("n1").request("POST", "/v1/streams", stream_body("a", "n1")).status, 201u);
   ASSERT_EQ(node("n1").request("POST", "/v1/streams", stream_body("b", "n2")).status, 201u);
   const std::string body =
@@ -219,6 +219,7 @@ TEST_F(ClusterStreams, InputsOnTwoNodesAreRefusedUntilQueriesCanBeCut) {
   auto r = node("n3").request("POST", "/v1/queries", body);
   EXPECT_EQ(r.status, 409u) << r.body;
   EXPECT_NE(r.body.find("a on n1, b on n2"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("placement"), std::string::npos) << r.body;
   auto cut = node("n3").request("POST", "/v1/queries",
                                 query_body("c", "a", "ca", R"({"fragments":[{"node":"n1","boxes":["hot"]}]})"));
   EXPECT_EQ(cut.status, 400u) << cut.body;
