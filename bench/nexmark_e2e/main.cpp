@@ -45,13 +45,14 @@
 // s mod N (persons through the first, auctions the second, bids the third)
 // and the output is read through the last. Every call not made to the
 // first node is forwarded by the node it reaches to the first: the figure
-// is the cost of that relay, not of internal arcs (a query is not cut
-// across nodes). The bench checks that the query runs on the first
+// is the cost of that relay, not of internal arcs (the query runs whole;
+// --cut below cuts it). The bench checks that the query runs on the first
 // node (every box's "placement" through every node) before it publishes.
 //
 // Cut (--cut, three ports). The query is cut into fragments on the three
-// nodes (docs/cluster.md, "Queries cut into fragments"), the arcs between
-// them internal streams over the nodes' peer links. Each input stream is led
+// nodes (a "placement" of "fragments", docs/query-networks.md, "Cutting a
+// query into fragments"), the arcs between fragments on different nodes
+// internal streams over the nodes' peer links. Each input stream is led
 // by its own node: persons by the first, auctions by the second, bids by the
 // third, and published through its leader (stream s through node s, as
 // above: no publish is forwarded). q5: `counts` (reads bids) on the third
@@ -59,8 +60,8 @@
 // (auctions) on the second, `new_users` on the third. The query is deployed
 // through the second node (which deploys each fragment on its node) and the
 // output is read through the node that runs the fragment writing it, the
-// stream's leader (q5 the first, q8 the third): the figure is the cost of
-// the internal arcs, not of a relay. Before it publishes, the bench checks
+// stream's leader (q5 the first, q8 the third): the figure holds the
+// internal arcs and no relay. Before it publishes, the bench checks
 // through every node that GET /v1/queries/{name} says "running" with every
 // fragment on the node asked. The JSON line says "cut":true and the
 // fragments with their nodes and boxes.
