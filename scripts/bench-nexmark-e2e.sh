@@ -22,6 +22,18 @@
 # lines one line {"bench":"nexmark_e2e_nodes_ratio",...} gives three nodes'
 # events/s over one node's. Exit status 77 (skipped) when etcd is not installed.
 #
+# NODES=3 CUT=1: the domain's three nodes run each query cut into fragments
+# (nexmark_e2e --cut; docs/nexmark.md): persons led by n1, auctions by n2,
+# bids by n3, each published through its leader; q5's `counts` on n3 and
+# `hot` on n1, q8's `people` on n1, `sellers` on n2, `new_users` on n3, the
+# arcs between them internal streams over the nodes' mutual-TLS peer links.
+# For those the script makes the domain's CA and each node's certificate
+# with `entente certs` (init-domain, issue-node) and gives each node a
+# `federation` section (listener on an ephemeral loopback port, which the
+# node announces in etcd; its certificate and key; ca_file the domain's CA;
+# no peers: the nodes find each other through the membership). The ratio
+# line then says "cut":true.
+#
 # The nodes accept a query falling behind by any number of tuples
 # (limits.query_max_lag_tuples 2^40) and 1 GiB of ingest queue: the bench
 # keeps 16 batches in flight per stream, and a batch refused by back-pressure
@@ -32,6 +44,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 nodes=${NODES:-1}
 [[ $nodes == 1 || $nodes == 3 ]] || { echo "NODES is 1 or 3" >&2; exit 2; }
+cut=${CUT:-0}
+[[ $cut == 0 || $nodes == 3 ]] || { echo "CUT=1 needs NODES=3" >&2; exit 2; }
 etcd_bin=${ETCD:-/usr/bin/etcd}
 if [[ $nodes == 3 && ! -x $etcd_bin ]]; then
   echo "etcd is not installed ($etcd_bin): apt-get install etcd-server (scripts/install-deps.sh)" >&2
@@ -61,12 +75,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 hash=$("$build/broker/entente" token-hash $token)
 
-# start_node NAME MODE [NODE CLUSTER_JSON]: starts a node in $dir/NAME
-# (named NODE, default NAME, with `"cluster": CLUSTER_JSON` when given) and
-# sets $port and $node_pid.
+# start_node NAME MODE [NODE CLUSTER_JSON [FEDERATION_JSON]]: starts a node
+# in $dir/NAME (named NODE, default NAME, with `"cluster": CLUSTER_JSON` and
+# `"federation": FEDERATION_JSON` when given) and sets $port and $node_pid.
 start_node() {
   local name=$1 mode=$2 node=${3:-$1} cluster=""
   [[ -z ${4:-} ]] || cluster=" \"cluster\": $4,"
+  [[ -z ${5:-} ]] || cluster="$cluster \"federation\": $5,"
   mkdir -p "$dir/$name"
   cat >"$dir/$name/node.json" <<JSON
 {
@@ -146,6 +161,23 @@ rate_of() {
   grep "\"query\":\"$2\"" "$1" | sed -n 's/.*"e2e_events_per_s":\([0-9.]*\|null\).*/\1/p' | tail -1
 }
 
+# With CUT=1: the domain's CA and n1..n3's certificates in $dir/certs (the
+# commands of tests/integration/support/federation.cpp).
+if [[ $cut == 1 ]]; then
+  certs() {
+    "$build/broker/entente" certs "$@" >>"$dir/certs.log" 2>&1 ||
+      { echo "entente certs $1 failed:" >&2; cat "$dir/certs.log" >&2; exit 1; }
+  }
+  certs init-domain bench --out "$dir/certs/ca"
+  for n in n1 n2 n3; do
+    certs issue-node bench $n --ca "$dir/certs/ca" --san 127.0.0.1,localhost --out "$dir/certs/$n"
+  done
+fi
+# federation_of NODE: NODE's federation section (CUT=1).
+federation_of() {
+  echo "{\"listen\": \"127.0.0.1:0\", \"cert_file\": \"$dir/certs/$1/node.crt\", \"key_file\": \"$dir/certs/$1/node.key\", \"ca_file\": \"$dir/certs/ca/ca.crt\"}"
+}
+
 status=0
 for mode in ${MODES:-fsync process}; do
   one=$dir/one.$mode three=$dir/three.$mode
@@ -160,7 +192,9 @@ for mode in ${MODES:-fsync process}; do
   cluster="{\"etcd\": [\"$etcd_endpoint\"], \"prefix\": \"/entente-bench/$mode/\", \"lease_ttl\": \"5s\"}"
   ports=() node_pids=()
   for n in n1 n2 n3; do
-    start_node "$mode-$n" "$mode" "$n" "$cluster"
+    federation=""
+    [[ $cut == 0 ]] || federation=$(federation_of $n)
+    start_node "$mode-$n" "$mode" "$n" "$cluster" "$federation"
     ports+=(--port "$port")
     node_pids+=(--node-pid "$node_pid")
   done
@@ -174,14 +208,16 @@ for mode in ${MODES:-fsync process}; do
     for n in n1 n2 n3; do tail -5 "$dir/$mode-$n/err" >&2; done
     exit 1
   fi
-  "$build/bench/nexmark_e2e" "${ports[@]}" "${node_pids[@]}" --token "$token" "$@" | tee "$three" || status=$?
+  cut_flag=()
+  [[ $cut == 0 ]] || cut_flag=(--cut)
+  "$build/bench/nexmark_e2e" "${ports[@]}" "${node_pids[@]}" "${cut_flag[@]}" --token "$token" "$@" | tee "$three" || status=$?
   stop_all
   # Three nodes' events/s over one node's, per query in both files.
   for q in $(sed -n 's/.*"query":"\([a-z0-9]*\)".*/\1/p' "$three"); do
     r1=$(rate_of "$one" "$q") r3=$(rate_of "$three" "$q")
     [[ -n $r1 && $r1 != null && -n $r3 && $r3 != null ]] || continue
-    awk -v q="$q" -v m="$mode" -v a="$r1" -v b="$r3" 'BEGIN {
-      printf "{\"bench\":\"nexmark_e2e_nodes_ratio\",\"query\":\"%s\",\"ingest_durability\":\"%s\",", q, m
+    awk -v q="$q" -v m="$mode" -v a="$r1" -v b="$r3" -v c="$([[ $cut == 1 ]] && echo true || echo false)" 'BEGIN {
+      printf "{\"bench\":\"nexmark_e2e_nodes_ratio\",\"query\":\"%s\",\"cut\":%s,\"ingest_durability\":\"%s\",", q, c, m
       printf "\"one_node_events_per_s\":%.0f,\"three_nodes_events_per_s\":%.0f,\"three_over_one\":%.3f,", a, b, b / a
       printf "\"target_three_over_one\":0.7}\n" }'
   done

@@ -3,7 +3,7 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
@@ -45,9 +45,26 @@
 // s mod N (persons through the first, auctions the second, bids the third)
 // and the output is read through the last. Every call not made to the
 // first node is forwarded by the node it reaches to the first: the figure
-// is the cost of that relay, not of internal arcs (a query is not cut
-// across nodes yet). The bench checks that the query runs on the first
+// is the cost of that relay, not of internal arcs (the query runs whole;
+// --cut below cuts it). The bench checks that the query runs on the first
 // node (every box's "placement" through every node) before it publishes.
+//
+// Cut (--cut, three ports). The query is cut into fragments on the three
+// nodes (a "placement" of "fragments", docs/query-networks.md, "Cutting a
+// query into fragments"), the arcs between fragments on different nodes
+// internal streams over the nodes' peer links. Each input stream is led
+// by its own node: persons by the first, auctions by the second, bids by the
+// third, and published through its leader (stream s through node s, as
+// above: no publish is forwarded). q5: `counts` (reads bids) on the third
+// node, `hot` on the first; q8: `people` (persons) on the first, `sellers`
+// (auctions) on the second, `new_users` on the third. The query is deployed
+// through the second node (which deploys each fragment on its node) and the
+// output is read through the node that runs the fragment writing it, the
+// stream's leader (q5 the first, q8 the third): the figure holds the
+// internal arcs and no relay. Before it publishes, the bench checks
+// through every node that GET /v1/queries/{name} says "running" with every
+// fragment on the node asked. The JSON line says "cut":true and the
+// fragments with their nodes and boxes.
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,6 +101,7 @@ namespace {
 
 constexpr const char* kProg = "nexmark_e2e";
 constexpr int kStreams = 3;
+enum StreamIndex : size_t { kPersons = 0, kAuctions = 1, kBids = 2 };  // into kStreamNames
 const char* const kStreamNames[kStreams] = {"persons", "auctions", "bids"};
 Batch Chunk::* const kStreamOf[kStreams] = {&Chunk::persons, &Chunk::auctions, &Chunk::bids};
 
@@ -98,24 +116,30 @@ struct Args {
   double timeout_s = 300;  // for the whole output to arrive
   bool inputs_only = false;
   std::vector<int> node_pids;  // --node-pid, repeated: the nodes' processes, for their CPU time (same machine)
+  bool cut = false;            // --cut: each query cut into fragments on the three nodes
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
 // Which node each part of a run talks to. One node: all of them. A domain of
 // several nodes answers every call for the whole domain (docs/cluster.md):
 // the first node leads the inputs and runs the query, the others reach it
-// by forwarding (see "Nodes" above). A query cut across the nodes with
-// internal arcs would slot in at deploy() once the domain can place one.
+// by forwarding (see "Nodes" above). With --cut (three nodes) stream s is
+// led by node s and the query's fragments are spread over the nodes (see
+// "Cut" above); the output is then read through its fragment's node
+// (run_e2e picks it per query).
 class Endpoints final {
  public:
-  explicit Endpoints(std::vector<bench::Node> nodes) : nodes_(std::move(nodes)), names_(nodes_.size()) {}
+  Endpoints(std::vector<bench::Node> nodes, bool cut)
+      : nodes_(std::move(nodes)), names_(nodes_.size()), cut_(cut && nodes_.size() == kStreams) {}
   size_t size() const { return nodes_.size(); }
   bool cluster() const { return nodes_.size() > 1; }
+  bool cut() const { return cut_; }
+  // The node that leads stream s (and so publishes it directly).
+  size_t leader_index(int stream) const { return cut_ ? static_cast<size_t>(stream) : 0; }
   const bench::Node& admin() const { return nodes_[0]; }
   const bench::Node& deploy() const { return nodes_[cluster() ? 1 : 0]; }
   size_t publish_index(int stream) const { return static_cast<size_t>(stream) % nodes_.size(); }
   const bench::Node& publish(int stream) const { return nodes_[publish_index(stream)]; }
-  const bench::Node& subscribe() const { return nodes_.back(); }
   const bench::Node& node(size_t i) const { return nodes_[i]; }
 
   // With several nodes: each port's node name and the domain, from
@@ -156,13 +180,17 @@ class Endpoints final {
   // What goes through which node, for the JSON line, e.g. "publish persons
   // via n1 direct, auctions via n2, bids via n3; subscribe via n3; deploy
   // via n2; query on n1".
-  std::string forwarded() const {
+  // Cut: "publish persons via n1 leader, auctions via n2 leader, bids via
+  // n3 leader; subscribe via n1 output leader; deploy via n2; query cut".
+  std::string forwarded(size_t subscribe_index) const {
     std::string out = "publish";
     for (int s = 0; s < kStreams; ++s) {
       out += std::string(s ? ", " : " ") + kStreamNames[s] + " via " + names_[publish_index(s)];
-      if (publish_index(s) == 0) out += " direct";
+      if (cut_ && publish_index(s) == leader_index(s)) out += " leader";
+      else if (publish_index(s) == 0) out += " direct";
     }
-    out += "; subscribe via " + names_.back() + "; deploy via " + names_[cluster() ? 1 : 0] + "; query on " + leader();
+    out += "; subscribe via " + names_[subscribe_index] + (cut_ ? " output leader" : "") + "; deploy via " +
+           names_[cluster() ? 1 : 0] + (cut_ ? "; query cut" : "; query on " + leader());
     return out;
   }
 
@@ -170,6 +198,7 @@ class Endpoints final {
   std::vector<bench::Node> nodes_;
   std::vector<std::string> names_;
   std::string domain_;
+  bool cut_;
 };
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -296,12 +325,51 @@ Result<Feed> make_feed(const Args& a) {
 
 // ------------------------------------------------------ engine-only run
 
+// One fragment of a query cut across the nodes (--cut): its name, its
+// boxes, and its node (an index into the ports).
+struct Fragment {
+  std::string name;
+  std::vector<std::string> boxes;
+  size_t node = 0;
+};
+
 struct Query {
   std::string name;  // "q5"
   std::string text;  // the query network as the API takes it
   engine::QueryNetwork net;
   std::vector<int> feeds;  // stream index per network input
+  std::vector<Fragment> cut;  // with --cut
+  size_t output_node = 0;     // with --cut: the node of the fragment that writes the output
 };
+
+// The cut of q5 and q8 (see "Cut" above). A fragment that reads an input
+// stream is on the node that leads it (stream s on node s, the server
+// refuses anything else with 409); the others spread the work over the
+// nodes the figure is about.
+Status plan_cut(Query& q) {
+  if (q.name == "q5") q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
+  else if (q.name == "q8")
+    q.cut = {{"people", {"people"}, kPersons}, {"sellers", {"sellers"}, kAuctions}, {"new-users", {"new_users"}, 2 /* the third node */}};
+  else return make_error(Errc::invalid_argument, "--cut knows how to cut q5 and q8, not " + q.name);
+  // Every box of the network in one fragment, as the server checks too:
+  // a box renamed in the query file should fail here, clearly.
+  const std::vector<std::string> ids = q.net.box_ids();
+  size_t placed = 0;
+  for (const Fragment& f : q.cut) {
+    for (const std::string& b : f.boxes) {
+      if (std::find(ids.begin(), ids.end(), b) == ids.end())
+        return make_error(Errc::invalid_argument, q.name + ".json has no box '" + b + "' for --cut to place");
+      ++placed;
+    }
+  }
+  if (placed != ids.size())
+    return make_error(Errc::invalid_argument, q.name + ".json has boxes the --cut plan does not place");
+  std::string from = q.net.outputs()[0].from;
+  from = from.substr(0, from.find('.'));  // "box.port" → "box"
+  for (const Fragment& f : q.cut)
+    if (std::find(f.boxes.begin(), f.boxes.end(), from) != f.boxes.end()) q.output_node = f.node;
+  return Status::Ok();
+}
 
 Result<Query> load_query(const std::string& name) {
   nexmark::RunOptions ro;
@@ -310,7 +378,7 @@ Result<Query> load_query(const std::string& name) {
   auto net = engine::QueryNetwork::parse(text, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, name + ".json: " + diag.to_string());
   if (net->outputs().size() != 1) return make_error(Errc::invalid_argument, name + ".json must have one output");
-  Query q{name, std::move(text), std::move(*net), {}};
+  Query q{name, std::move(text), std::move(*net), {}, {}, 0};
   for (const auto& in : q.net.inputs()) {
     int s = 0;
     while (s < kStreams && in.name != kStreamNames[s]) ++s;
@@ -425,7 +493,8 @@ Status create_streams(const Endpoints& ep, const std::vector<bool>& publish) {
     const std::string body = std::string("{\"name\":\"") + kStreamNames[s] + "\",\"schema\":" +
                              schema_json(*schemas[s]) +
                              ",\"event_time\":\"date_time\",\"retention\":{\"max_tuples\":0,\"max_bytes\":0}" +
-                             (ep.cluster() ? ",\"node\":\"" + ep.leader() + "\"" : std::string()) + "}";
+                             (ep.cluster() ? ",\"node\":\"" + ep.name(ep.leader_index(s)) + "\"" : std::string()) +
+                             "}";
     ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.admin(), "POST", "/v1/streams", body), 201,
                                    std::string("creating stream ") + kStreamNames[s]));
   }
@@ -450,12 +519,49 @@ Status await_ok(const bench::Node& node, const std::string& target,
   }
 }
 
+// The fragments of a cut query as the JSON line and the deploy's
+// "placement" name them: [{"name","node","boxes"}, ...].
+std::string fragments_json(const Endpoints& ep, const Query& q) {
+  std::string out = "[";
+  for (size_t i = 0; i < q.cut.size(); ++i) {
+    const Fragment& f = q.cut[i];
+    out += std::string(i ? "," : "") + "{\"name\":" + json_escape(f.name) + ",\"node\":" + json_escape(ep.name(f.node)) +
+           ",\"boxes\":[";
+    for (size_t b = 0; b < f.boxes.size(); ++b) out += (b ? "," : "") + json_escape(f.boxes[b]);
+    out += "]}";
+  }
+  return out + "]";
+}
+
+// "" when GET /v1/queries/{name} of a cut query (`body`) says "running"
+// with each fragment of `q.cut` on the node asked, else what is not so.
+std::string check_cut(const Endpoints& ep, const Query& q, const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("state") || !d["state"].IsString() ||
+      !d.HasMember("fragments") || !d["fragments"].IsArray())
+    return "not a cut query: " + body.substr(0, 300);
+  if (std::string(d["state"].GetString()) != "running") return std::string("state ") + d["state"].GetString();
+  if (d["fragments"].Size() != q.cut.size())
+    return std::to_string(d["fragments"].Size()) + " fragments, not " + std::to_string(q.cut.size());
+  for (const Fragment& f : q.cut) {
+    const rapidjson::Value* got = nullptr;
+    for (const auto& g : d["fragments"].GetArray())
+      if (g.IsObject() && g.HasMember("name") && g["name"].IsString() && f.name == g["name"].GetString()) got = &g;
+    if (got == nullptr) return "no fragment " + f.name;
+    if (!got->HasMember("node") || !(*got)["node"].IsString() || ep.name(f.node) != (*got)["node"].GetString())
+      return "fragment " + f.name + " not on " + ep.name(f.node) + ": " + body.substr(0, 300);
+  }
+  return {};
+}
+
 // With several nodes, before anything is published: every node that will
 // publish a stream knows it, every node says that every box of the query
-// runs on the leader (placement "DOMAIN/LEADER"), and the subscribing node
+// runs on the leader (placement "DOMAIN/LEADER"), or with --cut that the
+// query runs with every fragment on its node, and the subscribing node
 // knows the output stream.
-Status await_cluster_ready(const Endpoints& ep, const std::vector<bool>& publish, const std::string& query_name,
-                           const std::string& output) {
+Status await_cluster_ready(const Endpoints& ep, const std::vector<bool>& publish, const Query& q,
+                           const std::string& query_name, const std::string& output, size_t subscribe_index) {
   if (!ep.cluster()) return Status::Ok();
   const auto any = [](const std::string&) { return std::string(); };
   for (int s = 0; s < kStreams; ++s)
@@ -474,14 +580,18 @@ Status await_cluster_ready(const Endpoints& ep, const std::vector<bool>& publish
     }
     return {};
   };
-  for (size_t i = 0; i < ep.size(); ++i)
-    ENTENTE_RETURN_IF_ERROR(await_ok(ep.node(i), "/v1/queries/" + query_name, on_leader));
-  return await_ok(ep.subscribe(), "/v1/streams/" + output, any);
+  const auto as_cut = [&ep, &q](const std::string& body) { return check_cut(ep, q, body); };
+  for (size_t i = 0; i < ep.size(); ++i) {
+    if (ep.cut()) ENTENTE_RETURN_IF_ERROR(await_ok(ep.node(i), "/v1/queries/" + query_name, as_cut));
+    else ENTENTE_RETURN_IF_ERROR(await_ok(ep.node(i), "/v1/queries/" + query_name, on_leader));
+  }
+  return await_ok(ep.node(subscribe_index), "/v1/streams/" + output, any);
 }
 
 // The query document under the bench's names: query `query_name`, output
-// stream `output`.
-Result<std::string> deployable(const Query& q, const std::string& query_name, const std::string& output) {
+// stream `output`; with a `placement` ("" for none) as given.
+Result<std::string> deployable(const Query& q, const std::string& query_name, const std::string& output,
+                               const std::string& placement) {
   rapidjson::Document d;
   d.Parse(q.text.data(), q.text.size());
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("outputs") || !d["outputs"].IsArray() ||
@@ -490,6 +600,13 @@ Result<std::string> deployable(const Query& q, const std::string& query_name, co
   d["name"].SetString(query_name.c_str(), static_cast<rapidjson::SizeType>(query_name.size()), d.GetAllocator());
   d["outputs"][0]["name"].SetString(output.c_str(), static_cast<rapidjson::SizeType>(output.size()),
                                     d.GetAllocator());
+  if (!placement.empty()) {
+    rapidjson::Document p(&d.GetAllocator());
+    p.Parse(placement.data(), placement.size());
+    if (p.HasParseError()) return make_error(Errc::invalid_argument, "bad placement " + placement);
+    d.RemoveMember("placement");
+    d.AddMember("placement", rapidjson::Value(p, d.GetAllocator()), d.GetAllocator());
+  }
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
   d.Accept(w);
@@ -676,6 +793,7 @@ struct E2eRun {
   double node_cpu_s = -1;  // the nodes' CPU time over `seconds` (--node-pid, summed)
   std::vector<double> each_node_cpu_s;  // per --node-pid, in their order
   double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
+  size_t subscribe_index = 0;  // the node the output was read through
 };
 
 Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const Feed& f, const EngineRun& engine) {
@@ -692,14 +810,16 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
 
   clean(ep, query_name);
   ENTENTE_RETURN_IF_ERROR(create_streams(ep, publish));
-  ENTENTE_ASSIGN_OR_RETURN(std::string doc, deployable(q, query_name, output));
+  const std::string placement = ep.cut() ? "{\"fragments\":" + fragments_json(ep, q) + "}" : std::string();
+  ENTENTE_ASSIGN_OR_RETURN(std::string doc, deployable(q, query_name, output, placement));
   ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.deploy(), "POST", "/v1/queries", doc), 201, "deploying " + q.name));
-  ENTENTE_RETURN_IF_ERROR(await_cluster_ready(ep, publish, query_name, output));
+  E2eRun run;
+  run.subscribe_index = ep.cut() ? q.output_node : ep.size() - 1;
+  ENTENTE_RETURN_IF_ERROR(await_cluster_ready(ep, publish, q, query_name, output, run.subscribe_index));
 
-  Subscriber sub(ep.subscribe(), output, expected);
+  Subscriber sub(ep.node(run.subscribe_index), output, expected);
   ENTENTE_RETURN_IF_ERROR(sub.start());
   Publisher pub(ep, publish, a.window);
-  E2eRun run;
   const double node_cpu0 = nodes_cpu_seconds(a.node_pids);
   std::vector<double> each_cpu0;
   for (int pid : a.node_pids) each_cpu0.push_back(process_cpu_seconds(pid));
@@ -732,7 +852,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
                "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] "
-               "[--node-pid PID ...]\n");
+               "[--node-pid PID ...] [--cut]\n");
   return 2;
 }
 
@@ -766,12 +886,17 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (n == "--timeout") a.timeout_s = r.number();
     else if (n == "--inputs-only") a.inputs_only = true;
     else if (n == "--node-pid") a.node_pids.push_back(r.integer());
+    else if (n == "--cut") a.cut = true;
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
       !(a.timeout_s > 0) || a.queries.empty()) {
     std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
     return usage();
+  }
+  if (a.cut && ports.size() != kStreams) {
+    std::fprintf(stderr, "%s: --cut takes the three ports of a domain's three nodes\n", kProg);
+    return 2;
   }
   if (ports.size() > 8) {
     std::fprintf(stderr, "%s: at most 8 --port\n", kProg);
@@ -820,17 +945,18 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
   for (int s = 0; s < kStreams; ++s)
     if (!a.inputs_only || std::find(q.feeds.begin(), q.feeds.end(), s) != q.feeds.end()) published += f.bytes[s];
   std::printf(
-      "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"ingest_durability\":\"%s\",\"events\":%llu,"
+      "{\"bench\":\"nexmark_e2e\",\"query\":\"%s\",\"nodes\":%zu,\"cut\":%s,\"ingest_durability\":\"%s\",\"events\":%llu,"
       "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
       "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
       "\"node_cpu_s\":%s,\"node_cpu_us_per_event\":%s,\"bench_cpu_s\":%.3f,"
-      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s%s}\n",
-      q.name.c_str(), ep.size(), mode.c_str(), static_cast<unsigned long long>(f.events.total()),
+      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s%s%s%s}\n",
+      q.name.c_str(), ep.size(), ep.cut() ? "true" : "false", mode.c_str(), static_cast<unsigned long long>(f.events.total()),
       a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e.seconds,
       e2e.publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null", cpu, cpu_per_event,
       e2e.bench_cpu_s, match ? "true" : "false", static_cast<unsigned long long>(outputs),
       static_cast<unsigned long long>(e2e.rows), load, each.c_str(), ep.cluster() ? ",\"forwarded\":" : "",
-      ep.cluster() ? json_escape(ep.forwarded()).c_str() : "", match ? "" : ",\"mismatch\":",
+      ep.cluster() ? json_escape(ep.forwarded(e2e.subscribe_index)).c_str() : "", ep.cut() ? ",\"fragments\":" : "",
+      ep.cut() ? fragments_json(ep, q).c_str() : "", match ? "" : ",\"mismatch\":",
       match ? "" : json_escape(e2e.mismatch).c_str());
   std::fflush(stdout);
 }
@@ -840,7 +966,7 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
 int main(int argc, char** argv) {
   Args a;
   if (int bad = parse_args(argc, argv, a)) return bad;
-  Endpoints ep(a.nodes);
+  Endpoints ep(a.nodes, a.cut);
   if (ep.cluster()) {
     if (Status s = ep.discover(); !s.ok()) {
       std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
@@ -853,6 +979,12 @@ int main(int argc, char** argv) {
     if (!q.ok()) {
       std::fprintf(stderr, "%s: %s\n", kProg, q.error().message.c_str());
       return 2;
+    }
+    if (a.cut) {
+      if (Status s = plan_cut(*q); !s.ok()) {
+        std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
+        return 2;
+      }
     }
     queries.push_back(std::move(*q));
   }
