@@ -39,6 +39,8 @@ struct BoxStats {
   uint64_t bytes_out = 0;
   uint64_t late_dropped = 0;  // rows dropped because they came too late
   uint64_t cpu_ns = 0;
+  // Bytes of the box's state in the executor's last snapshot (0 before one).
+  uint64_t state_bytes = 0;
   double selectivity() const { return tuples_in ? double(tuples_out) / double(tuples_in) : 0.0; }
   double cpu_ns_per_tuple() const { return tuples_in ? double(cpu_ns) / double(tuples_in) : 0.0; }
 };

@@ -124,12 +124,16 @@ std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string&
   j.end_array();
   j.key("network").raw(m.network_json);
   j.key("boxes").begin_array();
-  for (auto& b : info.boxes) {
+  for (size_t i = 0; i < info.boxes.size(); ++i) {
+    const auto& b = info.boxes[i];
     j.begin_object();
     j.key("id").str(b.id).key("type").str(b.type).key("placement").str(placement);
     j.key("tuples_in").u64(b.stats.tuples_in).key("tuples_out").u64(b.stats.tuples_out);
+    j.key("tuples_in_per_s").dbl(i < info.tuples_in_per_s.size() ? info.tuples_in_per_s[i] : 0.0);
+    j.key("tuples_out_per_s").dbl(i < info.tuples_out_per_s.size() ? info.tuples_out_per_s[i] : 0.0);
     j.key("cpu_ns_per_tuple").dbl(b.stats.cpu_ns_per_tuple()).key("selectivity").dbl(b.stats.selectivity());
     j.key("bytes_out").u64(b.stats.bytes_out).key("late_dropped").u64(b.stats.late_dropped);
+    j.key("state_bytes").u64(b.stats.state_bytes);
     j.end_object();
   }
   j.end_array();

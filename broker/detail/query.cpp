@@ -541,6 +541,26 @@ void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
   w.varint(journal_next_);
   w.bytes(executor_->snapshot());
 
+  // The boxes' rates since the last checkpoint.
+  {
+    RateSample now{std::chrono::steady_clock::now(), {}, {}};
+    for (const auto& b : executor_->box_stats()) {
+      now.in.push_back(b.stats.tuples_in);
+      now.out.push_back(b.stats.tuples_out);
+    }
+    if (rate_sample_ && now.at > rate_sample_->at) {
+      const double secs = std::chrono::duration<double>(now.at - rate_sample_->at).count();
+      std::vector<double> in(now.in.size()), out(now.out.size());
+      for (size_t b = 0; b < now.in.size(); ++b) {
+        in[b] = static_cast<double>(now.in[b] - std::min(now.in[b], rate_sample_->in[b])) / secs;
+        out[b] = static_cast<double>(now.out[b] - std::min(now.out[b], rate_sample_->out[b])) / secs;
+      }
+      std::lock_guard cl(cp_mu_);
+      rate_in_ = std::move(in);
+      rate_out_ = std::move(out);
+    }
+    rate_sample_ = std::move(now);
+  }
   const uint64_t id = next_checkpoint_id_++;
   const std::string owner = checkpoint_owner(meta_);
   store::WriteBatch wb;
@@ -643,6 +663,8 @@ QueryInfo QueryRunner::info() const {
   qi.lag_tuples = lag_tuples();
   std::lock_guard cl(cp_mu_);
   qi.checkpoint = last_checkpoint_;
+  qi.tuples_in_per_s = rate_in_;
+  qi.tuples_out_per_s = rate_out_;
   return qi;
 }
 

@@ -20,6 +20,7 @@
 // any thread.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -91,6 +92,9 @@ struct CheckpointInfo {
 struct QueryInfo {
   std::string state;  // "running", "failed: <why>"
   std::vector<engine::Executor::BoxInfo> boxes;
+  // Per box, tuples in and out per second between the last two checkpoints
+  // (empty before the second).
+  std::vector<double> tuples_in_per_s, tuples_out_per_s;
   std::vector<uint64_t> positions;  // next input seq per input
   uint64_t lag_tuples = 0;
   std::optional<CheckpointInfo> checkpoint;
@@ -182,6 +186,14 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: mu_
   std::string state_ = "running";              // REQUIRES: mu_
   std::optional<CheckpointInfo> last_checkpoint_;     // REQUIRES: cp_mu_
+  // The boxes' counts at the last checkpoint, and the rates since the one
+  // before (QueryInfo).
+  struct RateSample {
+    std::chrono::steady_clock::time_point at;
+    std::vector<uint64_t> in, out;
+  };
+  std::optional<RateSample> rate_sample_;           // REQUIRES: mu_
+  std::vector<double> rate_in_, rate_out_;          // REQUIRES: cp_mu_
   mutable std::mutex cp_mu_;
 
   std::unique_ptr<std::atomic<uint64_t>[]> positions_;  // mirror of pos_ for lag

@@ -136,6 +136,7 @@ void write_network_snapshot(const NetworkDef& def, const std::vector<InputClock>
     w.bytes(def.boxes[b].type);
     state.clear();
     state = boxes[b]->snapshot();
+    boxes[b]->stats().state_bytes = state.size();  // shown with the box's load
     w.bytes(state);
   }
 }

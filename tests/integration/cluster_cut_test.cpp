@@ -233,6 +233,20 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
   }
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
+  // The load of each fragment's boxes, through any node (counted since
+  // each node's last start): the aggregate on n3 counted rows, and its
+  // state was checkpointed.
+  {
+    const std::string body = node(1).request("GET", "/v1/queries/cut", {}, kReaderToken).body;
+    auto d = parse(body);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("fragments")) << body;
+    const auto& counts = d["fragments"][2]["runner"]["boxes"][0];
+    EXPECT_STREQ(counts["id"].GetString(), "counts") << body;
+    EXPECT_GT(counts["tuples_in"].GetUint64(), 0u) << body;
+    EXPECT_GT(counts["state_bytes"].GetUint64(), 0u) << body;
+    EXPECT_TRUE(counts.HasMember("tuples_in_per_s") && counts.HasMember("cpu_ns_per_tuple")) << body;
+  }
+
   // Deleting through n1 removes every fragment and internal stream.
   auto del = node(1).request("DELETE", "/v1/queries/cut", {}, kAdminToken);
   ASSERT_EQ(del.status, 204u) << del.body;
