@@ -617,13 +617,6 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
     deploy();
     return;
   }
-  struct Join {
-    std::mutex mu;
-    size_t left;
-    bool failed = false;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = remote.size();
   // A deploy that fails before it starts gives its placement back.
   auto undo_placement = [this, body = placement->network_json](const Error& e) {
     if (!catalog_) return;
@@ -632,28 +625,47 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
       cluster_query_deployed(net->name(), Result<std::shared_ptr<QueryRunner>>(e));
     }
   };
+  auto joined = join_imports(remote.size(), [deploy, answer, undo_placement](const Status& st) {
+    if (!st.ok()) {
+      undo_placement(st.error());
+      answer(problem_for(st.error()));
+      return;
+    }
+    deploy();
+  });
   for (const auto& r : remote) {
-    peering_->create_import(r.stream, r.schema, [join, deploy, answer, undo_placement, path = r.path](Result<ImportInfo> res) {
-      bool last = false;
-      {
-        std::lock_guard lock(join->mu);
-        if (join->failed) return;
-        if (!res.ok() && res.error().code != Errc::already_exists) {
-          join->failed = true;
-        } else {
-          last = --join->left == 0;
-        }
-      }
-      if (!res.ok() && res.error().code != Errc::already_exists) {
-        Error e = res.error();
-        e.message = path + ": " + e.message;
-        undo_placement(e);
-        answer(problem_for(e));
-        return;
-      }
-      if (last) deploy();
-    });
+    peering_->create_import(r.stream, r.schema,
+                            [joined, path = r.path](Result<ImportInfo> res) { joined(std::move(res), path); });
   }
+}
+
+std::function<void(Result<ImportInfo>, const std::string& what)> join_imports(size_t n,
+                                                                              std::function<void(const Status&)> done) {
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    bool over = false;
+    std::function<void(const Status&)> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = n;
+  join->done = std::move(done);
+  return [join](Result<ImportInfo> res, const std::string& what) {
+    const bool ok = res.ok() || res.error().code == Errc::already_exists;
+    {
+      std::lock_guard lock(join->mu);
+      if (join->over) return;
+      if (ok && --join->left != 0) return;
+      join->over = true;
+    }
+    if (ok) {
+      join->done(Status::Ok());
+      return;
+    }
+    Error e = res.error();
+    e.message = what + ": " + e.message;
+    join->done(e);
+  };
 }
 
 void NodeImpl::get_query(const Request& req, const PathParams& params, const Respond& answer) {

@@ -543,37 +543,22 @@ void NodeImpl::put_fragment_route(const http::Request& req, const PathParams& pa
                                                            "nodes, over peer links: this node has no federation section"));
     return;
   }
-  struct Join {
-    std::mutex mu;
-    size_t left;
-    bool failed = false;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = remote.size();
-  for (const auto& [stream, node] : remote) {
-    const auto in = net->input_index(stream);
-    if (!in) {
-      answer(http::Response::problem(400, "Bad Request", "$.reads: '" + stream + "' is not an input of the network"));
+  for (const auto& r : remote) {
+    if (!net->input_index(r.first)) {
+      answer(http::Response::problem(400, "Bad Request", "$.reads: '" + r.first + "' is not an input of the network"));
       return;
     }
+  }
+  auto joined = join_imports(remote.size(), [deploy, answer](const Status& st) {
+    if (st.ok()) deploy();
+    else answer(problem_for(st.error()));
+  });
+  for (const auto& [stream, node] : remote) {
     (void)dial_domain_node(node);  // create_internal_import waits for the link
     peering_->create_internal_import(
-        stream, node, engine::internal_stream_schema(*net->inputs()[*in].schema),
-        [join, deploy, answer, stream = stream, node = node](Result<ImportInfo> r) {
-          const bool ok = r.ok() || r.error().code == Errc::already_exists;
-          {
-            std::lock_guard lock(join->mu);
-            if (join->failed) return;
-            if (!ok) join->failed = true;
-            else if (--join->left != 0) return;
-          }
-          if (!ok) {
-            Error e = r.error();
-            e.message = "reading internal stream " + stream + " from " + node + ": " + e.message;
-            answer(problem_for(e));
-            return;
-          }
-          deploy();
+        stream, node, engine::internal_stream_schema(*net->inputs()[*net->input_index(stream)].schema),
+        [joined, what = "reading internal stream " + stream + " from " + node](Result<ImportInfo> r) {
+          joined(std::move(r), what);
         });
   }
 }

@@ -411,6 +411,12 @@ inline bool list_internal_streams(const http::Request& req) {
   auto v = req.param("internal");
   return v && (*v == "true" || *v == "1");
 }
+// Waits for `n` imports being created: `done` runs once, with the first
+// failure (an import that exists already counts as success), or with Ok
+// after the last success. Returns the callback each creation calls; the
+// failure's message is prefixed with its `what`.
+std::function<void(Result<ImportInfo>, const std::string& what)> join_imports(size_t n,
+                                                                              std::function<void(const Status&)> done);
 // A query runner as the API shows it (GET /v1/queries/{name}); `placement`
 // is "DOMAIN/NODE".
 std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement, const Peering* peering);
