@@ -128,6 +128,13 @@ Status NodeImpl::load_catalog() {
                                     {{"stream", s->meta().name}});
     streams_[s->meta().name] = std::move(s);
   }
+  // The replicas this node holds as a follower (docs/cluster.md).
+  ENTENTE_RETURN_IF_ERROR(store_->scan(store::Cf::catalog, "replica/", [&](std::string_view k, std::string_view) {
+    if (!k.starts_with("replica/")) return false;
+    std::lock_guard rl(replicas_mu_);
+    replicas_.insert(std::string(k.substr(8)));
+    return true;
+  }));
   std::vector<QueryMeta> queries;
   ENTENTE_RETURN_IF_ERROR(store_->scan(store::Cf::catalog, "query/", [&](std::string_view, std::string_view v) {
     auto m = query_meta_from_json(v);

@@ -448,6 +448,21 @@ std::optional<uint64_t> Exports::retention_pin(const std::string& stream) const 
   return pin;
 }
 
+std::vector<Exports::InternalReader> Exports::internal_readers(const std::string& stream) const {
+  std::vector<InternalReader> out;
+  for (const auto& [party, through] : ctx_.acks.of(stream)) {
+    if (detail::is_internal_party(party)) out.push_back({party.substr(1), through, false});
+  }
+  std::lock_guard lock(mu_);
+  for (const auto& [key, sender] : senders_) {
+    if (sender->stream()->name() != stream || sender->peer().domain != options_.self.domain) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const InternalReader& r) { return r.node == sender->peer().node; });
+    if (it == out.end()) out.push_back({sender->peer().node, 0, true});
+    else it->connected = true;
+  }
+  return out;
+}
+
 Status Exports::release_internal_reader(const std::string& stream, const std::string& node) {
   return ctx_.acks.forget(stream, detail::ack_party(options_.self.domain, options_.self.domain, node));
 }

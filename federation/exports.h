@@ -71,6 +71,15 @@ class Exports final {
   // Lowest sequence number an importing domain, or a node of this domain
   // reading the stream, still needs, for retention.
   std::optional<uint64_t> retention_pin(const std::string& stream) const;
+  // The nodes of this domain reading `stream` (a query fragment's internal
+  // stream, or a follower's replica, docs/cluster.md): what each has
+  // acknowledged, and whether its channel is open now.
+  struct InternalReader {
+    std::string node;
+    uint64_t acked = 0;
+    bool connected = false;
+  };
+  std::vector<InternalReader> internal_readers(const std::string& stream) const;
   // Node `node` of this domain no longer reads `stream`: what it
   // acknowledged stops pinning the stream's retention.
   Status release_internal_reader(const std::string& stream, const std::string& node);

@@ -96,6 +96,10 @@ class Peering final : public LinkHandler {
   // an arc between query fragments on two nodes of one domain.
   void create_internal_import(const std::string& stream, const std::string& node, engine::SchemaPtr expected,
                               ImportDone done, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // The nodes of this domain reading `stream` and what each acknowledged.
+  std::vector<Exports::InternalReader> internal_readers(const std::string& stream) const {
+    return exports_.internal_readers(stream);
+  }
   // Dials node `node` of this domain at host:port (where the domain's
   // membership says its peer link listens), unless a link to it is
   // configured already; the node is authenticated as any peer, by the

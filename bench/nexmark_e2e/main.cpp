@@ -484,7 +484,9 @@ Status expect(const Result<http::ClientResponse>& r, unsigned status, const std:
 
 // The streams, with the generator's schemas, event time date_time, and no
 // retention bound on count or bytes (a run must not lose what the query has
-// not read yet).
+// not read yet). In a domain of several nodes each is one copy
+// ("replication": 1): the figure is of forwarding or of the cut, not of
+// replicated logs (docs/cluster.md, "Replicated stream logs").
 Status create_streams(const Endpoints& ep, const std::vector<bool>& publish) {
   const engine::SchemaPtr schemas[kStreams] = {nexmark::person_schema(), nexmark::auction_schema(),
                                                nexmark::bid_schema()};
@@ -493,7 +495,8 @@ Status create_streams(const Endpoints& ep, const std::vector<bool>& publish) {
     const std::string body = std::string("{\"name\":\"") + kStreamNames[s] + "\",\"schema\":" +
                              schema_json(*schemas[s]) +
                              ",\"event_time\":\"date_time\",\"retention\":{\"max_tuples\":0,\"max_bytes\":0}" +
-                             (ep.cluster() ? ",\"node\":\"" + ep.name(ep.leader_index(s)) + "\"" : std::string()) +
+                             (ep.cluster() ? ",\"node\":\"" + ep.name(ep.leader_index(s)) + "\",\"replication\":1"
+                                           : std::string()) +
                              "}";
     ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.admin(), "POST", "/v1/streams", body), 201,
                                    std::string("creating stream ") + kStreamNames[s]));

@@ -216,6 +216,7 @@ std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
   j.key("next_seq").u64(next);
   j.key("tuples").u64(next - first_seq);
   write_retention(j, m.retention);
+  if (auto r = node.replication_json(m.name)) j.key("replication").raw(*r);
   j.key("created_at").str(rfc3339(m.created_ms));
   j.end_object();
   return j.take();
@@ -447,9 +448,15 @@ void NodeImpl::create_stream_route(const Request& req, const PathParams&, const 
     cluster_create_stream(req, answer);
     return;
   }
-  auto spec = parse_stream_spec(req.body, config_);
+  int replication = 0;
+  auto spec = parse_stream_spec(req.body, config_, nullptr, &replication);
   if (!spec.ok()) {
     answer(Response::problem(400, "Bad Request", spec.error().message));
+    return;
+  }
+  if (replication > 1) {
+    answer(Response::problem(400, "Bad Request", "$.replication: domain " + config_.domain + " is one node, " +
+                                                     config_.node + " (no cluster section): one copy only"));
     return;
   }
   auto s = create_stream(std::move(spec).value());

@@ -129,12 +129,14 @@ Status NodeImpl::start_cluster() {
   // A contract version another node recorded reaches this node's ledger
   // as soon as the watch brings it (and at each tick otherwise).
   catalog_ = std::make_unique<cluster::Catalog>(*etcd_, c.prefix, [this](const std::vector<std::string>& keys) {
+    bool contracts = false, streams = false;
     for (const auto& k : keys) {
-      if (k.starts_with("contracts/")) {
-        reconcile_contracts();
-        return;
-      }
+      contracts |= k.starts_with("contracts/");
+      streams |= k.starts_with("streams/");
     }
+    if (contracts) reconcile_contracts();
+    // A stream this node is to follow starts its copy at once.
+    if (streams) reconcile_replicas();
   });
   share_ledger();
   catalog_->start();
@@ -143,6 +145,7 @@ Status NodeImpl::start_cluster() {
       [this] {
         reconcile_streams();
         reconcile_contracts();
+        reconcile_replicas();
         dial_internal_sources();
       });
   membership_->start();
@@ -154,6 +157,18 @@ Status NodeImpl::start_cluster() {
             v.is_controller ? 1 : 0);
     w.gauge("entente_cluster_etcd_reachable", "1 when this node's last membership tick reached etcd", {},
             v.etcd_error ? 0 : 1);
+    for (const auto& s : list_streams()) {
+      if (s->meta().producer == "import") continue;
+      auto states = replica_states(s->meta().name);
+      if (!states) continue;
+      for (const auto& r : *states) {
+        w.gauge("entente_stream_replica_lag_tuples",
+                "Tuples of a stream this node leads that a follower has not acknowledged as durable",
+                {{"stream", s->meta().name}, {"node", r.node}}, static_cast<double>(r.lag_tuples));
+        w.gauge("entente_stream_replica_in_sync", "1 while a follower of a stream this node leads is in sync",
+                {{"stream", s->meta().name}, {"node", r.node}}, r.in_sync ? 1 : 0);
+      }
+    }
     w.gauge("entente_cluster_nodes_up", "Nodes of the domain holding a live lease, as this node last read them",
             {}, static_cast<double>(up));
     w.gauge("entente_cluster_catalog_current", "1 while this node's copy of the domain's catalog follows etcd",

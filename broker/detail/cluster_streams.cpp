@@ -16,6 +16,7 @@
 #include "cluster/catalog.h"
 #include "cluster/membership.h"
 #include "engine/codec.h"
+#include "federation/peering.h"
 #include "rapidjson/document.h"
 
 namespace entente::broker::detail {
@@ -38,7 +39,12 @@ std::string stream_key_of(std::string_view name) { return "streams/" + std::stri
 struct StreamEntry {
   std::string node;
   StreamMeta meta;
+  std::vector<std::string> replicas;  // the followers holding a copy
 };
+
+// A follower is in sync while its channel is open and it acknowledged all
+// but at most this many tuples of the leader's log.
+constexpr uint64_t kInSyncLagTuples = 10'000;
 
 Result<StreamEntry> stream_entry_from_json(std::string_view json) {
   rapidjson::Document d;
@@ -53,6 +59,10 @@ Result<StreamEntry> stream_entry_from_json(std::string_view json) {
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
   d["meta"].Accept(w);
   ENTENTE_ASSIGN_OR_RETURN(e.meta, stream_meta_from_json({sb.GetString(), sb.GetSize()}));
+  if (d.HasMember("replicas") && d["replicas"].IsArray()) {
+    for (const auto& r : d["replicas"].GetArray())
+      if (r.IsString() && e.replicas.size() < 3) e.replicas.emplace_back(r.GetString(), r.GetStringLength());
+  }
   return e;
 }
 
@@ -81,9 +91,16 @@ http::Response catalog_unavailable(const std::string& why, std::string_view what
 
 }  // namespace
 
-std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node) {
+std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
+                                 const std::vector<std::string>& replicas) {
   JsonOut j;
-  j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta)).end_object();
+  j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta));
+  if (!replicas.empty()) {
+    j.key("replicas").begin_array();
+    for (const auto& r : replicas) j.str(r);
+    j.end_array();
+  }
+  j.end_object();
   return j.take();
 }
 
@@ -210,7 +227,8 @@ bool NodeImpl::forward_if_elsewhere(const http::Request& req, const RouteInfo& r
 
 void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respond& answer) {
   std::string node;
-  auto spec = parse_stream_spec(req.body, config_, &node);
+  int replication = 0;
+  auto spec = parse_stream_spec(req.body, config_, &node, &replication);
   if (!spec.ok()) {
     answer(http::Response::problem(400, "Bad Request", spec.error().message));
     return;
@@ -276,9 +294,55 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
     forward(req, node, answer, std::string(sb.GetString(), sb.GetSize()));
     return;
   }
+  // Its followers: as many other nodes as asked (by default one when the
+  // domain has two or more nodes and peer links), those holding the
+  // fewest streams and copies first.
+  std::vector<std::string> followers;
+  {
+    size_t members = 0, up = 0;
+    std::map<std::string, size_t> weight;
+    for (const auto& m : view.members) {
+      ++members;
+      if (!m.up) continue;
+      ++up;
+      if (m.record.node != config_.node) weight[m.record.node] = 0;
+    }
+    if (replication == 0) replication = peering_ && up >= 2 ? 2 : 1;
+    if (replication > 1 && !peering_) {
+      answer(http::Response::problem(400, "Bad Request", "$.replication: copies travel over the peer links, and "
+                                                         "this node has no federation section"));
+      return;
+    }
+    if (static_cast<size_t>(replication) > members) {
+      answer(http::Response::problem(400, "Bad Request", "$.replication: " + std::to_string(replication) +
+                                                             " copies need as many nodes; domain " + config_.domain +
+                                                             " has " + std::to_string(members)));
+      return;
+    }
+    if (static_cast<size_t>(replication) > up) {
+      http::Response r = http::Response::problem(503, "Service Unavailable",
+                                                 "$.replication: " + std::to_string(replication) + " copies need as "
+                                                 "many nodes up; " + std::to_string(up) + " are");
+      r.headers.emplace_back("Retry-After", "1");
+      answer(std::move(r));
+      return;
+    }
+    for (const auto& e : catalog_->list("streams/")) {
+      auto parsed = stream_entry_from_json(e.value);
+      if (!parsed.ok()) continue;
+      if (weight.count(parsed->node)) weight[parsed->node]++;
+      for (const auto& r : parsed->replicas)
+        if (weight.count(r)) weight[r]++;
+    }
+    std::vector<std::pair<size_t, std::string>> order;
+    for (const auto& [n, w] : weight) order.emplace_back(w, n);
+    std::sort(order.begin(), order.end());
+    for (size_t i = 0; i + 1 < static_cast<size_t>(replication) && i < order.size(); ++i)
+      followers.push_back(order[i].second);
+  }
   // This node leads it: the catalog entry first (the domain's one truth:
   // two nodes creating the same name cannot both win), then the stream.
-  auto rev = catalog_->create(stream_key_of(meta.name), stream_catalog_entry(meta, config_.node));
+  auto rev = catalog_->create(stream_key_of(meta.name), stream_catalog_entry(meta, config_.node, followers));
   if (!rev.ok()) {
     if (rev.error().code == Errc::unavailable) answer(catalog_unavailable(rev.error().message, "creating a stream"));
     else answer(problem_for(rev.error()));
@@ -302,7 +366,7 @@ void NodeImpl::cluster_list_streams(const http::Request& req, const http::Respon
   j.begin_object().key("streams").begin_array();
   std::set<std::string> listed;
   for (auto& s : list_streams()) {
-    if (!internal && is_internal_stream(s->meta().name)) continue;
+    if (!internal && (is_internal_stream(s->meta().name) || is_replica(s->meta().name))) continue;
     j.raw(stream_json(*this, s));
     listed.insert(s->meta().name);
   }
@@ -455,6 +519,110 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::forward_websocket(const http::
     return nullptr;
   }
   return http::make_websocket_proxy(*upstream_, *target, req, forward_options(req));
+}
+
+}  // namespace entente::broker::detail
+
+namespace entente::broker::detail {
+
+// ------------------------------------------------- replicated stream logs
+
+std::optional<std::vector<ReplicaState>> NodeImpl::replica_states(const std::string& stream) const {
+  if (!catalog_) return std::nullopt;
+  auto e = catalog_->get(stream_key_of(stream));
+  if (!e) return std::nullopt;
+  auto parsed = stream_entry_from_json(e->value);
+  if (!parsed.ok() || parsed->node != config_.node) return std::nullopt;
+  StreamPtr s = find_stream(stream);
+  const uint64_t head = s ? s->committed_next() - 1 : 0;
+  std::vector<federation::Exports::InternalReader> readers;
+  if (peering_) readers = peering_->internal_readers(stream);
+  std::vector<ReplicaState> out;
+  for (const auto& node : parsed->replicas) {
+    ReplicaState r{node, 0, 0, false, false};
+    for (const auto& reader : readers) {
+      if (reader.node != node) continue;
+      r.acked = reader.acked;
+      r.connected = reader.connected;
+    }
+    r.lag_tuples = head > r.acked ? head - r.acked : 0;
+    r.in_sync = r.connected && r.lag_tuples <= kInSyncLagTuples;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::optional<std::string> NodeImpl::replication_json(const std::string& stream) const {
+  auto states = replica_states(stream);
+  if (!states) return std::nullopt;
+  JsonOut j;
+  j.begin_object().key("factor").u64(1 + states->size()).key("replicas").begin_array();
+  for (const auto& r : *states) {
+    j.begin_object().key("node").str(r.node).key("acked").u64(r.acked).key("lag_tuples").u64(r.lag_tuples);
+    j.key("connected").boolean(r.connected).key("in_sync").boolean(r.in_sync).end_object();
+  }
+  j.end_array().end_object();
+  return j.take();
+}
+
+bool NodeImpl::is_replica(const std::string& name) const {
+  std::lock_guard lock(replicas_mu_);
+  return replicas_.count(name) != 0;
+}
+
+void NodeImpl::reconcile_replicas() {
+  if (!catalog_ || !catalog_->synced() || !peering_) return;
+  std::set<std::string> wanted;
+  for (const auto& e : catalog_->list("streams/")) {
+    auto parsed = stream_entry_from_json(e.value);
+    if (!parsed.ok() || parsed->node == config_.node ||
+        std::find(parsed->replicas.begin(), parsed->replicas.end(), config_.node) == parsed->replicas.end())
+      continue;
+    const std::string& name = parsed->meta.name;
+    const std::string mirror = "@" + parsed->node + "/" + name;
+    wanted.insert(mirror);
+    bool known;
+    {
+      std::lock_guard lock(replicas_mu_);
+      known = replicas_.insert(mirror).second == false;
+    }
+    if (!known) {
+      // Recorded before it is created, so a crash in between leaves a
+      // record that the next pass completes or drops.
+      if (Status st = store_->put(store::Cf::catalog, "replica/" + mirror, "", store::Durability::synced); !st.ok()) {
+        std::lock_guard lock(replicas_mu_);
+        replicas_.erase(mirror);
+        continue;
+      }
+    }
+    if (find_stream(mirror)) continue;
+    (void)dial_domain_node(parsed->node);
+    peering_->create_internal_import(name, parsed->node, parsed->meta.schema, [mirror](Result<ImportInfo> r) {
+      if (!r.ok() && r.error().code != Errc::already_exists)
+        std::fprintf(stderr, "entente: replica %s: %s (tried again at the next tick)\n", mirror.c_str(),
+                     r.error().message.c_str());
+    });
+  }
+  // Copies no entry names any more (the stream was deleted, or has other
+  // followers now): dropped once nothing here reads them.
+  std::vector<std::string> stale;
+  {
+    std::lock_guard lock(replicas_mu_);
+    for (const auto& m : replicas_)
+      if (!wanted.count(m)) stale.push_back(m);
+  }
+  for (const auto& m : stale) {
+    if (!readers_of(m).empty()) continue;
+    if (find_stream(m)) {
+      if (Status st = delete_import(m); !st.ok() && st.error().code != Errc::not_found) continue;
+    } else {
+      (void)peering_->forget_import(m);
+    }
+    if (store_->erase(store::Cf::catalog, "replica/" + m, store::Durability::synced).ok()) {
+      std::lock_guard lock(replicas_mu_);
+      replicas_.erase(m);
+    }
+  }
 }
 
 }  // namespace entente::broker::detail

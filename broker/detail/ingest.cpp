@@ -103,7 +103,8 @@ Result<uint64_t> size_bytes(const rapidjson::Value& v, const std::string& path) 
 
 }  // namespace
 
-Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node) {
+Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node,
+                                     int* replication) {
   rapidjson::Document d;
   ENTENTE_RETURN_IF_ERROR(read_json_body(body, d));
   if (!d.IsObject()) return make_error(Errc::invalid_argument, "$: expected an object with name and schema");
@@ -150,9 +151,15 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
       if (!v.IsString() || v.GetStringLength() == 0 || v.GetStringLength() > 63)
         return make_error(Errc::invalid_argument, "$.node: expected the name of a node of this domain");
       node->assign(v.GetString(), v.GetStringLength());
+    } else if (key == "replication") {
+      if (!v.IsInt() || v.GetInt() < 1 || v.GetInt() > 3)
+        return make_error(Errc::invalid_argument, "$.replication: expected 1, 2 or 3 (copies of the log, on as many "
+                                                  "nodes)");
+      if (replication != nullptr) *replication = v.GetInt();
     } else {
-      return make_error(Errc::invalid_argument,
-                        "$." + key.substr(0, 64) + ": unknown key (name, schema, event_time, retention, node)");
+      return make_error(Errc::invalid_argument, "$." + key.substr(0, 64) +
+                                                    ": unknown key (name, schema, event_time, retention, node, "
+                                                    "replication)");
     }
   }
   if (m.name.empty()) return make_error(Errc::invalid_argument, "$.name: required");

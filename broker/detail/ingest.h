@@ -22,7 +22,10 @@ class NodeImpl;
 // event_time, retention; defaults from the node's configuration).
 // `node` (when given) receives the body's "node": the node that is to lead
 // the stream (docs/cluster.md); without it that key is unknown.
-Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node = nullptr);
+// `node` and `replication` receive "node" and "replication" (1 to 3; 0 when
+// absent); "node" is refused when `node` is null.
+Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node = nullptr,
+                                     int* replication = nullptr);
 
 enum class IngestFormat : uint8_t { ndjson, json_array, binary };
 

@@ -83,6 +83,15 @@ std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& pa
 
 // A query body's "placement" (docs/cluster.md), and the body without it,
 // which is the query network the engine reads.
+// A follower of a stream, as its leader sees it (replica_states).
+struct ReplicaState {
+  std::string node;
+  uint64_t acked = 0;       // the last sequence number it holds durably
+  uint64_t lag_tuples = 0;  // the leader's head minus acked
+  bool connected = false;   // its channel is open
+  bool in_sync = false;     // connected and at most 10,000 tuples behind
+};
+
 // The catalog entry of a query cut into fragments across nodes
 // (cluster_fragments.cpp).
 struct CutEntry {
@@ -141,6 +150,12 @@ class NodeImpl final : public http::Handler {
   engine::SchemaPtr domain_stream_schema(const std::string& name) const;
 
   std::vector<StreamPtr> list_streams() const;
+  // {"factor", "replicas": [{"node", "acked", "lag_tuples", "connected",
+  // "in_sync"}]} for a stream this node leads in a cluster (docs/cluster.md,
+  // "Replicated stream logs"); nullopt else.
+  std::optional<std::string> replication_json(const std::string& stream) const;
+  // The same as values: each follower of a stream this node leads.
+  std::optional<std::vector<ReplicaState>> replica_states(const std::string& stream) const;
 
   // Deploys a query network; all validation problems in `diag`. With
   // `fragment`, the network is a fragment of a query cut across nodes
@@ -298,6 +313,12 @@ class NodeImpl final : public http::Handler {
                 std::function<void()> done);
   void get_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
   void delete_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
+  // --- replicated stream logs (cluster_streams.cpp, docs/cluster.md)
+  // Holds a replica of each stream whose catalog entry names this node a
+  // follower, and drops the replicas no entry names any more.
+  void reconcile_replicas();
+  // True for a local mirror "@LEADER/NAME" that is a follower's replica.
+  bool is_replica(const std::string& name) const;
   // Dials `node`'s peer link where the membership says it listens.
   Status dial_domain_node(const std::string& node);
   // Dials the node behind each read of another node's stream (after a
@@ -359,6 +380,10 @@ class NodeImpl final : public http::Handler {
   std::mutex load_mu_;
   int64_t load_cpu_us_ = 0, load_wall_us_ = 0;  // REQUIRES: load_mu_
 
+  // The replicas this node holds as a follower ("@LEADER/NAME"), also
+  // under "replica/" in the store's catalog.
+  mutable std::mutex replicas_mu_;
+  std::set<std::string> replicas_;  // REQUIRES: replicas_mu_
   mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
   std::map<std::string, StreamPtr> streams_;
   std::map<std::string, std::shared_ptr<QueryRunner>> queries_;
@@ -384,7 +409,10 @@ int64_t wall_clock_ms();
 // The API's JSON form of a stream of this node (GET /v1/streams/{name}).
 std::string stream_json(const NodeImpl& node, const StreamPtr& s);
 // A stream's entry in the domain's catalog: {"node": LEADER, "meta": ...}.
-std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node);
+// A stream's catalog entry: its leader, definition and followers
+// (docs/cluster.md, "Keys").
+std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
+                                 const std::vector<std::string>& replicas = {});
 
 Result<QueryPlacement> read_placement(std::string_view body);
 // Checks "placement.fragments" against the network and the domain's

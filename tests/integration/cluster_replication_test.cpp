@@ -1,0 +1,195 @@
+// Replicated stream logs in a domain of three nodes (docs/cluster.md,
+// "Replicated stream logs"): a stream created with "replication": 3 is
+// copied by its two followers over the peer links, each copy durable with
+// the leader's sequence numbers, whatever happens to the nodes: kill -9 of
+// a follower and of the leader mid-stream. At the end the leader's log and
+// both copies hold every tuple once, row for row, and the leader reports
+// both followers in sync. Real processes: one etcd, three brokers with
+// certificates from `entente certs`, none configured to dial another.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "tests/integration/support/cluster.h"
+#include "tests/integration/support/federation.h"
+#include "tests/integration/support/ws_reader.h"
+#include "tests/support/etcd_process.h"
+
+namespace entente::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kBatches = 120;
+constexpr int kRowsPerBatch = 25;
+const char* kSchema = R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"}])";
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  return d;
+}
+
+std::string stream_body(const std::string& name, const std::string& extra) {
+  return R"({"name":")" + name + R"(","schema":)" + kSchema + extra + "}";
+}
+
+class ClusterReplication : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
+    etcd_ = std::make_unique<EtcdProcess>("etcd-replication");
+    ASSERT_TRUE(etcd_->start()) << etcd_->last_error();
+    for (const char* name : {"n1", "n2", "n3"}) {
+      FedNode& n = fed_.add("acme", name);
+      n.config_extra(cluster_section(*etcd_));
+      nodes_.push_back(&n);
+    }
+    ASSERT_TRUE(fed_.start_all()) << fed_.last_error();
+    ASSERT_TRUE(eventually(20s, [&] { return all_up(); })) << "the nodes do not all see each other up";
+  }
+
+  BrokerProcess& node(int i) { return nodes_.at(static_cast<size_t>(i - 1))->process(); }
+
+  bool all_up() {
+    for (FedNode* n : nodes_) {
+      auto r = n->process().try_request("GET", "/v1/nodes", {}, kReaderToken);
+      if (!r.ok() || r->status != 200) return false;
+      auto d = parse(r->body);
+      if (!d.IsObject() || !d.HasMember("nodes")) return false;
+      int up = 0;
+      for (const auto& m : d["nodes"].GetArray()) up += std::string(m["state"].GetString()) == "up";
+      if (up != 3) return false;
+    }
+    return true;
+  }
+
+  // The leader's view of `stream`'s followers: node -> (acked, in_sync).
+  std::map<std::string, std::pair<uint64_t, bool>> replicas(int via, const std::string& stream, uint64_t* factor) {
+    std::map<std::string, std::pair<uint64_t, bool>> out;
+    auto r = node(via).try_request("GET", "/v1/streams/" + stream, {}, kReaderToken);
+    if (!r.ok() || r->status != 200) return out;
+    auto d = parse(r->body);
+    if (!d.IsObject() || !d.HasMember("replication")) return out;
+    if (factor) *factor = d["replication"]["factor"].GetUint64();
+    for (const auto& x : d["replication"]["replicas"].GetArray())
+      out[x["node"].GetString()] = {x["acked"].GetUint64(), x["in_sync"].GetBool()};
+    return out;
+  }
+
+  // Batch b (producer "p", number b) through the running nodes in turn from
+  // `start` until one answers 200.
+  void publish(int b, size_t start) {
+    std::string body = "[";
+    for (int k = 0; k < kRowsPerBatch; ++k) {
+      if (k) body += ",";
+      body += R"({"auction":)" + std::to_string(b * 1000 + k) + R"(,"price":)" + std::to_string(k) + "}";
+    }
+    body += "]";
+    const auto deadline = Clock::now() + 60s;
+    for (size_t attempt = 0; Clock::now() < deadline; ++attempt) {
+      FedNode& via = *nodes_[(start + attempt) % nodes_.size()];
+      if (!via.running()) continue;
+      auto r = via.process().try_request("POST", "/v1/streams/bids/tuples?producer_id=p&producer_seq=" +
+                                                     std::to_string(b), body, kPublisherToken);
+      if (r.ok() && r->status == 200) return;
+      if (r.ok() && r->status != 502 && r->status != 503 && r->status != 504 && r->status != 429)
+        FAIL() << "batch " << b << ": " << r->status << " " << r->body;
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "batch " << b << " was not stored within 60 s";
+  }
+
+  Federation fed_;
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::vector<FedNode*> nodes_;
+};
+
+TEST_F(ClusterReplication, TwoFollowersHoldEveryTupleAcrossKillNineOfAFollowerAndOfTheLeader) {
+  auto created = node(2).request("POST", "/v1/streams", stream_body("bids", R"(,"node":"n1","replication":3)"));
+  ASSERT_EQ(created.status, 201u) << created.body;
+  uint64_t factor = 0;
+  ASSERT_TRUE(eventually(20s, [&] {
+    auto r = replicas(1, "bids", &factor);
+    return r.size() == 2 && r["n2"].second && r["n3"].second;
+  })) << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
+  EXPECT_EQ(factor, 3u);
+  // A follower's copy is not one of the domain's streams.
+  auto listed = node(2).request("GET", "/v1/streams", {}, kReaderToken);
+  EXPECT_EQ(listed.body.find("@n1/bids"), std::string::npos) << listed.body;
+  auto all = node(2).request("GET", "/v1/streams?internal=true", {}, kReaderToken);
+  EXPECT_NE(all.body.find("@n1/bids"), std::string::npos) << all.body;
+
+  for (int b = 1; b <= kBatches; ++b) {
+    if (b == 30) nodes_[1]->process().kill();  // a follower
+    if (b == 50) {
+      ASSERT_TRUE(nodes_[1]->start()) << nodes_[1]->last_error();
+    }
+    if (b == 80) {
+      nodes_[0]->process().kill();  // the leader
+      std::this_thread::sleep_for(300ms);
+      ASSERT_TRUE(nodes_[0]->start()) << nodes_[0]->last_error();
+    }
+    publish(b, static_cast<size_t>(b));
+    if (HasFatalFailure()) return;
+  }
+  const uint64_t total = static_cast<uint64_t>(kBatches) * kRowsPerBatch;
+  ASSERT_TRUE(eventually(30s, [&] {
+    auto r = replicas(1, "bids", nullptr);
+    return r["n2"].first == total && r["n3"].first == total && r["n2"].second && r["n3"].second;
+  })) << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
+  auto metrics = node(1).request("GET", "/metrics", {}, kReaderToken);
+  EXPECT_NE(metrics.body.find(R"(entente_stream_replica_lag_tuples{node="n2",stream="bids"} 0)"), std::string::npos)
+      << metrics.body.substr(metrics.body.find("entente_stream_replica"), 600);
+
+  // The checker: the leader's log and each copy, row for row, every tuple
+  // once under the leader's numbers.
+  const ReadResult want = read_stream(node(1), "bids", 1, total, 60'000);
+  ASSERT_EQ(want.tuples.size(), total) << want.error;
+  std::set<int64_t> auctions;
+  for (const auto& t : want.tuples) auctions.insert(parse(t.line)["auction"].GetInt64());
+  EXPECT_EQ(auctions.size(), total) << "a tuple is missing or twice in the leader's log";
+  for (int i : {2, 3}) {
+    const ReadResult got = read_stream(node(i), "%40n1%2Fbids", 1, total, 60'000);
+    ASSERT_EQ(got.tuples.size(), total) << "n" << i << ": " << got.error;
+    for (uint64_t k = 0; k < total; ++k) {
+      ASSERT_EQ(got.tuples[k].seq, k + 1) << "n" << i;
+      ASSERT_EQ(got.tuples[k].line, want.tuples[k].line) << "n" << i << " row " << k;
+    }
+  }
+
+  // Deleting the stream drops the copies.
+  auto del = node(3).request("DELETE", "/v1/streams/bids", {}, kAdminToken);
+  ASSERT_EQ(del.status, 204u) << del.body;
+  for (int i : {2, 3}) {
+    EXPECT_TRUE(eventually(20s, [&] {
+      auto r = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken);
+      return r.body.find("@n1/bids") == std::string::npos;
+    })) << "n" << i << " keeps its copy of a deleted stream";
+  }
+}
+
+TEST_F(ClusterReplication, FactorsAreCheckedAndDefaultToTwo) {
+  auto two = node(1).request("POST", "/v1/streams", stream_body("two", ""));
+  ASSERT_EQ(two.status, 201u) << two.body;
+  EXPECT_NE(two.body.find(R"("factor":2)"), std::string::npos) << two.body;
+  auto one = node(1).request("POST", "/v1/streams", stream_body("one", R"(,"replication":1)"));
+  ASSERT_EQ(one.status, 201u) << one.body;
+  EXPECT_NE(one.body.find(R"("factor":1,"replicas":[])"), std::string::npos) << one.body;
+  for (const char* bad : {R"(,"replication":4)", R"(,"replication":0)", R"(,"replication":"2")"}) {
+    auto r = node(1).request("POST", "/v1/streams", stream_body("bad", bad));
+    EXPECT_EQ(r.status, 400u) << bad << ": " << r.body;
+    EXPECT_NE(r.body.find("$.replication"), std::string::npos) << r.body;
+  }
+}
+
+}  // namespace
+}  // namespace entente::testing
