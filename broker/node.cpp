@@ -225,6 +225,9 @@ void NodeImpl::stop() {
   // 1. No new connections; what was accepted is answered.
   if (server_) server_->stop_accepting();
   flush();
+  // Appends waiting for their followers are answered now: they are
+  // durable here, and the server's stop waits for every answer.
+  stop_replication();
   if (server_) server_->stop();
   // Forwarded requests and relayed WebSockets end with the API.
   if (upstream_) upstream_->stop();

@@ -36,6 +36,7 @@ void Acknowledgements::record(const std::string& stream, const std::string& doma
   std::string v;
   store::put_key_u64(v, through);
   (void)store_.put(store::Cf::meta, ack_key(stream, domain), v, store::Durability::buffered);
+  if (listener_) listener_(stream, domain, through);
 }
 
 std::optional<uint64_t> Acknowledgements::acked(const std::string& stream, const std::string& domain) const {

@@ -11,6 +11,7 @@
 // lost newest value only keeps more of the log).
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -23,7 +24,11 @@ namespace entente::federation {
 
 class Acknowledgements final {
  public:
-  explicit Acknowledgements(store::Store& store) : store_(store) {}
+  // Told of every acknowledgement that raised what a party holds, after
+  // it is kept (on the thread that recorded it, no lock held).
+  using Listener = std::function<void(const std::string& stream, const std::string& party, uint64_t through)>;
+  explicit Acknowledgements(store::Store& store, Listener listener = {})
+      : store_(store), listener_(std::move(listener)) {}
 
   // Reads what importing domains acknowledged before a restart.
   Status load();
@@ -41,6 +46,7 @@ class Acknowledgements final {
 
  private:
   store::Store& store_;
+  const Listener listener_;
   mutable std::mutex mu_;
   std::map<std::string, std::map<std::string, uint64_t>> acks_;  // REQUIRES: mu_; stream -> domain -> seq
 };

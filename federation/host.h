@@ -126,6 +126,14 @@ class Host {
     (void)name;
     return std::nullopt;
   }
+  // Node `node` of this domain now holds `stream` durably through
+  // `through` (its read of the stream acknowledged it): a follower's copy
+  // grew (docs/cluster.md, "Replicated stream logs"). On a link thread.
+  virtual void on_internal_ack(const std::string& stream, const std::string& node, uint64_t through) {
+    (void)stream;
+    (void)node;
+    (void)through;
+  }
 };
 
 }  // namespace entente::federation

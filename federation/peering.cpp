@@ -111,7 +111,10 @@ Peering::Peering(Host& host, certs::Identity self, const FederationConfig& confi
     : host_(host),
       self_(std::move(self)),
       config_(config),
-      acks_(host.store()),
+      acks_(host.store(),
+            [&host](const std::string& stream, const std::string& party, uint64_t through) {
+              if (detail::is_internal_party(party)) host.on_internal_ack(stream, party.substr(1), through);
+            }),
       metering_(host.store(), [&host](const std::string& line) { host.log(line); }),
       exports_(host, ExportSender::Context{wire_, metering_, acks_, traffic_},
                Exports::Options{self_, config.exports, config.max_frame}),

@@ -149,6 +149,7 @@ Status NodeImpl::start_cluster() {
         dial_internal_sources();
       });
   membership_->start();
+  if (peering_) repl_thread_ = std::thread([this] { replication_loop(); });
   metrics_.add_collector([this](MetricsWriter& w) {
     const cluster::MembershipView v = membership_->view();
     size_t up = 0;

@@ -546,7 +546,7 @@ std::optional<std::vector<ReplicaState>> NodeImpl::replica_states(const std::str
       r.connected = reader.connected;
     }
     r.lag_tuples = head > r.acked ? head - r.acked : 0;
-    r.in_sync = r.connected && r.lag_tuples <= kInSyncLagTuples;
+    r.in_sync = r.connected && r.lag_tuples <= kInSyncLagTuples && !replica_lagging(stream, node);
     out.push_back(std::move(r));
   }
   return out;

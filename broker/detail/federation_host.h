@@ -33,6 +33,7 @@ class FederationHost final : public federation::Host {
   // The catalog's leader of `name` and its peer address from the membership
   // view, when it is another node of this domain.
   std::optional<federation::StreamLocation> locate_stream(std::string_view name) const override;
+  void on_internal_ack(const std::string& stream, const std::string& node, uint64_t through) override;
 
  private:
   NodeImpl& node_;

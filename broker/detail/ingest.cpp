@@ -364,6 +364,16 @@ http::Response append_refused(const Status& s) {
 void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::string body,
             const std::optional<ProducerTag>& producer, std::function<void(IngestResult)> done) {
   const auto& meta = stream->meta();
+  // Stored here is not yet acknowledged: the stream's in-sync followers
+  // must hold it too (docs/cluster.md, "Replicated stream logs").
+  done = [&node, name = meta.name, answer = std::move(done)](IngestResult r) {
+    if (r.problem || r.last == 0) {
+      answer(std::move(r));
+      return;
+    }
+    const uint64_t last = r.last;
+    node.when_replicated(name, last, [answer, r = std::move(r)]() mutable { answer(std::move(r)); });
+  };
   auto refuse = [&](http::Response r) {
     IngestResult res;
     res.problem = std::move(r);

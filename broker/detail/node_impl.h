@@ -150,6 +150,17 @@ class NodeImpl final : public http::Handler {
   engine::SchemaPtr domain_stream_schema(const std::string& name) const;
 
   std::vector<StreamPtr> list_streams() const;
+  // --- acknowledging what the followers hold (cluster_replication.cpp)
+  // Calls `release` once every in-sync follower of `stream` holds `last`
+  // durably; a follower that has not within kReplicaWaitMs leaves the
+  // in-sync set (and rejoins once it holds the whole log). At once when
+  // the stream has no follower in sync (or this node no cluster).
+  void when_replicated(const std::string& stream, uint64_t last, std::function<void()> release);
+  // Follower `node` acknowledged `through` of `stream` (federation layer).
+  void on_replica_ack(const std::string& stream, const std::string& node, uint64_t through);
+  // True while follower `node` of `stream` is out of the in-sync set
+  // after failing to keep up.
+  bool replica_lagging(const std::string& stream, const std::string& node) const;
   // {"factor", "replicas": [{"node", "acked", "lag_tuples", "connected",
   // "in_sync"}]} for a stream this node leads in a cluster (docs/cluster.md,
   // "Replicated stream logs"); nullopt else.
@@ -380,6 +391,22 @@ class NodeImpl final : public http::Handler {
   std::mutex load_mu_;
   int64_t load_cpu_us_ = 0, load_wall_us_ = 0;  // REQUIRES: load_mu_
 
+  // Appends waiting for their followers (when_replicated), by stream; the
+  // followers out of the in-sync set; the thread that times them out.
+  struct ReplicaWaiter {
+    uint64_t last;
+    std::chrono::steady_clock::time_point deadline;
+    std::function<void()> release;
+  };
+  void check_replication(const std::string& stream);
+  void replication_loop();
+  void stop_replication();
+  mutable std::mutex repl_mu_;
+  std::condition_variable repl_cv_;
+  std::map<std::string, std::vector<ReplicaWaiter>> repl_waiters_;  // REQUIRES: repl_mu_
+  std::set<std::pair<std::string, std::string>> repl_lagging_;      // REQUIRES: repl_mu_ (stream, node)
+  bool repl_stopping_ = false;                                      // REQUIRES: repl_mu_
+  std::thread repl_thread_;
   // The replicas this node holds as a follower ("@LEADER/NAME"), also
   // under "replica/" in the store's catalog.
   mutable std::mutex replicas_mu_;

@@ -8,6 +8,8 @@
 // certificates from `entente certs`, none configured to dial another.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <map>
 #include <set>
@@ -175,6 +177,61 @@ TEST_F(ClusterReplication, TwoFollowersHoldEveryTupleAcrossKillNineOfAFollowerAn
       return r.body.find("@n1/bids") == std::string::npos;
     })) << "n" << i << " keeps its copy of a deleted stream";
   }
+}
+
+// An append is answered once every in-sync follower holds it: right after
+// each answer the leader reports every in-sync follower holding at least
+// its last tuple. A stopped follower (SIGSTOP) holds the publishers up at
+// most once, for the wait bound, then leaves the in-sync set (logged,
+// counted); resumed, it catches up and rejoins.
+TEST_F(ClusterReplication, AnAppendIsAnsweredOnceTheInSyncFollowersHoldItAndAStoppedOneLeavesTheSet) {
+  ASSERT_EQ(node(1).request("POST", "/v1/streams", stream_body("bids", R"(,"node":"n1","replication":3)")).status,
+            201u);
+  ASSERT_TRUE(eventually(20s, [&] {
+    auto r = replicas(1, "bids", nullptr);
+    return r["n2"].second && r["n3"].second;
+  }));
+  auto post = [&](int b) {
+    std::string body = "[";
+    for (int k = 0; k < 10; ++k) body += std::string(k ? "," : "") + R"({"auction":)" + std::to_string(b * 100 + k) + R"(,"price":1})";
+    return node(1).request("POST", "/v1/streams/bids/tuples", body + "]", kPublisherToken);
+  };
+  for (int b = 1; b <= 20; ++b) {
+    auto r = post(b);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    const uint64_t last = parse(r.body)["last_seq"].GetUint64();
+    for (const auto& [n, state] : replicas(1, "bids", nullptr)) {
+      if (state.second) {
+        EXPECT_GE(state.first, last) << n << " is in sync but lacks an acknowledged tuple";
+      }
+    }
+  }
+
+  // n3 stops answering: one append waits for it, then it leaves the set.
+  ASSERT_EQ(::kill(node(3).pid(), SIGSTOP), 0);
+  const auto t0 = Clock::now();
+  auto r = post(21);
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_GE(waited.count(), 900) << "the append did not wait for the in-sync follower";
+  EXPECT_LT(waited.count(), 5000);
+  auto states = replicas(1, "bids", nullptr);
+  EXPECT_FALSE(states["n3"].second) << "n3 is still in sync";
+  EXPECT_TRUE(states["n2"].second);
+  const auto t1 = Clock::now();
+  for (int b = 22; b <= 30; ++b) ASSERT_EQ(post(b).status, 200u);
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t1).count(), 900)
+      << "appends still wait for a follower out of the set";
+  auto metrics = node(1).request("GET", "/metrics", {}, kReaderToken);
+  EXPECT_NE(metrics.body.find(R"(entente_stream_replica_left_in_sync_total{node="n3",stream="bids"} 1)"),
+            std::string::npos);
+
+  // Resumed, it catches up and is back in the set.
+  ASSERT_EQ(::kill(node(3).pid(), SIGCONT), 0);
+  EXPECT_TRUE(eventually(20s, [&] {
+    auto st = replicas(1, "bids", nullptr);
+    return st["n3"].second && st["n3"].first == 300u;
+  })) << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
 }
 
 TEST_F(ClusterReplication, FactorsAreCheckedAndDefaultToTwo) {
