@@ -110,6 +110,9 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
   // on an earlier channel is charged now, what came after is sent again.
   if (!internal) ctx_.metering.charge_through(name, peer.domain, at.from - 1, true);
   terms.party = detail::ack_party(self.domain, peer.domain, peer.node);
+  // And it holds it durably: an ACK lost with the earlier channel counts
+  // now (a follower's copy is then known to be complete).
+  if (open->from_seq > 1) ctx_.acks.record(name, terms.party, open->from_seq - 1);
   OpenOk ok;
   ok.schema_json = engine::schema_to_json(*terms.schema);
   ok.first_seq = std::max<uint64_t>(at.first_retained, 1);

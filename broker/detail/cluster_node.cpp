@@ -146,6 +146,8 @@ Status NodeImpl::start_cluster() {
         reconcile_streams();
         reconcile_contracts();
         reconcile_replicas();
+        // Followers that hold the whole log join their stream's in-sync set.
+        for (const auto& s : streams_with_followers()) (void)update_in_sync(s, {}, true);
         dial_internal_sources();
       });
   membership_->start();

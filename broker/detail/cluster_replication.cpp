@@ -1,9 +1,12 @@
 // Acknowledging what the followers hold (docs/cluster.md, "Replicated
 // stream logs"): a publisher's append to a stream with followers is
-// answered once every follower in the in-sync set holds it durably. A
-// follower that does not within kReplicaWaitMs leaves the set, so that a
-// slow or cut-off follower costs the publishers one wait, not every one;
-// it rejoins once it holds the whole log.
+// answered once every follower in the stream's in-sync set holds it
+// durably. The set is in the domain's catalog, so whoever later chooses a
+// new leader chooses among followers that hold every acknowledged tuple.
+// The leader takes a follower out of the set, in etcd, before it stops
+// waiting for it: when its channel closes, or when an append waited
+// kReplicaWaitMs for it. A follower joins the set once it holds the whole
+// log (checked at each membership tick).
 
 #include <algorithm>
 #include <cstdio>
@@ -20,19 +23,18 @@ using Clock = std::chrono::steady_clock;
 // How long an append waits for an in-sync follower before that follower
 // leaves the set.
 constexpr int64_t kReplicaWaitMs = 1000;
-// How often waiting appends are looked at without an acknowledgement.
+// How long past that an append waits for etcd to record the change; then
+// it is answered 503 (stored on the leader, not acknowledged).
+constexpr int64_t kReplicaGiveUpMs = 5000;
+// How often the waiting appends are looked at without an acknowledgement.
 constexpr auto kReplicationTick = std::chrono::milliseconds(20);
 
 }  // namespace
 
-bool NodeImpl::replica_lagging(const std::string& stream, const std::string& node) const {
-  std::lock_guard lock(repl_mu_);
-  return repl_lagging_.count({stream, node}) != 0;
-}
-
-void NodeImpl::when_replicated(const std::string& stream, uint64_t last, std::function<void()> release) {
+void NodeImpl::when_replicated(const std::string& stream, uint64_t last,
+                               std::function<void(const Status&)> release) {
   if (!catalog_ || !peering_) {
-    release();
+    release(Status::Ok());
     return;
   }
   auto states = replica_states(stream);
@@ -41,21 +43,19 @@ void NodeImpl::when_replicated(const std::string& stream, uint64_t last, std::fu
     for (const auto& r : *states) wait |= r.in_sync && r.acked < last;
   }
   if (!wait) {
-    release();
+    release(Status::Ok());
     return;
   }
   {
     std::lock_guard lock(repl_mu_);
-    if (repl_stopping_) {
-      release = [r = std::move(release)] { r(); };
-    } else {
+    if (!repl_stopping_) {
       repl_waiters_[stream].push_back(
           {last, Clock::now() + std::chrono::milliseconds(kReplicaWaitMs), std::move(release)});
       release = nullptr;
     }
   }
   if (release) {
-    release();
+    release(Status::Ok());  // stopping: durable here, and the answer must go
     return;
   }
   // An acknowledgement may have come between the look above and the wait.
@@ -63,75 +63,53 @@ void NodeImpl::when_replicated(const std::string& stream, uint64_t last, std::fu
 }
 
 void NodeImpl::on_replica_ack(const std::string& stream, const std::string& node, uint64_t through) {
+  (void)node;
   (void)through;
   bool look;
   {
     std::lock_guard lock(repl_mu_);
-    look = repl_waiters_.count(stream) != 0 || repl_lagging_.count({stream, node}) != 0;
+    look = repl_waiters_.count(stream) != 0;
   }
   if (look) check_replication(stream);
 }
 
 void NodeImpl::check_replication(const std::string& stream) {
   auto states = replica_states(stream);
-  std::vector<std::function<void()>> released;
-  std::vector<std::string> left, rejoined;
+  std::vector<std::function<void(const Status&)>> released;
   {
     std::lock_guard lock(repl_mu_);
-    const auto now = Clock::now();
-    StreamPtr s = find_stream(stream);
-    const uint64_t head = s ? s->committed_next() - 1 : 0;
     uint64_t held = std::numeric_limits<uint64_t>::max();  // by every in-sync follower
+    bool closed = false;
     if (states) {
       for (const auto& r : *states) {
-        // A lagging follower that holds the whole log is back in the set.
-        if (repl_lagging_.count({stream, r.node}) && r.connected && r.acked >= head) {
-          repl_lagging_.erase({stream, r.node});
-          rejoined.push_back(r.node);
-          continue;  // it need not hold what earlier appends wait for
-        }
-        if (r.in_sync) held = std::min(held, r.acked);
+        if (!r.in_sync) continue;
+        held = std::min(held, r.acked);
+        closed |= !r.connected;
       }
     }
     auto it = repl_waiters_.find(stream);
-    if (it != repl_waiters_.end()) {
-      auto& ws = it->second;
-      for (auto w = ws.begin(); w != ws.end();) {
-        if (!states || w->last <= held) {
-          released.push_back(std::move(w->release));
-          w = ws.erase(w);
-          continue;
-        }
-        if (now >= w->deadline) {
-          // Whoever is in sync and still lacks it leaves the set.
-          for (const auto& r : *states) {
-            if (r.in_sync && r.acked < w->last && repl_lagging_.insert({stream, r.node}).second)
-              left.push_back(r.node);
-          }
-          released.push_back(std::move(w->release));
-          w = ws.erase(w);
-          continue;
-        }
-        ++w;
+    if (it == repl_waiters_.end()) return;
+    auto& ws = it->second;
+    const auto now = Clock::now();
+    bool late = false;
+    for (auto w = ws.begin(); w != ws.end();) {
+      if (!states || w->last <= held) {
+        released.push_back(std::move(w->release));
+        w = ws.erase(w);
+        continue;
       }
-      if (ws.empty()) repl_waiters_.erase(it);
+      late |= now >= w->deadline;
+      ++w;
+    }
+    if (ws.empty()) repl_waiters_.erase(it);
+    // A member to take out of the set: the replication thread asks etcd.
+    if (closed || late) {
+      repl_recheck_.insert(stream);
+      repl_cv_.notify_one();
     }
   }
-  for (const auto& n : left) {
-    std::fprintf(stderr,
-                 "entente: follower %s of stream '%s' leaves the in-sync set: it did not acknowledge within %lld "
-                 "ms; appends no longer wait for it until it holds the whole log\n",
-                 n.c_str(), stream.c_str(), static_cast<long long>(kReplicaWaitMs));
-    metrics_
-        .counter("entente_stream_replica_left_in_sync_total",
-                 "Times a follower left a stream's in-sync set for not keeping up", {{"stream", stream}, {"node", n}})
-        .inc();
-  }
-  for (const auto& n : rejoined)
-    std::fprintf(stderr, "entente: follower %s of stream '%s' is back in the in-sync set\n", n.c_str(),
-                 stream.c_str());
   // Outside the lock: an answer may come back here.
-  for (auto& r : released) r();
+  for (auto& r : released) r(Status::Ok());
 }
 
 void NodeImpl::replication_loop() {
@@ -141,9 +119,57 @@ void NodeImpl::replication_loop() {
     if (repl_stopping_) break;
     std::set<std::string> streams;
     for (const auto& [s, _] : repl_waiters_) streams.insert(s);
-    for (const auto& [s, _] : repl_lagging_) streams.insert(s);
+    std::set<std::string> recheck = std::exchange(repl_recheck_, {});
     lock.unlock();
     for (const auto& s : streams) check_replication(s);
+    for (const auto& s : recheck) {
+      // The members an overdue append waits for leave the set (with those
+      // whose channel closed), in etcd, before anyone stops waiting.
+      std::set<std::string> leave;
+      Clock::time_point oldest = Clock::time_point::max();
+      {
+        std::lock_guard l(repl_mu_);
+        auto it = repl_waiters_.find(s);
+        if (it == repl_waiters_.end()) continue;
+        for (const auto& w : it->second) oldest = std::min(oldest, w.deadline);
+        if (auto states = replica_states(s); states && Clock::now() >= oldest) {
+          for (const auto& w : it->second) {
+            if (Clock::now() < w.deadline) continue;
+            for (const auto& r : *states)
+              if (r.in_sync && r.acked < w.last) leave.insert(r.node);
+          }
+        }
+      }
+      auto changed = update_in_sync(s, leave, false);
+      if (changed.ok()) {
+        check_replication(s);
+        continue;
+      }
+      // etcd did not take it: appends past the give-up bound are answered
+      // that they are stored here but not acknowledged.
+      std::vector<std::function<void(const Status&)>> failed;
+      {
+        std::lock_guard l(repl_mu_);
+        auto it = repl_waiters_.find(s);
+        if (it == repl_waiters_.end()) continue;
+        const auto give_up = std::chrono::milliseconds(kReplicaGiveUpMs);
+        for (auto w = it->second.begin(); w != it->second.end();) {
+          if (Clock::now() >= w->deadline + give_up) {
+            failed.push_back(std::move(w->release));
+            w = it->second.erase(w);
+          } else {
+            ++w;
+          }
+        }
+        if (it->second.empty()) repl_waiters_.erase(it);
+        else repl_recheck_.insert(s);
+      }
+      for (auto& f : failed)
+        f(make_error(Errc::unavailable, "stored on the stream's leader, but a follower in its in-sync set did not "
+                                        "acknowledge it and the domain's catalog could not be told (" +
+                                            changed.error().message + "); retry the batch under its producer "
+                                            "number"));
+    }
     lock.lock();
   }
 }
@@ -158,7 +184,10 @@ void NodeImpl::stop_replication() {
   repl_cv_.notify_all();
   if (repl_thread_.joinable()) repl_thread_.join();
   for (auto& [_, ws] : waiting)
-    for (auto& w : ws) w.release();
+    for (auto& w : ws)
+      w.release(make_error(Errc::unavailable, "the node is stopping: stored on the stream's leader, not yet "
+                                              "acknowledged by its in-sync followers; retry the batch under its "
+                                              "producer number"));
 }
 
 }  // namespace entente::broker::detail

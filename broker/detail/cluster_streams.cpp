@@ -40,11 +40,9 @@ struct StreamEntry {
   std::string node;
   StreamMeta meta;
   std::vector<std::string> replicas;  // the followers holding a copy
+  std::vector<std::string> in_sync;   // those of them in the in-sync set
+  uint64_t epoch = 1;                 // the leader's term
 };
-
-// A follower is in sync while its channel is open and it acknowledged all
-// but at most this many tuples of the leader's log.
-constexpr uint64_t kInSyncLagTuples = 10'000;
 
 Result<StreamEntry> stream_entry_from_json(std::string_view json) {
   rapidjson::Document d;
@@ -59,10 +57,14 @@ Result<StreamEntry> stream_entry_from_json(std::string_view json) {
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
   d["meta"].Accept(w);
   ENTENTE_ASSIGN_OR_RETURN(e.meta, stream_meta_from_json({sb.GetString(), sb.GetSize()}));
-  if (d.HasMember("replicas") && d["replicas"].IsArray()) {
-    for (const auto& r : d["replicas"].GetArray())
-      if (r.IsString() && e.replicas.size() < 3) e.replicas.emplace_back(r.GetString(), r.GetStringLength());
+  for (const char* key : {"replicas", "in_sync"}) {
+    auto& out = std::string_view(key) == "replicas" ? e.replicas : e.in_sync;
+    if (d.HasMember(key) && d[key].IsArray()) {
+      for (const auto& r : d[key].GetArray())
+        if (r.IsString() && out.size() < 3) out.emplace_back(r.GetString(), r.GetStringLength());
+    }
   }
+  if (d.HasMember("epoch") && d["epoch"].IsUint64()) e.epoch = d["epoch"].GetUint64();
   return e;
 }
 
@@ -92,13 +94,16 @@ http::Response catalog_unavailable(const std::string& why, std::string_view what
 }  // namespace
 
 std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
-                                 const std::vector<std::string>& replicas) {
+                                 const std::vector<std::string>& replicas, const std::vector<std::string>& in_sync,
+                                 uint64_t epoch) {
   JsonOut j;
   j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta));
   if (!replicas.empty()) {
     j.key("replicas").begin_array();
     for (const auto& r : replicas) j.str(r);
-    j.end_array();
+    j.end_array().key("in_sync").begin_array();
+    for (const auto& r : in_sync) j.str(r);
+    j.end_array().key("epoch").u64(epoch);
   }
   j.end_object();
   return j.take();
@@ -546,7 +551,7 @@ std::optional<std::vector<ReplicaState>> NodeImpl::replica_states(const std::str
       r.connected = reader.connected;
     }
     r.lag_tuples = head > r.acked ? head - r.acked : 0;
-    r.in_sync = r.connected && r.lag_tuples <= kInSyncLagTuples && !replica_lagging(stream, node);
+    r.in_sync = std::find(parsed->in_sync.begin(), parsed->in_sync.end(), node) != parsed->in_sync.end();
     out.push_back(std::move(r));
   }
   return out;
@@ -563,6 +568,64 @@ std::optional<std::string> NodeImpl::replication_json(const std::string& stream)
   }
   j.end_array().end_object();
   return j.take();
+}
+
+Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<std::string>& leave, bool join) {
+  auto e = catalog_->get(stream_key_of(stream));
+  if (!e) return false;
+  auto parsed = stream_entry_from_json(e->value);
+  if (!parsed.ok() || parsed->node != config_.node || parsed->replicas.empty()) return false;
+  StreamPtr s = find_stream(stream);
+  const uint64_t head = s ? s->committed_next() - 1 : 0;
+  std::vector<federation::Exports::InternalReader> readers;
+  if (peering_) readers = peering_->internal_readers(stream);
+  std::vector<std::string> next;
+  std::vector<std::string> left, joined;
+  for (const auto& node : parsed->replicas) {
+    bool connected = false;
+    uint64_t acked = 0;
+    for (const auto& r : readers) {
+      if (r.node != node) continue;
+      connected = r.connected;
+      acked = r.acked;
+    }
+    const bool member = std::find(parsed->in_sync.begin(), parsed->in_sync.end(), node) != parsed->in_sync.end();
+    if (member && (!connected || leave.count(node))) {
+      left.push_back(node);
+    } else if (member) {
+      next.push_back(node);
+    } else if (join && connected && acked >= head) {
+      // Holds the whole log: appends from now on wait for it too.
+      next.push_back(node);
+      joined.push_back(node);
+    }
+  }
+  if (left.empty() && joined.empty()) return false;
+  const std::string json = stream_catalog_entry(parsed->meta, parsed->node, parsed->replicas, next, parsed->epoch);
+  ENTENTE_ASSIGN_OR_RETURN(int64_t rev, catalog_->update(stream_key_of(stream), json, e->mod_revision));
+  catalog_->wait_for(rev, config_.cluster.etcd_timeout_ms);
+  for (const auto& n : left) {
+    std::fprintf(stderr, "entente: follower %s of stream '%s' leaves the in-sync set (%s)\n", n.c_str(),
+                 stream.c_str(), leave.count(n) ? "an append waited for it too long" : "its channel is closed");
+    metrics_
+        .counter("entente_stream_replica_left_in_sync_total",
+                 "Times a follower left a stream's in-sync set (too slow, or its channel closed)",
+                 {{"stream", stream}, {"node", n}})
+        .inc();
+  }
+  for (const auto& n : joined)
+    std::fprintf(stderr, "entente: follower %s of stream '%s' joins the in-sync set\n", n.c_str(), stream.c_str());
+  return true;
+}
+
+std::vector<std::string> NodeImpl::streams_with_followers() const {
+  std::vector<std::string> out;
+  if (!catalog_) return out;
+  for (const auto& e : catalog_->list("streams/")) {
+    auto parsed = stream_entry_from_json(e.value);
+    if (parsed.ok() && parsed->node == config_.node && !parsed->replicas.empty()) out.push_back(parsed->meta.name);
+  }
+  return out;
 }
 
 bool NodeImpl::is_replica(const std::string& name) const {

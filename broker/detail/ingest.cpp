@@ -372,7 +372,13 @@ void ingest(NodeImpl& node, const StreamPtr& stream, IngestFormat format, std::s
       return;
     }
     const uint64_t last = r.last;
-    node.when_replicated(name, last, [answer, r = std::move(r)]() mutable { answer(std::move(r)); });
+    node.when_replicated(name, last, [answer, r = std::move(r)](const Status& st) mutable {
+      if (!st.ok()) {
+        r.problem = http::Response::problem(503, "Service Unavailable", st.error().message);
+        r.problem->headers.emplace_back("Retry-After", "1");
+      }
+      answer(std::move(r));
+    });
   };
   auto refuse = [&](http::Response r) {
     IngestResult res;

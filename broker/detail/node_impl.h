@@ -89,7 +89,7 @@ struct ReplicaState {
   uint64_t acked = 0;       // the last sequence number it holds durably
   uint64_t lag_tuples = 0;  // the leader's head minus acked
   bool connected = false;   // its channel is open
-  bool in_sync = false;     // connected and at most 10,000 tuples behind
+  bool in_sync = false;     // in the stream's in-sync set (the catalog's)
 };
 
 // The catalog entry of a query cut into fragments across nodes
@@ -151,16 +151,14 @@ class NodeImpl final : public http::Handler {
 
   std::vector<StreamPtr> list_streams() const;
   // --- acknowledging what the followers hold (cluster_replication.cpp)
-  // Calls `release` once every in-sync follower of `stream` holds `last`
-  // durably; a follower that has not within kReplicaWaitMs leaves the
-  // in-sync set (and rejoins once it holds the whole log). At once when
-  // the stream has no follower in sync (or this node no cluster).
-  void when_replicated(const std::string& stream, uint64_t last, std::function<void()> release);
+  // Calls `release` once every follower in `stream`'s in-sync set (in the
+  // catalog) holds `last` durably. A member whose channel closes, or that
+  // has not acknowledged within kReplicaWaitMs, is taken out of the set in
+  // etcd first; when etcd cannot be told, `release` gets unavailable after
+  // kReplicaGiveUpMs. At once when the set is empty (or no cluster).
+  void when_replicated(const std::string& stream, uint64_t last, std::function<void(const Status&)> release);
   // Follower `node` acknowledged `through` of `stream` (federation layer).
   void on_replica_ack(const std::string& stream, const std::string& node, uint64_t through);
-  // True while follower `node` of `stream` is out of the in-sync set
-  // after failing to keep up.
-  bool replica_lagging(const std::string& stream, const std::string& node) const;
   // {"factor", "replicas": [{"node", "acked", "lag_tuples", "connected",
   // "in_sync"}]} for a stream this node leads in a cluster (docs/cluster.md,
   // "Replicated stream logs"); nullopt else.
@@ -396,15 +394,22 @@ class NodeImpl final : public http::Handler {
   struct ReplicaWaiter {
     uint64_t last;
     std::chrono::steady_clock::time_point deadline;
-    std::function<void()> release;
+    std::function<void(const Status&)> release;
   };
   void check_replication(const std::string& stream);
+  // Rewrites `stream`'s in-sync set in the catalog (compare-and-set):
+  // without the followers in `leave` and those whose channel is closed,
+  // and, with `join`, with the followers that hold the whole log. True
+  // when it changed; an error when etcd did not take it.
+  Result<bool> update_in_sync(const std::string& stream, const std::set<std::string>& leave, bool join);
+  // The streams this node leads that have followers.
+  std::vector<std::string> streams_with_followers() const;
   void replication_loop();
   void stop_replication();
   mutable std::mutex repl_mu_;
   std::condition_variable repl_cv_;
   std::map<std::string, std::vector<ReplicaWaiter>> repl_waiters_;  // REQUIRES: repl_mu_
-  std::set<std::pair<std::string, std::string>> repl_lagging_;      // REQUIRES: repl_mu_ (stream, node)
+  std::set<std::string> repl_recheck_;  // REQUIRES: repl_mu_; streams whose in-sync set may have to change
   bool repl_stopping_ = false;                                      // REQUIRES: repl_mu_
   std::thread repl_thread_;
   // The replicas this node holds as a follower ("@LEADER/NAME"), also
@@ -439,7 +444,8 @@ std::string stream_json(const NodeImpl& node, const StreamPtr& s);
 // A stream's catalog entry: its leader, definition and followers
 // (docs/cluster.md, "Keys").
 std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
-                                 const std::vector<std::string>& replicas = {});
+                                 const std::vector<std::string>& replicas = {},
+                                 const std::vector<std::string>& in_sync = {}, uint64_t epoch = 1);
 
 Result<QueryPlacement> read_placement(std::string_view body);
 // Checks "placement.fragments" against the network and the domain's

@@ -234,6 +234,41 @@ TEST_F(ClusterReplication, AnAppendIsAnsweredOnceTheInSyncFollowersHoldItAndASto
   })) << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
 }
 
+// The in-sync set is the domain's, in etcd: a follower leaves it there
+// before the leader stops waiting for it. With etcd stopped and a follower
+// stopped, an append is not acknowledged (503 after the give-up bound: it
+// is stored on the leader, and its producer number makes the retry safe);
+// with etcd back, the retry is.
+TEST_F(ClusterReplication, AFollowerLeavesTheInSyncSetInEtcdBeforeAnAppendIsAcknowledgedWithoutIt) {
+  ASSERT_EQ(node(1).request("POST", "/v1/streams", stream_body("bids", R"(,"node":"n1","replication":3)")).status,
+            201u);
+  ASSERT_TRUE(eventually(20s, [&] {
+    auto r = replicas(1, "bids", nullptr);
+    return r["n2"].second && r["n3"].second;
+  }));
+  const std::string body = R"([{"auction":1,"price":1}])";
+  const std::string target = "/v1/streams/bids/tuples?producer_id=p&producer_seq=1";
+  etcd_->pause();
+  ASSERT_EQ(::kill(node(3).pid(), SIGSTOP), 0);
+  auto r = node(1).request("POST", target, body, kPublisherToken);
+  EXPECT_EQ(r.status, 503u) << r.body;
+  EXPECT_NE(r.body.find("could not be told"), std::string::npos) << r.body;
+  etcd_->resume();
+  http::ClientResponse again;
+  EXPECT_TRUE(eventually(20s, [&] {
+    again = node(1).request("POST", target, body, kPublisherToken);
+    return again.status == 200;
+  })) << again.status << " " << again.body;
+  EXPECT_NE(again.body.find(R"("duplicate":true)"), std::string::npos) << again.body;
+  auto states = replicas(1, "bids", nullptr);
+  EXPECT_FALSE(states["n3"].second);
+  EXPECT_TRUE(states["n2"].second);
+  EXPECT_GE(states["n2"].first, 1u);
+  ASSERT_EQ(::kill(node(3).pid(), SIGCONT), 0);
+  EXPECT_TRUE(eventually(20s, [&] { return replicas(1, "bids", nullptr)["n3"].second; }))
+      << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
+}
+
 TEST_F(ClusterReplication, FactorsAreCheckedAndDefaultToTwo) {
   auto two = node(1).request("POST", "/v1/streams", stream_body("two", ""));
   ASSERT_EQ(two.status, 201u) << two.body;
