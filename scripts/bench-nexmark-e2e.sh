@@ -34,6 +34,12 @@
 # no peers: the nodes find each other through the membership). The ratio
 # line then says "cut":true.
 #
+# CHECKPOINTS=1 (one node): per mode, the one-node run (queries checkpointed
+# every second, the default) and then the same on a fresh node whose
+# checkpoint_interval is 1h (no checkpoint during the run); one line
+# {"bench":"nexmark_e2e_checkpoint_overhead",...} per query gives the
+# throughput lost to checkpoints, 1 - with / without (target below 0.05).
+#
 # The nodes accept a query falling behind by any number of tuples
 # (limits.query_max_lag_tuples 2^40) and 1 GiB of ingest queue: the bench
 # keeps 16 batches in flight per stream, and a batch refused by back-pressure
@@ -90,6 +96,7 @@ start_node() {
   "data_dir": "$dir/$name/data",
   "tokens": [{"name": "bench", "role": "admin", "sha256": "$hash"}],
   "ingest_durability": "$mode",
+  "checkpoint_interval": "${CHECKPOINT_INTERVAL:-1s}",
   "threads": {"network": ${NETWORK_THREADS:-2}, "engine": 1},
   "limits": {"query_max_lag_tuples": 1099511627776, "ingest_queue_bytes": "1GiB"}
 }
@@ -161,6 +168,11 @@ rate_of() {
   grep "\"query\":\"$2\"" "$1" | sed -n 's/.*"e2e_events_per_s":\([0-9.]*\|null\).*/\1/p' | tail -1
 }
 
+# The node_cpu_us_per_event of the line of query $2 in file $1.
+cpu_of() {
+  grep "\"query\":\"$2\"" "$1" | sed -n 's/.*"node_cpu_us_per_event":\([0-9.]*\).*/\1/p' | tail -1
+}
+
 # With CUT=1: the domain's CA and n1..n3's certificates in $dir/certs (the
 # commands of tests/integration/support/federation.cpp).
 if [[ $cut == 1 ]]; then
@@ -186,6 +198,22 @@ for mode in ${MODES:-fsync process}; do
     start_node "$mode" "$mode"
     "$build/bench/nexmark_e2e" --port "$port" --node-pid "$node_pid" --token "$token" "$@" | tee "$one" || status=$?
     stop_all
+  fi
+  if [[ ${CHECKPOINTS:-0} == 1 && $nodes == 1 ]]; then
+    none=$dir/none.$mode
+    CHECKPOINT_INTERVAL=1h start_node "$mode-nocp" "$mode"
+    "$build/bench/nexmark_e2e" --port "$port" --node-pid "$node_pid" --token "$token" "$@" | tee "$none" || status=$?
+    stop_all
+    for q in $(sed -n 's/.*"query":"\([a-z0-9]*\)".*/\1/p' "$none"); do
+      r1=$(rate_of "$one" "$q") r0=$(rate_of "$none" "$q")
+      [[ -n $r1 && $r1 != null && -n $r0 && $r0 != null ]] || continue
+      c1=$(cpu_of "$one" "$q") c0=$(cpu_of "$none" "$q")
+      awk -v q="$q" -v m="$mode" -v a="$r1" -v b="$r0" -v c="$c1" -v d="$c0" 'BEGIN {
+        printf "{\"bench\":\"nexmark_e2e_checkpoint_overhead\",\"query\":\"%s\",\"ingest_durability\":\"%s\",", q, m
+        printf "\"checkpoint_interval\":\"1s\",\"events_per_s_with\":%.0f,\"events_per_s_without\":%.0f,", a, b
+        printf "\"overhead\":%.3f,\"node_cpu_us_per_event_with\":%s,\"node_cpu_us_per_event_without\":%s,", 1 - a / b, c, d
+        printf "\"cpu_overhead\":%.3f,\"target_overhead\":0.05}\n", d > 0 ? c / d - 1 : 0 }'
+    done
   fi
   [[ $nodes == 3 ]] || continue
   start_etcd
