@@ -230,6 +230,51 @@ bool NodeImpl::forward_if_elsewhere(const http::Request& req, const RouteInfo& r
   return true;
 }
 
+std::optional<http::Response> NodeImpl::choose_followers(int replication, const cluster::MembershipView& view,
+                                                         std::vector<std::string>& followers) const {
+  // As many other nodes as asked (by default one when the domain has two
+  // or more nodes and peer links), those holding the fewest streams and
+  // copies first.
+  size_t members = 0, up = 0;
+  std::map<std::string, size_t> weight;
+  for (const auto& m : view.members) {
+    ++members;
+    if (!m.up) continue;
+    ++up;
+    if (m.record.node != config_.node) weight[m.record.node] = 0;
+  }
+  if (replication == 0) replication = peering_ && up >= 2 ? 2 : 1;
+  if (replication > 1 && !peering_) {
+    return http::Response::problem(400, "Bad Request", "$.replication: copies travel over the peer links, and "
+                                                       "this node has no federation section");
+  }
+  if (static_cast<size_t>(replication) > members) {
+    return http::Response::problem(400, "Bad Request", "$.replication: " + std::to_string(replication) +
+                                                           " copies need as many nodes; domain " + config_.domain +
+                                                           " has " + std::to_string(members));
+  }
+  if (static_cast<size_t>(replication) > up) {
+    http::Response r = http::Response::problem(503, "Service Unavailable",
+                                               "$.replication: " + std::to_string(replication) + " copies need as "
+                                               "many nodes up; " + std::to_string(up) + " are");
+    r.headers.emplace_back("Retry-After", "1");
+    return r;
+  }
+  for (const auto& e : catalog_->list("streams/")) {
+    auto parsed = stream_entry_from_json(e.value);
+    if (!parsed.ok()) continue;
+    if (weight.count(parsed->node)) weight[parsed->node]++;
+    for (const auto& r : parsed->replicas)
+      if (weight.count(r)) weight[r]++;
+  }
+  std::vector<std::pair<size_t, std::string>> order;
+  for (const auto& [n, w] : weight) order.emplace_back(w, n);
+  std::sort(order.begin(), order.end());
+  for (size_t i = 0; i + 1 < static_cast<size_t>(replication) && i < order.size(); ++i)
+    followers.push_back(order[i].second);
+  return std::nullopt;
+}
+
 void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respond& answer) {
   std::string node;
   int replication = 0;
@@ -299,51 +344,10 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
     forward(req, node, answer, std::string(sb.GetString(), sb.GetSize()));
     return;
   }
-  // Its followers: as many other nodes as asked (by default one when the
-  // domain has two or more nodes and peer links), those holding the
-  // fewest streams and copies first.
   std::vector<std::string> followers;
-  {
-    size_t members = 0, up = 0;
-    std::map<std::string, size_t> weight;
-    for (const auto& m : view.members) {
-      ++members;
-      if (!m.up) continue;
-      ++up;
-      if (m.record.node != config_.node) weight[m.record.node] = 0;
-    }
-    if (replication == 0) replication = peering_ && up >= 2 ? 2 : 1;
-    if (replication > 1 && !peering_) {
-      answer(http::Response::problem(400, "Bad Request", "$.replication: copies travel over the peer links, and "
-                                                         "this node has no federation section"));
-      return;
-    }
-    if (static_cast<size_t>(replication) > members) {
-      answer(http::Response::problem(400, "Bad Request", "$.replication: " + std::to_string(replication) +
-                                                             " copies need as many nodes; domain " + config_.domain +
-                                                             " has " + std::to_string(members)));
-      return;
-    }
-    if (static_cast<size_t>(replication) > up) {
-      http::Response r = http::Response::problem(503, "Service Unavailable",
-                                                 "$.replication: " + std::to_string(replication) + " copies need as "
-                                                 "many nodes up; " + std::to_string(up) + " are");
-      r.headers.emplace_back("Retry-After", "1");
-      answer(std::move(r));
-      return;
-    }
-    for (const auto& e : catalog_->list("streams/")) {
-      auto parsed = stream_entry_from_json(e.value);
-      if (!parsed.ok()) continue;
-      if (weight.count(parsed->node)) weight[parsed->node]++;
-      for (const auto& r : parsed->replicas)
-        if (weight.count(r)) weight[r]++;
-    }
-    std::vector<std::pair<size_t, std::string>> order;
-    for (const auto& [n, w] : weight) order.emplace_back(w, n);
-    std::sort(order.begin(), order.end());
-    for (size_t i = 0; i + 1 < static_cast<size_t>(replication) && i < order.size(); ++i)
-      followers.push_back(order[i].second);
+  if (auto problem = choose_followers(replication, view, followers)) {
+    answer(std::move(*problem));
+    return;
   }
   // This node leads it: the catalog entry first (the domain's one truth:
   // two nodes creating the same name cannot both win), then the stream.

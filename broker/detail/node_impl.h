@@ -282,6 +282,10 @@ class NodeImpl final : public http::Handler {
   // POST /v1/streams in a cluster: placement, the catalog entry, then the
   // local stream.
   void cluster_create_stream(const http::Request& req, const http::Respond& answer);
+  // The followers of a new stream with `replication` copies (0: the
+  // default); the answer to give instead when they cannot be had.
+  std::optional<http::Response> choose_followers(int replication, const cluster::MembershipView& view,
+                                                 std::vector<std::string>& followers) const;
   void cluster_list_streams(const http::Request& req, const http::Respond& answer);
   Status cluster_delete_stream(const std::string& name);
   // The catalog entry of each local stream that lacks one (created before
