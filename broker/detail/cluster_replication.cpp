@@ -126,18 +126,16 @@ void NodeImpl::replication_loop() {
       // The members an overdue append waits for leave the set (with those
       // whose channel closed), in etcd, before anyone stops waiting.
       std::set<std::string> leave;
-      Clock::time_point oldest = Clock::time_point::max();
+      const auto states = replica_states(s);  // not under repl_mu_: it takes the catalog's and peering's locks
       {
         std::lock_guard l(repl_mu_);
         auto it = repl_waiters_.find(s);
         if (it == repl_waiters_.end()) continue;
-        for (const auto& w : it->second) oldest = std::min(oldest, w.deadline);
-        if (auto states = replica_states(s); states && Clock::now() >= oldest) {
-          for (const auto& w : it->second) {
-            if (Clock::now() < w.deadline) continue;
-            for (const auto& r : *states)
-              if (r.in_sync && r.acked < w.last) leave.insert(r.node);
-          }
+        const auto now = Clock::now();
+        for (const auto& w : it->second) {
+          if (!states || now < w.deadline) continue;
+          for (const auto& r : *states)
+            if (r.in_sync && r.acked < w.last) leave.insert(r.node);
         }
       }
       auto changed = update_in_sync(s, leave, false);
