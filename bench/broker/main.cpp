@@ -67,6 +67,12 @@ struct Args {
   bench::Node node;  // --host, --port, --token, --tls, --ca
   double seconds = 5;
   int batch = 5000;          // tuples per request / message
+  // --in-flight: at most this many tuples unanswered at once (0: 4 HTTP
+  // requests, 16 WebSocket messages). A follower more than 10,000 tuples
+  // behind is out of the in-sync set and not waited for, so a figure of
+  // replication in which every answer waited for every follower needs
+  // fewer than that in flight.
+  int in_flight = 0;
   double latency_rate = 100000;
   std::string fsync_dir = "/tmp";  // where the fsync baseline writes: the node's disk
   uint16_t process_port = 0;       // a second node, for the latency of the other mode
@@ -183,66 +189,117 @@ bool wait_in_sync(const Args& a, const std::string& stream) {
   return false;
 }
 
-// What the leader said of a replicated stream before a figure: its
-// followers and how often each had left the in-sync set.
-struct ReplicationBefore {
-  std::vector<ReplicaView> replicas;
-  std::map<std::string, uint64_t> left;
+// Watches a replicated stream while a figure runs, then checks that its
+// followers catch up. Built just before the figure starts: it notes how
+// often each follower had left the in-sync set and, every 20 ms until
+// finish(), asks the leader for the stream's replication state, keeping
+// the largest lag and how many looks found a follower out of sync (a
+// follower more than 10,000 tuples behind is not in sync, so appends
+// stop waiting for it without it "leaving the set": only these looks show
+// it). finish() returns the fields the figure's line ends with (empty
+// without --replication). Owns its polling thread; finish() joins it.
+class ReplicaWatch final {
+ public:
+  ReplicaWatch(const Args& a, std::string stream) : a_(a), stream_(std::move(stream)) {
+    if (a_.replication == 0) return;
+    auto v = replication_view(a_, stream_);
+    if (v.ok()) left_before_ = left_in_sync(a_, stream_, v->replicas);
+    thread_ = std::thread([this] { poll(); });
+  }
+  ReplicaWatch(const ReplicaWatch&) = delete;
+  ReplicaWatch& operator=(const ReplicaWatch&) = delete;
+  ~ReplicaWatch() { stop(); }
+
+  std::string finish();
+
+ private:
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  void poll() {
+    while (!stop_) {
+      auto v = replication_view(a_, stream_);
+      if (v.ok()) {
+        ++looks_;
+        bool out = false;
+        for (const auto& f : v->replicas) {
+          out = out || !f.in_sync;
+          max_lag_ = std::max(max_lag_, v->head > f.acked ? v->head - f.acked : 0);
+        }
+        if (out) ++looks_not_in_sync_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  const Args& a_;
+  const std::string stream_;
+  std::map<std::string, uint64_t> left_before_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  // Written by the polling thread, read after it is joined.
+  uint64_t looks_ = 0, looks_not_in_sync_ = 0, max_lag_ = 0;
 };
 
-ReplicationBefore replication_before(const Args& a, const std::string& stream) {
-  ReplicationBefore b;
-  if (a.replication == 0) return b;
-  auto v = replication_view(a, stream);
-  if (v.ok()) b.replicas = v->replicas;
-  b.left = left_in_sync(a, stream, b.replicas);
-  return b;
-}
-
-// After a figure: waits (60 s at most) until every follower's acked equals
-// the head, and returns the fields the figure's line ends with (empty
-// without --replication).
-std::string replication_fields(const Args& a, const std::string& stream, const ReplicationBefore& before) {
-  if (a.replication == 0) return {};
+// Waits (60 s at most) until every follower's acked equals the head. The
+// first look tells how many tuples the publishers had been answered for
+// that a follower did not hold yet ("behind_at_end_tuples").
+std::string ReplicaWatch::finish() {
+  if (a_.replication == 0) return {};
+  stop();
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::seconds(60);
   Result<ReplicationView> v = make_error(Errc::unavailable, "not asked");
   bool caught_up = false;
+  int64_t behind_at_end = -1;
   while (Clock::now() < deadline) {
-    v = replication_view(a, stream);
+    v = replication_view(a_, stream_);
     if (v.ok()) {
-      caught_up = v->replicas.size() + 1 == static_cast<size_t>(a.replication);
-      for (const auto& f : v->replicas) caught_up = caught_up && f.acked == v->head;
+      caught_up = v->replicas.size() + 1 == static_cast<size_t>(a_.replication);
+      uint64_t behind = 0;
+      for (const auto& f : v->replicas) {
+        caught_up = caught_up && f.acked == v->head;
+        behind = std::max(behind, v->head > f.acked ? v->head - f.acked : 0);
+      }
+      if (behind_at_end < 0) behind_at_end = static_cast<int64_t>(behind);
       if (caught_up) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const double catch_up_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  std::string out = ",\"replication\":" + std::to_string(a.replication) + ",\"stream\":\"" + stream + "\"";
-  if (!a.stream_node.empty()) out += ",\"stream_node\":\"" + a.stream_node + "\"";
+  std::string out = ",\"replication\":" + std::to_string(a_.replication) + ",\"stream\":\"" + stream_ + "\"";
+  if (!a_.stream_node.empty()) out += ",\"stream_node\":\"" + a_.stream_node + "\"";
   if (!v.ok()) {
-    std::fprintf(stderr, "broker_bench: stream %s: %s\n", stream.c_str(), v.error().message.c_str());
+    std::fprintf(stderr, "broker_bench: stream %s: %s\n", stream_.c_str(), v.error().message.c_str());
     g_replication_failed = true;
     return out + ",\"followers_caught_up\":false";
   }
-  const auto left = left_in_sync(a, stream, v->replicas);
+  const auto left = left_in_sync(a_, stream_, v->replicas);
   out += ",\"head\":" + std::to_string(v->head) + ",\"followers\":[";
+  uint64_t left_total = 0;
   for (size_t i = 0; i < v->replicas.size(); ++i) {
     const auto& f = v->replicas[i];
-    const auto b = before.left.find(f.node);
+    const auto b = left_before_.find(f.node);
     const auto e = left.find(f.node);
-    const uint64_t was = b == before.left.end() ? 0 : b->second;
+    const uint64_t was = b == left_before_.end() ? 0 : b->second;
     const uint64_t now = e == left.end() ? 0 : e->second;
+    left_total += now >= was ? now - was : now;
     out += std::string(i ? "," : "") + "{\"node\":\"" + f.node + "\",\"acked\":" + std::to_string(f.acked) +
            ",\"in_sync\":" + (f.in_sync ? "true" : "false") +
            ",\"left_in_sync\":" + std::to_string(now >= was ? now - was : now) + "}";
   }
-  char tail[96];
-  std::snprintf(tail, sizeof tail, "],\"followers_caught_up\":%s,\"catch_up_ms\":%.1f",
-                caught_up ? "true" : "false", catch_up_ms);
+  char tail[256];
+  std::snprintf(tail, sizeof tail,
+                "],\"looks\":%llu,\"looks_not_in_sync\":%llu,\"max_lag_tuples\":%llu,"
+                "\"behind_at_end_tuples\":%lld,\"in_sync_throughout\":%s,\"followers_caught_up\":%s,"
+                "\"catch_up_ms\":%.1f",
+                static_cast<unsigned long long>(looks_), static_cast<unsigned long long>(looks_not_in_sync_),
+                static_cast<unsigned long long>(max_lag_), static_cast<long long>(std::max<int64_t>(behind_at_end, 0)),
+                looks_not_in_sync_ == 0 && left_total == 0 ? "true" : "false", caught_up ? "true" : "false", catch_up_ms);
   if (!caught_up) {
     std::fprintf(stderr, "broker_bench: stream %s: the followers did not reach head %llu within 60 s\n",
-                 stream.c_str(), static_cast<unsigned long long>(v->head));
+                 stream_.c_str(), static_cast<unsigned long long>(v->head));
     g_replication_failed = true;
   }
   return out + tail;
@@ -267,6 +324,13 @@ bool create_stream(const Args& a, const std::string& name) {
     return false;
   }
   return wait_in_sync(a, name);
+}
+
+// How many requests (HTTP) or messages (WebSocket) a figure keeps
+// unanswered: `deflt`, or fewer so that they hold at most --in-flight tuples.
+int window(const Args& a, int deflt) {
+  if (a.in_flight <= 0) return deflt;
+  return std::clamp(a.in_flight / a.batch, 1, deflt);
 }
 
 // ------------------------------------------------------------ HTTP ingest
@@ -327,21 +391,23 @@ void bench_http_ingest(const Args& a, const std::string& mode) {
       }
     }
   };
-  const ReplicationBefore before = replication_before(a, stream);
+  ReplicaWatch watch(a, stream);
   const auto t0 = Clock::now();
   std::vector<std::thread> ts;
-  for (int i = 0; i < 4; ++i) ts.emplace_back(worker);
+  const int workers_n = window(a, 4);
+  for (int i = 0; i < workers_n; ++i) ts.emplace_back(worker);
   std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
   stop = true;
   for (auto& t : ts) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const std::string repl = replication_fields(a, stream, before);
+  const std::string repl = watch.finish();
   std::printf(
       "{\"bench\":\"http_ndjson_ingest\",\"ingest_durability\":\"%s\",\"tuples\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
-      "\"target_tuples_per_s\":300000,\"rejected_requests\":%llu,\"tuple_bytes\":%zu,\"batch\":%d,"
+      "\"target_tuples_per_s\":300000,\"rejected_requests\":%llu,\"tuple_bytes\":%zu,\"batch\":%d,\"window\":%d,"
       "\"baseline\":\"ndjson_parse_in_process\",\"baseline_tuples_per_s\":%.0f%s}\n",
       mode.c_str(), static_cast<unsigned long long>(tuples.load()), secs,
       static_cast<double>(tuples.load()) / secs, static_cast<unsigned long long>(rejected.load()), body.size() / static_cast<size_t>(a.batch), a.batch,
+      workers_n,
       parse_rate, repl.c_str());
   std::fflush(stdout);
 }
@@ -409,7 +475,7 @@ void bench_ws(const Args& a, const std::string& mode) {
     codec_rate = static_cast<double>(n) / std::chrono::duration<double>(Clock::now() - t0).count();
   }
   Subscription sub;
-  const ReplicationBefore before = replication_before(a, stream);
+  ReplicaWatch watch(a, stream);
   std::thread st([&] { subscribe_loop(a, stream, sub, false); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto ws = http::WsClient::connect(
@@ -423,7 +489,7 @@ void bench_ws(const Args& a, const std::string& mode) {
     return;
   }
   const std::string msg = binary_batch(a.batch, 0, 0);
-  constexpr int kWindow = 16;
+  const int k_window = window(a, 16);
   int in_flight = 0;
   uint64_t sent = 0, acked = 0, errors = 0;
   const auto t0 = Clock::now();
@@ -443,7 +509,7 @@ void bench_ws(const Args& a, const std::string& mode) {
   while (Clock::now() < end) {
     while (sent > sub.received + max_lead && !sub.failed && Clock::now() < end)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    if (in_flight == kWindow && !read_ack()) break;
+    if (in_flight == k_window && !read_ack()) break;
     if (!(*ws)->send(msg, true).ok()) break;
     ++in_flight;
     sent += static_cast<uint64_t>(a.batch);
@@ -456,14 +522,14 @@ void bench_ws(const Args& a, const std::string& mode) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   sub.stop = true;
   st.join();
-  const std::string repl = replication_fields(a, stream, before);
+  const std::string repl = watch.finish();
   std::printf(
       "{\"bench\":\"ws_publish_subscribe\",\"ingest_durability\":\"%s\",\"tuples\":%llu,\"received\":%llu,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
-      "\"target_tuples_per_s\":1000000,\"tuple_bytes\":%zu,\"batch\":%d,\"errors\":%llu,\"subscriber_error\":\"%s\","
+      "\"target_tuples_per_s\":1000000,\"tuple_bytes\":%zu,\"batch\":%d,\"window\":%d,\"errors\":%llu,\"subscriber_error\":\"%s\","
       "\"baseline\":\"binary_codec_in_process\",\"baseline_tuples_per_s\":%.0f%s}\n",
       mode.c_str(), static_cast<unsigned long long>(acked), static_cast<unsigned long long>(sub.received.load()),
       secs,
-      static_cast<double>(sub.received.load()) / secs, msg.size() / static_cast<size_t>(a.batch), a.batch,
+      static_cast<double>(sub.received.load()) / secs, msg.size() / static_cast<size_t>(a.batch), a.batch, k_window,
       static_cast<unsigned long long>(errors), sub.error.c_str(), codec_rate, repl.c_str());
   std::fflush(stdout);
 }
@@ -499,7 +565,7 @@ FsyncBaseline measure_fsync(const std::string& dir) {
 void bench_latency(const Args& a, const std::string& mode) {
   const std::string stream = stream_name(a, "bench_lat");
   if (!create_stream(a, stream)) return;
-  const ReplicationBefore before = replication_before(a, stream);
+  ReplicaWatch watch(a, stream);
   Subscription sub;
   sub.latencies_ms.reserve(static_cast<size_t>(a.latency_rate * a.seconds * 1.2));
   std::thread st([&] { subscribe_loop(a, stream, sub, true); });
@@ -566,7 +632,7 @@ void bench_latency(const Args& a, const std::string& mode) {
   while (sub.received < sent && Clock::now() < wait_end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   sub.stop = true;
   st.join();
-  const std::string repl = replication_fields(a, stream, before);
+  const std::string repl = watch.finish();
   const FsyncBaseline fs = measure_fsync(a.fsync_dir);
   const bench::Percentiles l = bench::percentiles(sub.latencies_ms);
   const bench::Percentiles k = bench::percentiles(ack_ms);
@@ -595,6 +661,7 @@ int main(int argc, char** argv) {
     else if (s == "--ca") a.node.ca_file = r.value();
     else if (s == "--seconds") a.seconds = r.number();
     else if (s == "--batch") a.batch = r.integer();
+    else if (s == "--in-flight") a.in_flight = r.integer();
     else if (s == "--only") only.push_back(r.value());
     else if (s == "--fsync-dir") a.fsync_dir = r.value();
     else if (s == "--process-port") a.process_port = r.port();
@@ -603,7 +670,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S] "
-                   "[--batch N] [--only http|ws|latency] [--fsync-dir DIR] [--process-port P2] "
+                   "[--batch N] [--in-flight TUPLES] [--only http|ws|latency] [--fsync-dir DIR] [--process-port P2] "
                    "[--replication 1..3 [--stream-node NODE]]\n");
       return 2;
     }
