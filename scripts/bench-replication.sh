@@ -2,15 +2,15 @@
 # Replicated stream logs (docs/cluster.md, "Replicated stream logs"): the
 # broker's figures on a stream kept on 1, 2 and 3 nodes, in the same run.
 # Per durability mode (MODES, default "fsync process": every node's
-# ingest_durability), starts a domain of three nodes n1..n3 on this machine:
-# its own etcd (ETCD, default /usr/bin/etcd, free loopback ports, temporary
-# data directory), the domain's CA and each node's certificate from
+# ingest_durability) and factor, starts a fresh domain of three nodes
+# n1..n3 on this machine: its own etcd (ETCD, default /usr/bin/etcd, free
+# loopback ports, temporary data directory), the domain's CA and each node's certificate from
 # `entente certs`, and each node with a `cluster` section and a `federation`
 # section (mutual-TLS peer listener on an ephemeral loopback port, announced
 # in etcd; no peers: the nodes find each other through the membership).
 # Once every node lists three nodes up, runs broker_bench against n1 with
-# --replication 1, 2 and 3 and --stream-node n1 (each figure's stream led by
-# n1, published to and read from n1; its followers chosen by n1), then stops
+# --replication N and --stream-node n1 (each figure's stream led by n1,
+# published to and read from n1; its followers chosen by n1), then stops
 # the domain.
 #   scripts/bench-replication.sh [broker_bench options, e.g. --seconds 5 --only http --only latency]
 # The throughput figures run with batches of 2,000 tuples and at most 8,000
@@ -162,25 +162,28 @@ federation_of() {
 
 status=0
 for mode in ${MODES:-fsync process}; do
-  start_etcd
-  cluster="{\"etcd\": [\"$etcd_endpoint\"], \"prefix\": \"/entente-bench/$mode/\", \"lease_ttl\": \"5s\"}"
-  ports=() node_pids=()
-  for n in n1 n2 n3; do
-    start_node "$mode-$n" "$mode" "$n" "$cluster" "$(federation_of $n)"
-    ports+=("$port")
-    node_pids+=("$node_pid")
-  done
-  up=0
-  for _ in $(seq 200); do
-    nodes_up "${ports[0]}" && nodes_up "${ports[1]}" && nodes_up "${ports[2]}" && { up=1; break; }
-    sleep 0.1
-  done
-  if [[ $up == 0 ]]; then
-    echo "the three nodes ($mode) did not all list three nodes up within 20 s:" >&2
-    for n in n1 n2 n3; do tail -5 "$dir/$mode-$n/err" >&2; done
-    exit 1
-  fi
   for r in 1 2 3; do
+    # A fresh domain per factor: RocksDB compacting what the previous
+    # factor's figures wrote would otherwise run under the next one.
+    start_etcd
+    cluster="{\"etcd\": [\"$etcd_endpoint\"], \"prefix\": \"/entente-bench/$mode/\", \"lease_ttl\": \"5s\"}"
+    ports=() node_pids=()
+    for n in n1 n2 n3; do
+      rm -rf "$dir/$mode-$n"
+      start_node "$mode-$n" "$mode" "$n" "$cluster" "$(federation_of $n)"
+      ports+=("$port")
+      node_pids+=("$node_pid")
+    done
+    up=0
+    for _ in $(seq 200); do
+      nodes_up "${ports[0]}" && nodes_up "${ports[1]}" && nodes_up "${ports[2]}" && { up=1; break; }
+      sleep 0.1
+    done
+    if [[ $up == 0 ]]; then
+      echo "the three nodes ($mode) did not all list three nodes up within 20 s:" >&2
+      for n in n1 n2 n3; do tail -5 "$dir/$mode-$n/err" >&2; done
+      exit 1
+    fi
     out=$dir/r$r.$mode
     before=()
     for p in "${node_pids[@]}"; do before+=("$(cpu_seconds "$p")"); done
@@ -195,8 +198,8 @@ for mode in ${MODES:-fsync process}; do
       -v a1="${after[0]}" -v a2="${after[1]}" -v a3="${after[2]}" 'BEGIN {
       printf "{\"bench\":\"replication_cpu\",\"ingest_durability\":\"%s\",\"replication\":%d,\"wall_s\":%s,", m, r, w
       printf "\"cpu_s\":{\"n1\":%.2f,\"n2\":%.2f,\"n3\":%.2f}}\n", a1 - b1, a2 - b2, a3 - b3 }'
+    stop_all
   done
-  stop_all
   # Factor 2's and 3's tuples/s over factor 1's, per throughput figure run.
   for fig in http_ndjson_ingest ws_publish_subscribe; do
     r1=$(rate_of "$dir/r1.$mode" $fig) r2=$(rate_of "$dir/r2.$mode" $fig) r3=$(rate_of "$dir/r3.$mode" $fig)
