@@ -1,7 +1,8 @@
 // broker_bench: throughput and latency of a running node over its API.
 //
 //   broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S]
-//                [--process-port P2] [--replication N [--stream-node NODE]]
+//                [--batch N] [--in-flight T] [--process-port P2]
+//                [--replication N [--stream-node NODE]]
 //
 // Prints one JSON line per figure:
 //   http_ndjson_ingest   NDJSON over HTTP, durable (tuples/s)
@@ -22,12 +23,16 @@
 // be the node of --port: the bench publishes to and subscribes from the
 // leader) under a name ending in _rN. Before measuring, the bench waits
 // until GET /v1/streams/NAME shows factor N and every follower in sync;
-// after, until every follower's acked equals the head, and the line says
-// "replication": N, the head, each follower's acked and how often it left
-// the in-sync set during the figure (a follower out of the set is not
-// waited for, so the figure would not be of factor N), and
-// "followers_caught_up". The bench exits 1 when a stream does not get its
-// followers in sync or they do not catch up within 60 s.
+// during, it looks every 20 ms; after, it waits until every follower's
+// acked equals the head. The line then says "replication": N, the head,
+// each follower's acked and how often it left the in-sync set, how many
+// looks found a follower out of sync and the largest lag (a follower out
+// of the set is not waited for, so the figure would partly be one of a
+// smaller factor: "in_sync_throughout"), how far behind the followers were
+// when the figure ended and "followers_caught_up". The bench exits 1 when
+// a stream does not get its followers in sync or they do not catch up
+// within 60 s. --in-flight T keeps at most T tuples unanswered (fewer
+// HTTP requests or WebSocket messages at once, "window" in the line).
 // Each line carries the baseline measured in the same run on this machine:
 // for ingest, the rate at which this process alone parses the same NDJSON
 // into batches (the CPU floor of the broker's work); for publish→subscribe,
