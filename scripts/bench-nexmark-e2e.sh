@@ -212,7 +212,7 @@ for mode in ${MODES:-fsync process}; do
         printf "{\"bench\":\"nexmark_e2e_checkpoint_overhead\",\"query\":\"%s\",\"ingest_durability\":\"%s\",", q, m
         printf "\"checkpoint_interval\":\"1s\",\"events_per_s_with\":%.0f,\"events_per_s_without\":%.0f,", a, b
         printf "\"overhead\":%.3f,\"node_cpu_us_per_event_with\":%s,\"node_cpu_us_per_event_without\":%s,", 1 - a / b, c, d
-        printf "\"cpu_overhead\":%.3f,\"target_overhead\":0.05}\n", d > 0 ? c / d - 1 : 0 }'
+        printf "\"cpu_overhead\":%.3f,\"target_overhead\":0.05}\n", (d > 0 ? c / d - 1 : 0) }'
     done
   fi
   [[ $nodes == 3 ]] || continue
