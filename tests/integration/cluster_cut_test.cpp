@@ -29,7 +29,6 @@ namespace entente::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
 constexpr int kBatches = 150;
 constexpr int kRowsPerBatch = 20;
@@ -77,18 +76,12 @@ class ClusterCut : public ::testing::Test {
 
   BrokerProcess& node(int i) { return nodes_.at(static_cast<size_t>(i - 1))->process(); }
 
-  bool all_up() {
-    for (FedNode* n : nodes_) {
-      auto r = n->process().try_request("GET", "/v1/nodes", {}, kReaderToken);
-      if (!r.ok() || r->status != 200) return false;
-      auto d = parse(r->body);
-      if (!d.IsObject() || !d.HasMember("nodes")) return false;
-      int up = 0;
-      for (const auto& m : d["nodes"].GetArray()) up += std::string(m["state"].GetString()) == "up";
-      if (up != 3) return false;
-    }
-    return true;
+  std::vector<const BrokerProcess*> processes() const {
+    std::vector<const BrokerProcess*> out;
+    for (const FedNode* n : nodes_) out.push_back(&n->process());
+    return out;
   }
+  bool all_up() const { return domain_up(processes(), 3); }
 
   // Batch b: kRowsPerBatch bids 100 ms of event time after batch b-1's,
   // or the end marker (b = 0): an hour later, auction -1, which closes
@@ -108,19 +101,10 @@ class ClusterCut : public ::testing::Test {
   // turn from `start` until one answers 200: a 502 or 503 while a node is
   // down means "not stored", and the producer's number makes a resend safe.
   void publish(int b, size_t start) {
-    const auto deadline = Clock::now() + 60s;
-    for (size_t attempt = 0; Clock::now() < deadline; ++attempt) {
-      FedNode& via = *nodes_[(start + attempt) % nodes_.size()];
-      if (!via.running()) continue;
-      auto r = via.process().try_request(
-          "POST", "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b == 0 ? kBatches + 1 : b), batch(b),
-          kPublisherToken);
-      if (r.ok() && r->status == 200) return;
-      if (r.ok() && r->status != 502 && r->status != 503 && r->status != 504 && r->status != 429)
-        FAIL() << "batch " << b << ": " << r->status << " " << r->body;
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL() << "batch " << b << " was not stored within 60 s";
+    const std::string problem = post_through_any(
+        processes(), start,
+        "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b == 0 ? kBatches + 1 : b), batch(b));
+    if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
   }
 
   // Waits until the cut query's output holds every window that batch b

@@ -61,18 +61,12 @@ class ClusterReplication : public ::testing::Test {
 
   BrokerProcess& node(int i) { return nodes_.at(static_cast<size_t>(i - 1))->process(); }
 
-  bool all_up() {
-    for (FedNode* n : nodes_) {
-      auto r = n->process().try_request("GET", "/v1/nodes", {}, kReaderToken);
-      if (!r.ok() || r->status != 200) return false;
-      auto d = parse(r->body);
-      if (!d.IsObject() || !d.HasMember("nodes")) return false;
-      int up = 0;
-      for (const auto& m : d["nodes"].GetArray()) up += std::string(m["state"].GetString()) == "up";
-      if (up != 3) return false;
-    }
-    return true;
+  std::vector<const BrokerProcess*> processes() const {
+    std::vector<const BrokerProcess*> out;
+    for (const FedNode* n : nodes_) out.push_back(&n->process());
+    return out;
   }
+  bool all_up() const { return domain_up(processes(), 3); }
 
   // The leader's view of `stream`'s followers: node -> (acked, in_sync).
   std::map<std::string, std::pair<uint64_t, bool>> replicas(int via, const std::string& stream, uint64_t* factor) {
@@ -95,19 +89,9 @@ class ClusterReplication : public ::testing::Test {
       if (k) body += ",";
       body += R"({"auction":)" + std::to_string(b * 1000 + k) + R"(,"price":)" + std::to_string(k) + "}";
     }
-    body += "]";
-    const auto deadline = Clock::now() + 60s;
-    for (size_t attempt = 0; Clock::now() < deadline; ++attempt) {
-      FedNode& via = *nodes_[(start + attempt) % nodes_.size()];
-      if (!via.running()) continue;
-      auto r = via.process().try_request("POST", "/v1/streams/bids/tuples?producer_id=p&producer_seq=" +
-                                                     std::to_string(b), body, kPublisherToken);
-      if (r.ok() && r->status == 200) return;
-      if (r.ok() && r->status != 502 && r->status != 503 && r->status != 504 && r->status != 429)
-        FAIL() << "batch " << b << ": " << r->status << " " << r->body;
-      std::this_thread::sleep_for(50ms);
-    }
-    FAIL() << "batch " << b << " was not stored within 60 s";
+    const std::string problem = post_through_any(
+        processes(), start, "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b), body + "]");
+    if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
   }
 
   Federation fed_;

@@ -6,7 +6,11 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "rapidjson/document.h"
+#include "tests/integration/support/broker_process.h"
 #include "tests/support/etcd_process.h"
 #include "tests/support/eventually.h"
 
@@ -24,6 +28,41 @@ inline std::string cluster_section(const EtcdProcess& etcd, const std::string& l
   return R"("cluster": {"etcd": [")" + etcd.endpoint() + R"("], "lease_ttl": ")" + lease_ttl +
          R"(", "etcd_timeout": "500ms")" + (prefix.empty() ? std::string() : R"(, "prefix": ")" + prefix + "\"") +
          "}";
+}
+
+// True when GET /v1/nodes on every one of `nodes` lists `count` nodes up.
+inline bool domain_up(const std::vector<const BrokerProcess*>& nodes, int count) {
+  for (const BrokerProcess* n : nodes) {
+    auto r = n->try_request("GET", "/v1/nodes", {}, kReaderToken);
+    if (!r.ok() || r->status != 200) return false;
+    rapidjson::Document d;
+    d.Parse(r->body.c_str());
+    if (!d.IsObject() || !d.HasMember("nodes") || !d["nodes"].IsArray()) return false;
+    int up = 0;
+    for (const auto& m : d["nodes"].GetArray()) up += std::string(m["state"].GetString()) == "up";
+    if (up != count) return false;
+  }
+  return true;
+}
+
+// POSTs `body` to `target` (a named batch: its producer number makes a
+// resend safe) through the running processes of `nodes` in turn, from
+// `start`, until one answers 200; 502, 503, 504, 429 and a broken
+// connection mean "not stored, or not known" and are tried again. Returns
+// "" once stored, else what went wrong (another answer, or 60 s passed).
+inline std::string post_through_any(const std::vector<const BrokerProcess*>& nodes, size_t start,
+                                    const std::string& target, const std::string& body) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (size_t attempt = 0; std::chrono::steady_clock::now() < deadline; ++attempt) {
+    const BrokerProcess& via = *nodes[(start + attempt) % nodes.size()];
+    if (via.pid() <= 0) continue;
+    auto r = via.try_request("POST", target, body, kPublisherToken);
+    if (r.ok() && r->status == 200) return "";
+    if (r.ok() && r->status != 502 && r->status != 503 && r->status != 504 && r->status != 429)
+      return "through port " + std::to_string(via.port()) + ": " + std::to_string(r->status) + " " + r->body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "not stored within 60 s";
 }
 
 }  // namespace entente::testing
