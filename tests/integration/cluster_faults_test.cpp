@@ -23,7 +23,6 @@
 namespace entente::testing {
 namespace {
 
-
 constexpr int kBatches = 240;
 constexpr int kRowsPerBatch = 25;
 
