@@ -20,8 +20,7 @@
 #include <vector>
 
 #include "rapidjson/document.h"
-#include "tests/integration/support/cluster.h"
-#include "tests/integration/support/federation.h"
+#include "tests/integration/support/domain.h"
 #include "tests/integration/support/ws_reader.h"
 #include "tests/support/etcd_process.h"
 
@@ -59,29 +58,9 @@ std::string query(const std::string& name, const std::string& output, const std:
          output + R"(","from":"counts"}],"placement":)" + placement + "}";
 }
 
-class ClusterCut : public ::testing::Test {
+class ClusterCut : public ThreeNodeDomain {
  protected:
-  void SetUp() override {
-    if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
-    etcd_ = std::make_unique<EtcdProcess>("etcd-cut");
-    ASSERT_TRUE(etcd_->start()) << etcd_->last_error();
-    for (const char* name : {"n1", "n2", "n3"}) {
-      FedNode& n = fed_.add("acme", name);
-      n.config_extra(R"("checkpoint_interval": "200ms", )" + cluster_section(*etcd_));
-      nodes_.push_back(&n);
-    }
-    ASSERT_TRUE(fed_.start_all()) << fed_.last_error();
-    ASSERT_TRUE(eventually(20s, [&] { return all_up(); })) << "the nodes do not all see each other up";
-  }
-
-  BrokerProcess& node(int i) { return nodes_.at(static_cast<size_t>(i - 1))->process(); }
-
-  std::vector<const BrokerProcess*> processes() const {
-    std::vector<const BrokerProcess*> out;
-    for (const FedNode* n : nodes_) out.push_back(&n->process());
-    return out;
-  }
-  bool all_up() const { return domain_up(processes(), 3); }
+  ClusterCut() : ThreeNodeDomain("etcd-cut", R"("checkpoint_interval": "200ms", )") {}
 
   // Batch b: kRowsPerBatch bids 100 ms of event time after batch b-1's,
   // or the end marker (b = 0): an hour later, auction -1, which closes
@@ -124,9 +103,6 @@ class ClusterCut : public ::testing::Test {
     })) << "the cut query's output has " << got << " rows after batch " << b << ", expected " << want;
   }
 
-  Federation fed_;
-  std::unique_ptr<EtcdProcess> etcd_;
-  std::vector<FedNode*> nodes_;
 };
 
 TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfEachNode) {

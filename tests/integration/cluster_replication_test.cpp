@@ -19,8 +19,7 @@
 #include <vector>
 
 #include "rapidjson/document.h"
-#include "tests/integration/support/cluster.h"
-#include "tests/integration/support/federation.h"
+#include "tests/integration/support/domain.h"
 #include "tests/integration/support/ws_reader.h"
 #include "tests/support/etcd_process.h"
 
@@ -44,29 +43,9 @@ std::string stream_body(const std::string& name, const std::string& extra) {
   return R"({"name":")" + name + R"(","schema":)" + kSchema + extra + "}";
 }
 
-class ClusterReplication : public ::testing::Test {
+class ClusterReplication : public ThreeNodeDomain {
  protected:
-  void SetUp() override {
-    if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
-    etcd_ = std::make_unique<EtcdProcess>("etcd-replication");
-    ASSERT_TRUE(etcd_->start()) << etcd_->last_error();
-    for (const char* name : {"n1", "n2", "n3"}) {
-      FedNode& n = fed_.add("acme", name);
-      n.config_extra(cluster_section(*etcd_));
-      nodes_.push_back(&n);
-    }
-    ASSERT_TRUE(fed_.start_all()) << fed_.last_error();
-    ASSERT_TRUE(eventually(20s, [&] { return all_up(); })) << "the nodes do not all see each other up";
-  }
-
-  BrokerProcess& node(int i) { return nodes_.at(static_cast<size_t>(i - 1))->process(); }
-
-  std::vector<const BrokerProcess*> processes() const {
-    std::vector<const BrokerProcess*> out;
-    for (const FedNode* n : nodes_) out.push_back(&n->process());
-    return out;
-  }
-  bool all_up() const { return domain_up(processes(), 3); }
+  ClusterReplication() : ThreeNodeDomain("etcd-replication") {}
 
   // The leader's view of `stream`'s followers: node -> (acked, in_sync).
   std::map<std::string, std::pair<uint64_t, bool>> replicas(int via, const std::string& stream, uint64_t* factor) {
@@ -94,9 +73,6 @@ class ClusterReplication : public ::testing::Test {
     if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
   }
 
-  Federation fed_;
-  std::unique_ptr<EtcdProcess> etcd_;
-  std::vector<FedNode*> nodes_;
 };
 
 TEST_F(ClusterReplication, TwoFollowersHoldEveryTupleAcrossKillNineOfAFollowerAndOfTheLeader) {
