@@ -62,9 +62,7 @@ void NodeImpl::when_replicated(const std::string& stream, uint64_t last,
   check_replication(stream);
 }
 
-void NodeImpl::on_replica_ack(const std::string& stream, const std::string& node, uint64_t through) {
-  (void)node;
-  (void)through;
+void NodeImpl::on_replica_ack(const std::string& stream) {
   bool look;
   {
     std::lock_guard lock(repl_mu_);

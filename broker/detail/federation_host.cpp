@@ -133,8 +133,8 @@ std::optional<federation::StreamLocation> FederationHost::locate_stream(std::str
   return std::nullopt;
 }
 
-void FederationHost::on_internal_ack(const std::string& stream, const std::string& node, uint64_t through) {
-  node_.on_replica_ack(stream, node, through);
+void FederationHost::on_internal_ack(const std::string& stream, const std::string&, uint64_t) {
+  node_.on_replica_ack(stream);
 }
 
 }  // namespace entente::broker::detail

@@ -157,8 +157,8 @@ class NodeImpl final : public http::Handler {
   // etcd first; when etcd cannot be told, `release` gets unavailable after
   // kReplicaGiveUpMs. At once when the set is empty (or no cluster).
   void when_replicated(const std::string& stream, uint64_t last, std::function<void(const Status&)> release);
-  // Follower `node` acknowledged `through` of `stream` (federation layer).
-  void on_replica_ack(const std::string& stream, const std::string& node, uint64_t through);
+  // A follower acknowledged more of `stream` (the federation layer).
+  void on_replica_ack(const std::string& stream);
   // {"factor", "replicas": [{"node", "acked", "lag_tuples", "connected",
   // "in_sync"}]} for a stream this node leads in a cluster (docs/cluster.md,
   // "Replicated stream logs"); nullopt else.
