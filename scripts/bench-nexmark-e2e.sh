@@ -65,15 +65,9 @@ build=${BUILD_DIR:-build}
 dir=$(mktemp -d /tmp/entente-nexmark-e2e-XXXXXX)
 token=bench-admin-token
 pids=()
+# Also stops everything and removes $dir on exit, and sets $hash.
 # shellcheck source=lib/bench-domain.sh
 source scripts/lib/bench-domain.sh
-cleanup() {
-  stop_all
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-hash=$("$build/broker/entente" token-hash $token)
 
 # start_node NAME MODE [NODE CLUSTER_JSON [FEDERATION_JSON]]: starts a node
 # in $dir/NAME (named NODE, default NAME, with `"cluster": CLUSTER_JSON` and

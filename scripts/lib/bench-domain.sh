@@ -1,6 +1,8 @@
 # What the bench scripts that start a domain of several nodes share
 # (scripts/bench-nexmark-e2e.sh, scripts/bench-replication.sh): sourced
-# after they set $build, $dir, $token, $etcd_bin and pids=().
+# after they set $build, $dir, $token, $etcd_bin and pids=(). Sourcing it
+# also arranges for every process to be stopped and $dir removed on exit,
+# and sets $hash, the token's hash for the nodes' configurations.
 
 # Stops every process started so far (nodes first, etcd last).
 stop_all() {
@@ -74,3 +76,11 @@ certs() {
 federation_of() {
   echo "{\"listen\": \"127.0.0.1:0\", \"cert_file\": \"$dir/certs/$1/node.crt\", \"key_file\": \"$dir/certs/$1/node.key\", \"ca_file\": \"$dir/certs/ca/ca.crt\"}"
 }
+
+cleanup() {
+  stop_all
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+hash=$("$build/broker/entente" token-hash "$token")
