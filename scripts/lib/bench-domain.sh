@@ -17,7 +17,7 @@ stop_all() {
 free_port() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((10000 + RANDOM % 22000))  # below the ephemeral range: no source port takes it
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
   echo "no free port" >&2
