@@ -5,9 +5,11 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "broker/detail/node_impl.h"
@@ -582,6 +584,57 @@ Status NodeImpl::delete_import(const std::string& name) {
   }
   s->close();
   return store::StreamLog::drop(*store_, s->meta().id);
+}
+
+Result<StreamPtr> NodeImpl::adopt_replica(const std::string& mirror, StreamMeta meta) {
+  StreamPtr old;
+  {
+    std::shared_lock lock(catalog_mu_);
+    auto it = streams_.find(mirror);
+    if (it == streams_.end() || it->second->meta().producer != "import")
+      return make_error(Errc::not_found, "no copy '" + mirror + "' on this node");
+    if (streams_.count(meta.name)) return make_error(Errc::already_exists, "stream '" + meta.name + "' exists");
+    for (auto& [qn, q] : queries_)
+      for (auto& in : q->meta().inputs)
+        if (in == mirror)
+          return make_error(Errc::conflict, "copy '" + mirror + "' is read by query '" + qn + "'");
+    old = it->second;
+  }
+  // No append reaches the copy from now on; those it took land first.
+  old->close();
+  for (int i = 0; i < 500 && old->committed_next() != old->next_seq(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (old->committed_next() != old->next_seq())
+    return make_error(Errc::unavailable, "copy '" + mirror + "' still has appends being written");
+  // Its log stays where it is (by id); the catalog names it anew in one
+  // atomic write, so a crash leaves either the copy or the stream.
+  meta.id = old->meta().id;
+  const uint64_t next = old->next_seq();
+  std::vector<store::StreamLog::ProducerBatch> producers;
+  ENTENTE_RETURN_IF_ERROR(store::StreamLog::producer_batches(*store_, meta.id, producers));
+  auto s = std::make_shared<Stream>(meta, next);
+  s->load_producers(std::move(producers));
+  s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
+                                   {{"stream", meta.name}});
+  s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
+                                  {{"stream", meta.name}});
+  {
+    std::unique_lock lock(catalog_mu_);
+    if (streams_.count(meta.name) || !streams_.count(mirror))
+      return make_error(Errc::conflict, "stream '" + meta.name + "' or its copy changed meanwhile");
+    store::WriteBatch wb;
+    wb.put(store::Cf::catalog, stream_key(meta.name), stream_meta_to_json(meta));
+    wb.erase(store::Cf::catalog, stream_key(mirror));
+    wb.erase(store::Cf::catalog, "replica/" + mirror);
+    ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
+    streams_.erase(mirror);
+    streams_[meta.name] = s;
+  }
+  {
+    std::lock_guard lock(replicas_mu_);
+    replicas_.erase(mirror);
+  }
+  return s;
 }
 
 Status NodeImpl::delete_stream(const std::string& name) {

@@ -148,7 +148,8 @@ void Membership::start() {
   stopping_ = false;
   watch_stop_.store(false);
   thread_ = std::thread([this] { run(); });
-  watch_thread_ = std::thread([this] { watch_controller(); });
+  watch_thread_ = std::thread([this] { watch_for_departures(options_.prefix + "controller", false); });
+  alive_watch_thread_ = std::thread([this] { watch_for_departures(options_.prefix + "alive/", true); });
 }
 
 void Membership::stop(bool leave) {
@@ -160,6 +161,7 @@ void Membership::stop(bool leave) {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
+  if (alive_watch_thread_.joinable()) alive_watch_thread_.join();
   if (leave && lease_ != 0) {
     // Revoking deletes alive/<node> and, when held, the controller key:
     // the others see this node leave at once (their controller watch).
@@ -181,11 +183,12 @@ void Membership::run() {
   }
 }
 
-void Membership::watch_controller() {
+void Membership::watch_for_departures(const std::string& key, bool prefix) {
   // When the controller key goes (its holder's lease revoked or expired),
   // campaign at once rather than at the next tick: the role passes within
-  // milliseconds of etcd deleting the key.
-  const std::string key = options_.prefix + "controller";
+  // milliseconds of etcd deleting the key. When a node's alive/ key goes,
+  // read the members at once: the controller's tick then fails over what
+  // that node led without waiting for its period.
   while (!watch_stop_.load()) {
     auto on_events = [this](const std::vector<WatchEvent>& events, int64_t) {
       for (const auto& e : events) {
@@ -198,7 +201,7 @@ void Membership::watch_controller() {
       }
       return true;
     };
-    Status s = etcd_.watch(key, false, 0, on_events, watch_stop_);
+    Status s = etcd_.watch(key, prefix, 0, on_events, watch_stop_);
     if (s.ok()) break;  // stopped
     // etcd unreachable: the ticks report it; try again shortly.
     std::unique_lock lock(mu_);
@@ -223,6 +226,8 @@ void Membership::tick() {
 
 Status Membership::keep_registered() {
   if (lease_ != 0) {
+    // The lease runs from when etcd renews it, which is after this.
+    const int64_t asked = steady_ms();
     auto ttl = etcd_.keep_alive(lease_);
     if (!ttl.ok() && ttl.error().code == Errc::not_found) {
       // Expired while etcd could not be reached (or this process was
@@ -230,18 +235,20 @@ Status Membership::keep_registered() {
       std::fprintf(stderr, "cluster: %s's lease %lld expired; registering again\n", self_.node.c_str(),
                    static_cast<long long>(lease_));
       lease_ = 0;
+      lease_id_.store(0);
       registered_ = false;
       set_controller(false);
     } else if (!ttl.ok()) {
       return ttl.error();
     } else {
-      lease_renewed_steady_ms_.store(steady_ms());
+      lease_renewed_steady_ms_.store(asked);
     }
   }
   if (lease_ == 0) {
     const int64_t asked = steady_ms();
     ENTENTE_ASSIGN_OR_RETURN(lease_, etcd_.grant_lease(lease_ttl_s()));
     lease_renewed_steady_ms_.store(asked);
+    lease_id_.store(lease_);
   }
   if (!registered_) {
     ENTENTE_RETURN_IF_ERROR(etcd_.put(options_.prefix + "nodes/" + self_.node, record_json(self_)));
@@ -336,6 +343,12 @@ MembershipView Membership::view() const {
   MembershipView v = view_;
   v.is_controller = is_controller();
   return v;
+}
+
+int64_t Membership::lease_id() const {
+  const int64_t id = lease_id_.load();
+  if (id == 0 || steady_ms() - lease_renewed_steady_ms_.load() >= options_.lease_ttl_ms) return 0;
+  return id;
 }
 
 bool Membership::is_controller() const {

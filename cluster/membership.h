@@ -13,8 +13,9 @@
 //                      it at a time, and it passes to another node when the
 //                      holder's lease expires.
 //
-// One thread per node ticks every lease_ttl/3, and at once when a second
-// thread, watching the controller key, sees it deleted: it renews the lease (or
+// One thread per node ticks every lease_ttl/3, and at once when one of two
+// more threads, watching the controller key and the alive/ keys, sees one
+// deleted (a node left or its lease expired): it renews the lease (or
 // grants a new one when it expired, re-registering), rewrites its load,
 // campaigns for the controller key, and reads the members back into the
 // view the API serves. When etcd is unreachable the view stays as last read
@@ -108,6 +109,10 @@ class Membership final {
 
   MembershipView view() const;
   bool is_controller() const;
+  // The lease this node holds, while it is current: granted or renewed
+  // (by a request sent) less than one TTL ago, so that etcd cannot have
+  // expired it yet. 0 otherwise. A new lease after an expiry is another id.
+  int64_t lease_id() const;
 
   // The record's and load's JSON forms (the values of the keys above).
   static std::string record_json(const NodeRecord& r);
@@ -118,8 +123,9 @@ class Membership final {
  private:
   void run();
   void tick();
-  // Watches the controller key; its deletion wakes run() at once.
-  void watch_controller();
+  // Watches `key` (a prefix when `prefix`); a deletion under it wakes run()
+  // at once.
+  void watch_for_departures(const std::string& key, bool prefix);
   // Each returns an error when etcd failed; the tick then stops there.
   Status keep_registered();
   Status campaign();
@@ -148,9 +154,11 @@ class Membership final {
   // When the lease was last granted or renewed (steady clock): the role is
   // only claimed within one TTL of it.
   std::atomic<int64_t> lease_renewed_steady_ms_{0};
+  std::atomic<int64_t> lease_id_{0};  // lease_, for other threads
   std::thread thread_;
   std::atomic<bool> watch_stop_{false};
-  std::thread watch_thread_;
+  std::thread watch_thread_;        // the controller key
+  std::thread alive_watch_thread_;  // the alive/ keys
 };
 
 }  // namespace entente::cluster

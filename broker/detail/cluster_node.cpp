@@ -135,14 +135,20 @@ Status NodeImpl::start_cluster() {
       streams |= k.starts_with("streams/");
     }
     if (contracts) reconcile_contracts();
-    // A stream this node is to follow starts its copy at once.
-    if (streams) reconcile_replicas();
+    // A stream this node now leads, or is to follow, changes at once.
+    if (streams) {
+      reconcile_leadership();
+      reconcile_replicas();
+    }
   });
   share_ledger();
   catalog_->start();
   membership_ = std::make_unique<cluster::Membership>(
       *etcd_, std::move(mo), std::move(self), [this] { return node_load(); }, cluster::Membership::RoleFn{},
       [this] {
+        confirm_leadership();
+        fail_over_streams(membership_->view());
+        reconcile_leadership();
         reconcile_streams();
         reconcile_contracts();
         reconcile_replicas();

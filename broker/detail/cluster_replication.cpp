@@ -37,6 +37,10 @@ void NodeImpl::when_replicated(const std::string& stream, uint64_t last,
     release(Status::Ok());
     return;
   }
+  if (auto fence = leadership_fence(stream)) {
+    release(*fence);
+    return;
+  }
   auto states = replica_states(stream);
   bool wait = false;
   if (states) {
@@ -74,6 +78,19 @@ void NodeImpl::on_replica_ack(const std::string& stream) {
 void NodeImpl::check_replication(const std::string& stream) {
   auto states = replica_states(stream);
   std::vector<std::function<void(const Status&)>> released;
+  // Deposed (or not sure any more that it leads): nothing waiting is
+  // acknowledged.
+  if (auto fence = leadership_fence(stream)) {
+    {
+      std::lock_guard lock(repl_mu_);
+      if (auto it = repl_waiters_.find(stream); it != repl_waiters_.end()) {
+        for (auto& w : it->second) released.push_back(std::move(w.release));
+        repl_waiters_.erase(it);
+      }
+    }
+    for (auto& r : released) r(*fence);
+    return;
+  }
   {
     std::lock_guard lock(repl_mu_);
     uint64_t held = std::numeric_limits<uint64_t>::max();  // by every in-sync follower

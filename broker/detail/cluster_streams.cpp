@@ -36,13 +36,7 @@ size_t hops_of(const http::Request& req) {
 
 std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
 
-struct StreamEntry {
-  std::string node;
-  StreamMeta meta;
-  std::vector<std::string> replicas;  // the followers holding a copy
-  std::vector<std::string> in_sync;   // those of them in the in-sync set
-  uint64_t epoch = 1;                 // the leader's term
-};
+}  // namespace
 
 Result<StreamEntry> stream_entry_from_json(std::string_view json) {
   rapidjson::Document d;
@@ -65,8 +59,11 @@ Result<StreamEntry> stream_entry_from_json(std::string_view json) {
     }
   }
   if (d.HasMember("epoch") && d["epoch"].IsUint64()) e.epoch = d["epoch"].GetUint64();
+  if (d.HasMember("lease") && d["lease"].IsInt64()) e.lease = d["lease"].GetInt64();
   return e;
 }
+
+namespace {
 
 // A stream led by another node, as listed here: what the catalog says,
 // without the positions only its leader knows (GET /v1/streams/{name},
@@ -93,20 +90,27 @@ http::Response catalog_unavailable(const std::string& why, std::string_view what
 
 }  // namespace
 
-std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
-                                 const std::vector<std::string>& replicas, const std::vector<std::string>& in_sync,
-                                 uint64_t epoch) {
+std::string stream_catalog_entry(const StreamEntry& e) {
   JsonOut j;
-  j.begin_object().key("node").str(node).key("meta").raw(stream_meta_to_json(meta));
-  if (!replicas.empty()) {
+  j.begin_object().key("node").str(e.node).key("meta").raw(stream_meta_to_json(e.meta));
+  if (!e.replicas.empty()) {
     j.key("replicas").begin_array();
-    for (const auto& r : replicas) j.str(r);
+    for (const auto& r : e.replicas) j.str(r);
     j.end_array().key("in_sync").begin_array();
-    for (const auto& r : in_sync) j.str(r);
-    j.end_array().key("epoch").u64(epoch);
+    for (const auto& r : e.in_sync) j.str(r);
+    j.end_array().key("epoch").u64(e.epoch).key("lease").i64(e.lease);
   }
   j.end_object();
   return j.take();
+}
+
+std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
+                                 const std::vector<std::string>& replicas) {
+  StreamEntry e;
+  e.node = node;
+  e.meta = meta;
+  e.replicas = replicas;
+  return stream_catalog_entry(e);
 }
 
 Status NodeImpl::catalog_not_read(const std::string& stream) const {
@@ -351,7 +355,12 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
   }
   // This node leads it: the catalog entry first (the domain's one truth:
   // two nodes creating the same name cannot both win), then the stream.
-  auto rev = catalog_->create(stream_key_of(meta.name), stream_catalog_entry(meta, config_.node, followers));
+  StreamEntry entry;
+  entry.node = config_.node;
+  entry.meta = meta;
+  entry.replicas = followers;
+  entry.lease = membership_->lease_id();
+  auto rev = catalog_->create(stream_key_of(meta.name), stream_catalog_entry(entry));
   if (!rev.ok()) {
     if (rev.error().code == Errc::unavailable) answer(catalog_unavailable(rev.error().message, "creating a stream"));
     else answer(problem_for(rev.error()));
@@ -451,6 +460,9 @@ void NodeImpl::reconcile_streams() {
       (void)catalog_->erase(e.key, e.mod_revision);
       continue;
     }
+    // Taken over from a copy (reconcile_leadership), not created: an empty
+    // log would lose what the copy holds.
+    if (parsed->epoch > 1 || !replica_of(parsed->meta.name).empty()) continue;
     // In the catalog as led here, but not here: this node stopped between
     // the two writes of its creation.
     auto s = create_stream(parsed->meta);
@@ -564,8 +576,11 @@ std::optional<std::vector<ReplicaState>> NodeImpl::replica_states(const std::str
 std::optional<std::string> NodeImpl::replication_json(const std::string& stream) const {
   auto states = replica_states(stream);
   if (!states) return std::nullopt;
+  uint64_t epoch = 1;
+  if (auto e = catalog_->get(stream_key_of(stream)))
+    if (auto parsed = stream_entry_from_json(e->value); parsed.ok()) epoch = parsed->epoch;
   JsonOut j;
-  j.begin_object().key("factor").u64(1 + states->size()).key("replicas").begin_array();
+  j.begin_object().key("factor").u64(1 + states->size()).key("epoch").u64(epoch).key("replicas").begin_array();
   for (const auto& r : *states) {
     j.begin_object().key("node").str(r.node).key("acked").u64(r.acked).key("lag_tuples").u64(r.lag_tuples);
     j.key("connected").boolean(r.connected).key("in_sync").boolean(r.in_sync).end_object();
@@ -605,7 +620,9 @@ Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<
     }
   }
   if (left.empty() && joined.empty()) return false;
-  const std::string json = stream_catalog_entry(parsed->meta, parsed->node, parsed->replicas, next, parsed->epoch);
+  StreamEntry updated = *parsed;
+  updated.in_sync = next;
+  const std::string json = stream_catalog_entry(updated);
   ENTENTE_ASSIGN_OR_RETURN(int64_t rev, catalog_->update(stream_key_of(stream), json, e->mod_revision));
   catalog_->wait_for(rev, config_.cluster.etcd_timeout_ms);
   for (const auto& n : left) {
@@ -630,6 +647,15 @@ std::vector<std::string> NodeImpl::streams_with_followers() const {
     if (parsed.ok() && parsed->node == config_.node && !parsed->replicas.empty()) out.push_back(parsed->meta.name);
   }
   return out;
+}
+
+std::string NodeImpl::replica_of(const std::string& stream) const {
+  std::lock_guard lock(replicas_mu_);
+  for (const auto& m : replicas_) {
+    const size_t slash = m.find('/');
+    if (slash != std::string::npos && m.compare(slash + 1, std::string::npos, stream) == 0) return m;
+  }
+  return {};
 }
 
 bool NodeImpl::is_replica(const std::string& name) const {

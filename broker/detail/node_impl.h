@@ -332,6 +332,32 @@ class NodeImpl final : public http::Handler {
   void reconcile_replicas();
   // True for a local mirror "@LEADER/NAME" that is a follower's replica.
   bool is_replica(const std::string& name) const;
+  // The copy "@LEADER/NAME" this node holds of `stream`, from whichever
+  // leader; empty when none.
+  std::string replica_of(const std::string& stream) const;
+
+  // --- failover of stream leaders (cluster_failover.cpp, docs/cluster.md)
+  // Why this node must not acknowledge an append to `stream` now, if it
+  // must not: the catalog names another leader, or (for a stream with
+  // followers) this node's lease is not current or not yet the one the
+  // entry records.
+  std::optional<Error> leadership_fence(const std::string& stream) const;
+  // Records this node's current lease in the entries of the replicated
+  // streams it leads (a compare-and-set each): after its lease expired and
+  // it registered anew, it acknowledges again only if no failover took
+  // the stream meanwhile.
+  void confirm_leadership();
+  // The controller's part: a replicated stream whose leader is down passes
+  // to the first up member of its in-sync set (compare-and-set, epoch + 1).
+  void fail_over_streams(const cluster::MembershipView& view);
+  // Every node's part: a copy whose stream the catalog now says this node
+  // leads becomes the stream; a stream this node led that another node now
+  // leads is discarded (it rejoins as a follower through
+  // reconcile_replicas).
+  void reconcile_leadership();
+  // Makes the copy `mirror` the stream `meta` names (its log, sequence
+  // numbers and producers stay); the copy must no longer be fed.
+  Result<StreamPtr> adopt_replica(const std::string& mirror, StreamMeta meta);
   // Dials `node`'s peer link where the membership says it listens.
   Status dial_domain_node(const std::string& node);
   // Dials the node behind each read of another node's stream (after a
@@ -420,6 +446,13 @@ class NodeImpl final : public http::Handler {
   // under "replica/" in the store's catalog.
   mutable std::mutex replicas_mu_;
   std::set<std::string> replicas_;  // REQUIRES: replicas_mu_
+  // One reconcile_leadership at a time (the catalog's watch and the
+  // membership's tick both call it).
+  std::mutex leadership_mu_;
+  // Streams (NAME#EPOCH) the controller found without an in-sync member up,
+  // so that each is logged once.
+  std::mutex failover_mu_;
+  std::set<std::string> failover_waiting_;  // REQUIRES: failover_mu_
   mutable std::shared_mutex catalog_mu_;  // streams_, queries_, next_id_
   std::map<std::string, StreamPtr> streams_;
   std::map<std::string, std::shared_ptr<QueryRunner>> queries_;
@@ -444,12 +477,24 @@ int64_t wall_clock_ms();
 
 // The API's JSON form of a stream of this node (GET /v1/streams/{name}).
 std::string stream_json(const NodeImpl& node, const StreamPtr& s);
-// A stream's entry in the domain's catalog: {"node": LEADER, "meta": ...}.
-// A stream's catalog entry: its leader, definition and followers
-// (docs/cluster.md, "Keys").
+// A stream's entry in the domain's catalog (docs/cluster.md, "Keys"):
+// its leader, definition and followers.
+struct StreamEntry {
+  std::string node;
+  StreamMeta meta;
+  std::vector<std::string> replicas;  // the followers holding a copy
+  std::vector<std::string> in_sync;   // those of them in the in-sync set
+  uint64_t epoch = 1;                 // the leader's term: +1 at each failover
+  // The etcd lease the leader held when it last confirmed its leadership
+  // (0: none recorded). A leader acknowledges appends only while this is
+  // its current lease (cluster_failover.cpp).
+  int64_t lease = 0;
+};
+Result<StreamEntry> stream_entry_from_json(std::string_view json);
+std::string stream_catalog_entry(const StreamEntry& e);
+// A new entry: `node` leads, epoch 1, every follower out of sync.
 std::string stream_catalog_entry(const StreamMeta& meta, const std::string& node,
-                                 const std::vector<std::string>& replicas = {},
-                                 const std::vector<std::string>& in_sync = {}, uint64_t epoch = 1);
+                                 const std::vector<std::string>& replicas = {});
 
 Result<QueryPlacement> read_placement(std::string_view body);
 // Checks "placement.fragments" against the network and the domain's
