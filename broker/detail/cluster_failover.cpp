@@ -37,11 +37,19 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
 
 std::optional<Error> NodeImpl::leadership_fence(const std::string& stream) const {
   if (!catalog_ || !membership_) return std::nullopt;
+  const std::string retry = "; the batch is not acknowledged: retry it under its producer number";
+  // Just started and not read the catalog yet: the stream's log here may
+  // be one a failover superseded while this node was away.
+  if (catalog_->revision() == 0) {
+    const std::string why = catalog_->problem();
+    return Error{Errc::unavailable, config_.node + " has not read the domain's catalog yet" +
+                                        (why.empty() ? std::string() : " (" + why + ")") +
+                                        ", so it does not know who leads stream '" + stream + "'" + retry};
+  }
   auto e = catalog_->get(key_of(stream));
   if (!e) return std::nullopt;
   auto parsed = stream_entry_from_json(e->value);
   if (!parsed.ok()) return std::nullopt;
-  const std::string retry = "; the batch is not acknowledged: retry it under its producer number";
   if (parsed->node != config_.node) {
     return Error{Errc::unavailable, "stream '" + stream + "' is led by " + parsed->node + " now (epoch " +
                                         std::to_string(parsed->epoch) + "), not by " + config_.node + retry};

@@ -24,6 +24,7 @@
 #include "rapidjson/document.h"
 #include "tests/integration/support/domain.h"
 #include "tests/integration/support/ws_reader.h"
+#include "tests/support/sigstop.h"
 
 namespace entente::testing {
 namespace {
@@ -159,7 +160,7 @@ TEST_F(ClusterFailover, ALeaderStoppedPastItsLeaseAcknowledgesNothingWhenItWakes
     acked.push_back(b);
   }
   const pid_t leader = nodes_[0]->process().pid();
-  ASSERT_EQ(::kill(leader, SIGSTOP), 0);
+  ASSERT_TRUE(stop_and_wait(leader));
   // Sent to the stopped leader itself: read only when it wakes, after the
   // failover, when it must not be acknowledged unless the new leader has it.
   auto stale = std::async(std::launch::async, [&] {

@@ -21,6 +21,7 @@
 #include "rapidjson/document.h"
 #include "tests/integration/support/domain.h"
 #include "tests/integration/support/ws_reader.h"
+#include "tests/support/sigstop.h"
 #include "tests/support/etcd_process.h"
 
 namespace entente::testing {
@@ -168,7 +169,7 @@ TEST_F(ClusterReplication, AnAppendIsAnsweredOnceTheInSyncFollowersHoldItAndASto
   }
 
   // n3 stops answering: one append waits for it, then it leaves the set.
-  ASSERT_EQ(::kill(node(3).pid(), SIGSTOP), 0);
+  ASSERT_TRUE(stop_and_wait(node(3).pid()));
   const auto t0 = Clock::now();
   auto r = post(21);
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
@@ -210,7 +211,7 @@ TEST_F(ClusterReplication, AFollowerLeavesTheInSyncSetInEtcdBeforeAnAppendIsAckn
   const std::string body = R"([{"auction":1,"price":1}])";
   const std::string target = "/v1/streams/bids/tuples?producer_id=p&producer_seq=1";
   etcd_->pause();
-  ASSERT_EQ(::kill(node(3).pid(), SIGSTOP), 0);
+  ASSERT_TRUE(stop_and_wait(node(3).pid()));
   auto r = node(1).request("POST", target, body, kPublisherToken);
   EXPECT_EQ(r.status, 503u) << r.body;
   // Whichever comes first: the give-up bound, or the leader's lease no

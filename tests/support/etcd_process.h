@@ -36,6 +36,7 @@
 
 #include "http/client.h"
 #include "tests/support/free_port.h"
+#include "tests/support/sigstop.h"
 #include "tests/support/temp_dir.h"
 
 namespace entente::testing {
@@ -184,12 +185,7 @@ class EtcdProcess {
   // pause() returns once every thread of etcd has stopped (kill() returns
   // before that; a request sent in between would still be answered).
   void pause() {
-    if (pid_ <= 0 || ::kill(pid_, SIGSTOP) != 0) return;
-    paused_ = true;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (!all_threads_stopped() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (stop_and_wait(pid_)) paused_ = true;
   }
   void resume() {
     if (pid_ > 0 && ::kill(pid_, SIGCONT) == 0) paused_ = false;
@@ -233,23 +229,8 @@ class EtcdProcess {
     return text.substr(from);
   }
 
-  // True when every thread of the process is in state T (stopped), from
-  // /proc/PID/task/*/stat.
-  bool all_threads_stopped() const {
-    std::error_code ec;
-    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
-    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
-      std::ifstream in(task.path() / "stat");
-      std::string stat;
-      std::getline(in, stat);
-      // "TID (comm) S ...": the state follows the last ')'.
-      const size_t paren = stat.rfind(')');
-      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'T') {
-        return false;
-      }
-    }
-    return !ec;
-  }
+  // True when every thread of the process is in state T (stopped).
+  bool all_threads_stopped() const { return testing::all_threads_stopped(pid_); }
 
   // A TCP port on 127.0.0.1 that was free a moment ago; 0 if none.
   static uint16_t free_port() { return free_loopback_port(); }
