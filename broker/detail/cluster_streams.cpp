@@ -221,6 +221,16 @@ bool NodeImpl::forward_if_elsewhere(const http::Request& req, const RouteInfo& r
     answer(catalog_unavailable(catalog_->problem(), "finding stream '" + params[0].substr(0, 100) + "'"));
     return true;
   }
+  if (leader && *leader == config_.node && !find_stream(params[0]) && !replica_of(params[0]).empty()) {
+    // Named leader by a failover a moment ago: its copy becomes the stream
+    // (reconcile_leadership) within milliseconds.
+    http::Response r = http::Response::problem(503, "Service Unavailable",
+                                               config_.node + " is taking stream '" + params[0].substr(0, 100) +
+                                                   "' over from its copy; retry");
+    r.headers.emplace_back("Retry-After", "1");
+    answer(std::move(r));
+    return true;
+  }
   if (!leader || *leader == config_.node) return false;
   if (hops_of(req) >= kMaxHops) {
     answer(http::Response::problem(508, "Loop Detected",

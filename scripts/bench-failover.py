@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""Failover of a stream's leader (docs/cluster.md, "Failover of a stream's
+leader"): how long a replicated stream takes appends again after its leader
+is killed with SIGKILL, over many kills, and whether anything acknowledged
+was lost or stored twice.
+
+Starts a domain of three nodes n1..n3 on this machine (its own etcd on free
+loopback ports with a temporary data directory, the domain's CA and each
+node's certificate from `entente certs`, a `cluster` and a `federation`
+section per node), creates stream "bids" led by n1 with --factor copies,
+and runs a publisher that appends one named batch at a time (producer "p",
+numbers 1, 2, ...) through the live nodes in turn, sending a batch again
+under the same number until it is acknowledged. Then, --kills times: waits
+until every follower is in the in-sync set, kills the leader with SIGKILL,
+and records
+  detection   kill -> the leader's alive/ key gone from etcd (its lease expired)
+  election    that -> the stream's catalog entry naming the new leader
+  restore     that -> the first acknowledgement after the kill
+  takeover    kill -> the first acknowledgement after the kill
+(an etcd reader polls the two keys every 5 ms), restarts the killed node
+(it discards its old log and copies the stream again as a follower), and
+goes on. At the end the checker reads the leader's whole log (`entente
+subscribe --from 1`): every acknowledged batch must be there exactly once,
+in the order acknowledged, and nothing else.
+
+etcd runs with --heartbeat-interval 50 --election-timeout 500 so that it
+grants leases of 1 s (with its defaults the shortest lease is 2 s), and the
+nodes with lease_ttl 1s (--lease-ttl). Prints one JSON line per figure:
+{"bench":"failover_takeover_ms",...} with p50 and max of each part over the
+kills, and {"bench":"failover_check",...} with what the checker found.
+Exit status 1 when an acknowledged batch is missing or twice, or a kill is
+not taken over within 30 s; 77 when etcd is not installed.
+
+  scripts/bench-failover.py [--kills 20] [--factor 2] [--lease-ttl 1]
+                            [--durability process|fsync] [--build build]
+"""
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TOKEN = "bench-admin-token"
+ROWS = 10
+
+
+def free_port():
+    # Below the ephemeral range, so no outgoing connection takes it.
+    for _ in range(200):
+        p = random.randint(10000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return p
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+def now_ms():
+    return time.monotonic() * 1000.0
+
+
+class Etcd:
+    def __init__(self, binary, directory):
+        self.dir = directory
+        for _ in range(3):
+            client, peer = free_port(), free_port()
+            self.endpoint = "127.0.0.1:%d" % client
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(directory)
+            self.log = open(os.path.join(directory, "log"), "w")
+            self.proc = subprocess.Popen(
+                [binary, "--name=bench", "--data-dir=" + directory + "/data",
+                 "--listen-client-urls=http://" + self.endpoint,
+                 "--advertise-client-urls=http://" + self.endpoint,
+                 "--listen-peer-urls=http://127.0.0.1:%d" % peer,
+                 "--initial-advertise-peer-urls=http://127.0.0.1:%d" % peer,
+                 "--initial-cluster=bench=http://127.0.0.1:%d" % peer,
+                 "--initial-cluster-state=new",
+                 "--heartbeat-interval=50", "--election-timeout=500"],
+                stdout=self.log, stderr=subprocess.STDOUT)
+            for _ in range(150):
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    c = http.client.HTTPConnection(self.endpoint, timeout=1)
+                    c.request("GET", "/health")
+                    if b'"true"' in c.getresponse().read():
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.1)
+            self.proc.kill()
+            self.proc.wait()
+        raise RuntimeError("etcd did not start; see " + directory + "/log")
+
+    def get(self, key, prefix=False, conn=None):
+        body = {"key": base64.b64encode(key.encode()).decode()}
+        if prefix:
+            end = key[:-1] + chr(ord(key[-1]) + 1)
+            body["range_end"] = base64.b64encode(end.encode()).decode()
+        c = conn or http.client.HTTPConnection(self.endpoint, timeout=2)
+        c.request("POST", "/v3/kv/range", json.dumps(body), {"Content-Type": "application/json"})
+        d = json.loads(c.getresponse().read())
+        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+                for kv in d.get("kvs", [])}
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Node:
+    def __init__(self, bench, name):
+        self.bench, self.name = bench, name
+        self.dir = os.path.join(bench.dir, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.proc = None
+        self.port = 0
+
+    def start(self):
+        b = self.bench
+        certs = os.path.join(b.dir, "certs")
+        config = {
+            "domain": "bench", "node": self.name,
+            "cluster": {"etcd": ["http://" + b.etcd.endpoint], "lease_ttl": "%ds" % b.args.lease_ttl,
+                        "etcd_timeout": "%dms" % (b.args.lease_ttl * 500)},
+            "federation": {"listen": "127.0.0.1:0", "cert_file": "%s/%s/node.crt" % (certs, self.name),
+                           "key_file": "%s/%s/node.key" % (certs, self.name),
+                           "ca_file": "%s/ca/ca.crt" % certs},
+            "api": {"listen": "127.0.0.1:0", "tls": False},
+            "data_dir": os.path.join(self.dir, "data"),
+            "tokens": [{"name": "bench", "role": "admin", "sha256": b.hash}],
+            "ingest_durability": b.args.durability,
+            "threads": {"network": 1, "engine": 1},
+        }
+        with open(os.path.join(self.dir, "node.json"), "w") as f:
+            json.dump(config, f)
+        out = open(os.path.join(self.dir, "out"), "w")
+        err = open(os.path.join(self.dir, "err"), "a")
+        self.proc = subprocess.Popen([b.entente, "broker", "--config", os.path.join(self.dir, "node.json")],
+                                     stdout=out, stderr=err)
+        for _ in range(200):
+            with open(os.path.join(self.dir, "out")) as f:
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", f.read())
+            if m:
+                self.port = int(m.group(1))
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("node %s did not start; see %s/err" % (self.name, self.dir))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def request(self, method, target, body=None, timeout=3):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        headers = {"Authorization": "Bearer " + TOKEN}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        c.request(method, target, body, headers)
+        r = c.getresponse()
+        return r.status, r.read().decode()
+
+
+class Publisher(threading.Thread):
+    """One named batch at a time through the live nodes in turn; a batch
+    is sent again under its number until it is acknowledged."""
+
+    def __init__(self, bench):
+        super().__init__(daemon=True)
+        self.bench = bench
+        self.acked = []      # batch numbers, in the order acknowledged
+        self.ack_ms = []     # when each was acknowledged
+        self.stop = False
+        self.errors = {}
+        self.lock = threading.Lock()
+
+    def run(self):
+        seq, turn = 1, 0
+        while not self.stop:
+            body = json.dumps([{"auction": seq * 1000 + k, "price": k} for k in range(ROWS)])
+            live = [n for n in self.bench.nodes if n.alive()]
+            turn += 1
+            node = live[turn % len(live)] if live else None
+            try:
+                if node is None:
+                    raise OSError("no node up")
+                status, text = node.request("POST", "/v1/streams/bids/tuples?producer_id=p&producer_seq=%d" % seq,
+                                            body, timeout=2)
+            except (OSError, http.client.HTTPException) as e:
+                status, text = 0, str(e)
+            if status == 200:
+                with self.lock:
+                    self.acked.append(seq)
+                    self.ack_ms.append(now_ms())
+                seq += 1
+                time.sleep(self.bench.args.pause_ms / 1000.0)
+            else:
+                key = str(status)
+                self.errors[key] = self.errors.get(key, 0) + 1
+                time.sleep(0.005)
+
+    def first_ack_after(self, t):
+        with self.lock:
+            for a in reversed(range(len(self.ack_ms))):
+                if self.ack_ms[a] <= t:
+                    return self.ack_ms[a + 1] if a + 1 < len(self.ack_ms) else None
+            return self.ack_ms[0] if self.ack_ms else None
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.entente = os.path.join(args.build, "broker", "entente")
+        self.dir = tempfile.mkdtemp(prefix="entente-bench-failover-")
+        self.nodes = []
+        self.etcd = None
+
+    def certs(self, *argv):
+        subprocess.run([self.entente, "certs", *argv], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    def entry(self, conn):
+        v = self.etcd.get("/entente/bench/catalog/streams/bids", conn=conn).get(
+            "/entente/bench/catalog/streams/bids")
+        return json.loads(v) if v else None
+
+    def wait_in_sync(self, timeout_s=60):
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            e = self.entry(None)
+            if e and len(e.get("in_sync", [])) == len(e.get("replicas", [])) and e["replicas"]:
+                return e
+            time.sleep(0.05)
+        raise RuntimeError("the followers of bids did not all join the in-sync set: %s" % self.entry(None))
+
+    def run(self):
+        a = self.args
+        etcd_bin = os.environ.get("ETCD", "/usr/bin/etcd")
+        if not os.access(etcd_bin, os.X_OK):
+            print("etcd is not installed (%s): apt-get install etcd-server" % etcd_bin, file=sys.stderr)
+            return 77
+        self.hash = subprocess.run([self.entente, "token-hash", TOKEN], check=True, capture_output=True,
+                                   text=True).stdout.strip()
+        self.etcd = Etcd(etcd_bin, os.path.join(self.dir, "etcd"))
+        certs = os.path.join(self.dir, "certs")
+        self.certs("init-domain", "bench", "--out", certs + "/ca")
+        for n in ("n1", "n2", "n3"):
+            self.certs("issue-node", "bench", n, "--ca", certs + "/ca", "--san", "127.0.0.1,localhost",
+                       "--out", certs + "/" + n)
+            self.nodes.append(Node(self, n))
+        for n in self.nodes:
+            n.start()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                status, text = self.nodes[0].request("GET", "/v1/nodes")
+                if status == 200 and text.count('"state":"up"') == 3:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        schema = [{"name": "auction", "type": "int64"}, {"name": "price", "type": "int64"}]
+        status, text = self.nodes[1].request("POST", "/v1/streams", json.dumps(
+            {"name": "bids", "schema": schema, "node": "n1", "replication": a.factor}))
+        if status != 201:
+            raise RuntimeError("creating bids: %d %s" % (status, text))
+        self.wait_in_sync()
+        pub = Publisher(self)
+        pub.start()
+        time.sleep(1)
+        conn = http.client.HTTPConnection(self.etcd.endpoint, timeout=2)
+        parts = {"detection": [], "election": [], "restore": [], "takeover": []}
+        failed = 0
+        for k in range(a.kills):
+            e = self.wait_in_sync()
+            leader = next(n for n in self.nodes if n.name == e["node"])
+            time.sleep(0.3 + random.random() * 0.4)  # a random point of the lease's renewal period
+            t_kill = now_ms()
+            leader.kill()
+            t_gone = t_entry = t_ack = None
+            deadline = t_kill + 30000
+            while now_ms() < deadline and (t_gone is None or t_entry is None or t_ack is None):
+                if t_gone is None and not self.etcd.get("/entente/bench/alive/" + leader.name, conn=conn):
+                    t_gone = now_ms()
+                if t_entry is None:
+                    cur = self.entry(conn)
+                    if cur and cur["node"] != leader.name:
+                        t_entry = now_ms()
+                if t_ack is None:
+                    t_ack = pub.first_ack_after(t_kill)
+                time.sleep(0.005)
+            if t_ack is None or t_entry is None or t_gone is None:
+                failed += 1
+                print("kill %d of %s: not taken over within 30 s" % (k + 1, leader.name), file=sys.stderr)
+            else:
+                parts["detection"].append(t_gone - t_kill)
+                parts["election"].append(max(0.0, t_entry - t_gone))
+                parts["restore"].append(max(0.0, t_ack - t_entry))
+                parts["takeover"].append(t_ack - t_kill)
+            leader.start()
+        pub.stop = True
+        pub.join()
+        for name, xs in parts.items():
+            if not xs:
+                continue
+            print(json.dumps({"bench": "failover_takeover_ms", "part": name, "kills": len(xs),
+                              "p50": round(statistics.median(xs), 1), "max": round(max(xs), 1),
+                              "lease_ttl_s": a.lease_ttl, "factor": a.factor, "durability": a.durability}))
+        # The checker.
+        e = self.wait_in_sync()
+        leader = next(n for n in self.nodes if n.name == e["node"])
+        total = len(pub.acked) * ROWS
+        env = dict(os.environ, ENTENTE_TOKEN=TOKEN)
+        out = subprocess.run([self.entente, "subscribe", "--port", str(leader.port), "--from", "1",
+                              "--count", str(2 * total + ROWS), "--timeout-ms", "3000", "bids"],
+                             capture_output=True, text=True, env=env).stdout
+        auctions = [json.loads(line)["auction"] for line in out.splitlines() if line.strip()]
+        seen = {}
+        for x in auctions:
+            seen[x // 1000] = seen.get(x // 1000, 0) + 1
+        missing = [b for b in pub.acked if seen.get(b, 0) == 0]
+        twice = [b for b, c in seen.items() if c > ROWS]
+        order = [x // 1000 for x in auctions[::ROWS]]
+        in_order = order == sorted(order)
+        extra = [b for b in seen if b not in set(pub.acked)]
+        print(json.dumps({"bench": "failover_check", "kills": a.kills, "acked_batches": len(pub.acked),
+                          "log_tuples": len(auctions), "missing": len(missing), "twice": len(twice),
+                          "unacknowledged_in_log": len(extra), "in_order": in_order,
+                          "publisher_retries": pub.errors}))
+        if missing or twice or failed:
+            print("missing %s twice %s" % (missing[:10], twice[:10]), file=sys.stderr)
+            return 1
+        return 0
+
+    def close(self):
+        for n in self.nodes:
+            if n.alive():
+                n.proc.terminate()
+                n.proc.wait()
+        if self.etcd:
+            self.etcd.stop()
+        if os.environ.get("KEEP"):
+            print("kept " + self.dir, file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--factor", type=int, default=2)
+    p.add_argument("--lease-ttl", type=int, default=1, help="seconds")
+    p.add_argument("--durability", default="process", choices=["process", "fsync"])
+    p.add_argument("--pause-ms", type=float, default=2.0, help="between acknowledged batches")
+    p.add_argument("--build", default=os.environ.get("BUILD_DIR", "build"))
+    args = p.parse_args()
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    bench = Bench(args)
+    try:
+        return bench.run()
+    finally:
+        bench.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
