@@ -99,7 +99,9 @@ void NodeImpl::check_replication(const std::string& stream) {
       for (const auto& r : *states) {
         if (!r.in_sync) continue;
         held = std::min(held, r.acked);
-        closed |= !r.connected;
+        // A follower that has not opened its copy yet (a new stream) is
+        // waited for up to the bound, like a slow one.
+        closed |= r.opened && !r.connected;
       }
     }
     auto it = repl_waiters_.find(stream);

@@ -369,6 +369,9 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
   entry.node = config_.node;
   entry.meta = meta;
   entry.replicas = followers;
+  // In the in-sync set from the start: they hold the whole (empty) log, so
+  // the first appends already wait for them.
+  entry.in_sync = followers;
   entry.lease = membership_->lease_id();
   auto rev = catalog_->create(stream_key_of(meta.name), stream_catalog_entry(entry));
   if (!rev.ok()) {
@@ -570,11 +573,12 @@ std::optional<std::vector<ReplicaState>> NodeImpl::replica_states(const std::str
   if (peering_) readers = peering_->internal_readers(stream);
   std::vector<ReplicaState> out;
   for (const auto& node : parsed->replicas) {
-    ReplicaState r{node, 0, 0, false, false};
+    ReplicaState r{node, 0, 0, false, false, false};
     for (const auto& reader : readers) {
       if (reader.node != node) continue;
       r.acked = reader.acked;
       r.connected = reader.connected;
+      r.opened = true;
     }
     r.lag_tuples = head > r.acked ? head - r.acked : 0;
     r.in_sync = std::find(parsed->in_sync.begin(), parsed->in_sync.end(), node) != parsed->in_sync.end();
@@ -611,15 +615,18 @@ Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<
   std::vector<std::string> next;
   std::vector<std::string> left, joined;
   for (const auto& node : parsed->replicas) {
-    bool connected = false;
+    bool connected = false, opened = false;
     uint64_t acked = 0;
     for (const auto& r : readers) {
       if (r.node != node) continue;
       connected = r.connected;
       acked = r.acked;
+      opened = true;
     }
     const bool member = std::find(parsed->in_sync.begin(), parsed->in_sync.end(), node) != parsed->in_sync.end();
-    if (member && (!connected || leave.count(node))) {
+    // One that never opened its copy (a new stream) leaves only once an
+    // append waited the bound for it.
+    if (member && ((opened && !connected) || leave.count(node))) {
       left.push_back(node);
     } else if (member) {
       next.push_back(node);

@@ -89,6 +89,7 @@ struct ReplicaState {
   uint64_t acked = 0;       // the last sequence number it holds durably
   uint64_t lag_tuples = 0;  // the leader's head minus acked
   bool connected = false;   // its channel is open
+  bool opened = false;      // it has opened its copy here at least once
   bool in_sync = false;     // in the stream's in-sync set (the catalog's)
 };
 

@@ -97,6 +97,56 @@ class ClusterImports : public ::testing::Test {
   std::vector<FedNode*> acme_;
 };
 
+// The leader of an imported stream is killed: acme's controller makes an
+// in-sync follower the leader, and beta's import, its link to n1 gone,
+// asks the node it knows again, is told where the stream is now, and
+// resumes after the last tuple it holds. At the end beta's mirror is the
+// new leader's log row for row: nothing lost, nothing twice.
+TEST_F(ClusterImports, AnImportFollowsTheStreamToItsNewLeaderAfterAFailover) {
+  auto created = acme(2).process().request(
+      "POST", "/v1/streams",
+      R"({"name":"bids","event_time":"date_time","node":"n1","replication":3,"schema":)" + std::string(kBidsSchema) +
+          "}");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  ASSERT_TRUE(eventually(20s, [&] { return listed(acme(2), "bids", "n1"); }));
+  ASSERT_NO_FATAL_FAILURE(wait_linked(*beta_, acme(2)));
+  auto imported = import_stream(*beta_, "acme/bids");
+  ASSERT_EQ(imported.status, 201u) << imported.body << "\nbeta stderr:\n" << beta_->process().stderr_text();
+  std::vector<const BrokerProcess*> nodes;
+  for (FedNode* n : acme_) nodes.push_back(&n->process());
+  // Batches of 50 bids, each under its producer number, through acme's
+  // nodes in turn; n1 (the leader) killed after the 10th, for good.
+  constexpr uint64_t kBatches = 30, kRows = 50;
+  for (uint64_t b = 0; b < kBatches; ++b) {
+    if (b == 10) acme(1).process().kill();
+    std::string body = "[";
+    for (uint64_t i = b * kRows; i < (b + 1) * kRows; ++i) body += (i == b * kRows ? "" : ",") + bid(i);
+    const std::string problem = post_through_any(
+        nodes, b, "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b + 1), body + "]");
+    ASSERT_EQ(problem, "") << "batch " << b;
+  }
+  std::string leader;
+  ASSERT_TRUE(eventually(20s, [&] {
+    if (listed(acme(2), "bids", "n2")) leader = "n2";
+    else if (listed(acme(2), "bids", "n3")) leader = "n3";
+    return !leader.empty();
+  }));
+  FedNode& now = acme(leader == "n2" ? 2 : 3);
+  const uint64_t total = kBatches * kRows;
+  ASSERT_EQ(next_seq(now.process(), "bids"), total + 1) << "the new leader's log is not every batch once";
+  ASSERT_NO_FATAL_FAILURE(wait_caught_up(*beta_, "acme/bids", total + 1));
+  const ImportView v = get_import(beta_->process(), "acme/bids");
+  EXPECT_EQ(v.owner, now.identity()) << v.body;
+  const ReadResult want = read_stream(now.process(), "bids", 1, total, 60000);
+  const ReadResult got = read_stream(beta_->process(), url_name("acme/bids"), 1, total, 60000);
+  ASSERT_EQ(want.tuples.size(), total) << want.error;
+  ASSERT_EQ(got.tuples.size(), total) << got.error;
+  for (uint64_t i = 0; i < total; ++i) {
+    ASSERT_EQ(got.tuples[i].seq, i + 1);
+    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "position " << i;
+  }
+}
+
 TEST_F(ClusterImports, AnImportReachesTheStreamsLeaderThroughANodeThatDoesNotLeadIt) {
   // bids is created through n3, to be led by n1.
   auto created = acme(3).process().request(
