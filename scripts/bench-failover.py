@@ -15,8 +15,8 @@ until every follower is in the in-sync set, kills the leader with SIGKILL,
 and records
   detection   kill -> the leader's alive/ key gone from etcd (its lease expired)
   election    that -> the stream's catalog entry naming the new leader
-  restore     that -> the first acknowledgement after the kill
-  takeover    kill -> the first acknowledgement after the kill
+  restore     that -> the first acknowledgement of a request sent after the kill
+  takeover    kill -> the first acknowledgement of a request sent after the kill
 (an etcd reader polls the two keys every 5 ms), restarts the killed node
 (it discards its old log and copies the stream again as a follower), and
 goes on. At the end the checker reads the leader's whole log (`entente
@@ -191,6 +191,7 @@ class Publisher(threading.Thread):
         self.bench = bench
         self.acked = []      # batch numbers, in the order acknowledged
         self.ack_ms = []     # when each was acknowledged
+        self.sent_ms = []    # when the request that was acknowledged was sent
         self.stop = False
         self.errors = {}
         self.lock = threading.Lock()
@@ -202,6 +203,7 @@ class Publisher(threading.Thread):
             live = [n for n in self.bench.nodes if n.alive()]
             turn += 1
             node = live[turn % len(live)] if live else None
+            sent = now_ms()
             try:
                 if node is None:
                     raise OSError("no node up")
@@ -213,6 +215,7 @@ class Publisher(threading.Thread):
                 with self.lock:
                     self.acked.append(seq)
                     self.ack_ms.append(now_ms())
+                    self.sent_ms.append(sent)
                 seq += 1
                 time.sleep(self.bench.args.pause_ms / 1000.0)
             else:
@@ -221,9 +224,11 @@ class Publisher(threading.Thread):
                 time.sleep(0.005)
 
     def first_ack_after(self, t):
+        """When the first request sent after `t` was acknowledged (an answer
+        in flight at `t` says nothing about the new leader)."""
         with self.lock:
-            for a in reversed(range(len(self.ack_ms))):
-                if self.ack_ms[a] <= t:
+            for a in range(len(self.sent_ms) - 1, -1, -1):
+                if self.sent_ms[a] <= t:
                     return self.ack_ms[a + 1] if a + 1 < len(self.ack_ms) else None
             return self.ack_ms[0] if self.ack_ms else None
 
