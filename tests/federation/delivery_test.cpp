@@ -90,7 +90,13 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
     if (log_.empty()) return std::optional<uint64_t>();
     return std::optional<uint64_t>(log_.front().first);
   }
-  Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+  void named_batches(uint64_t first, uint64_t last, std::vector<NamedBatch>& out) const override {
+    std::lock_guard lock(mu_);
+    for (const auto& n : named_) {
+      if (n.last >= first && n.last <= last) out.push_back(n);
+    }
+  }
+  Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra, std::vector<NamedBatch> named,
                    std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) override;
   void end_feed(const std::string& cause, const std::string& reason) override {
     std::lock_guard lock(mu_);
@@ -118,6 +124,20 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
       }
     }
     for (auto& t : taps) t->on_record({rec.first, rec.last, rec.batch, &rec.encoded});
+  }
+  // The same for a batch its publisher named (producer, number): the
+  // stream remembers it, with `floor` as its producer's floor.
+  void publish_named(engine::Batch b, const std::string& producer, uint64_t producer_seq, uint64_t floor = 0) {
+    {
+      std::lock_guard lock(mu_);
+      named_.push_back({producer, producer_seq, next_, next_ + b.rows() - 1, floor});
+    }
+    publish(std::move(b));
+  }
+  // The named batches a mirror received, once durable.
+  std::vector<NamedBatch> named() const {
+    std::lock_guard lock(mu_);
+    return named_;
   }
   // Every sequence number stored, in log order.
   std::vector<uint64_t> seqs() const {
@@ -157,6 +177,7 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
   std::vector<Rec> log_;    // REQUIRES: mu_
   std::vector<std::weak_ptr<StreamTap>> taps_;  // REQUIRES: mu_
   std::string feed_ended_;  // REQUIRES: mu_
+  std::vector<NamedBatch> named_;  // REQUIRES: mu_; by ascending last
 };
 
 // The test's node: a real store, in-memory streams, and a write queue that
@@ -225,7 +246,7 @@ class TestHost final : public Host {
   base::Registry metrics_;
 };
 
-Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra, std::vector<NamedBatch> named,
                             std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) {
   (void)encoded;
   uint64_t last = 0;
@@ -244,8 +265,13 @@ Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBat
     next_ = last + 1;
   }
   // Durable (and visible) when the host commits.
-  return host_->submit(std::move(extra), [self = shared_from_this(), last, done = std::move(done)](const Status& st) {
+  return host_->submit(std::move(extra), [self = shared_from_this(), last, named = std::move(named),
+                                           done = std::move(done)](const Status& st) {
     self->committed(last);
+    {
+      std::lock_guard lock(self->mu_);
+      for (const auto& n : named) self->named_.push_back(n);
+    }
     done(st);
   });
 }
