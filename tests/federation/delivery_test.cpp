@@ -478,6 +478,39 @@ TEST_F(DeliveryTest, TuplesFlowFromTheLogThenLiveWithContiguousNumbersAndNoDupli
   EXPECT_EQ(importer_traffic_.tuples("entente://acme/n1").first, 500u);
 }
 
+TEST_F(DeliveryTest, AnotherDomainNeverLearnsWhoPublishesAndRefusesNamesSentToIt) {
+  // Both sides speak version 3 (the default of the test's wire), and the
+  // batches are named: beta still gets plain DATA only.
+  bids_->publish_named(rows(10, 0), "loader-7", 1);
+  start_importer(8u << 20);
+  ASSERT_TRUE(import_bids().ok());
+  bids_->publish_named(rows(10, 10), "loader-7", 2);
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(20));
+  EXPECT_EQ(seen(FrameType::data).size(), 2u);
+  EXPECT_TRUE(seen(FrameType::data_named).empty());
+  EXPECT_TRUE(mirror()->named().empty());
+
+  // An owner that sent them anyway breaks the protocol: the importer resets
+  // the channel and stores nothing of that DATA.
+  bids_->publish(rows(10, 20));
+  ASSERT_EQ(link_.frames.size(), 1u);
+  Frame& f = link_.frames.front();
+  auto d = decode_data(f.payload);
+  ASSERT_TRUE(d.ok());
+  d->named = {{"loader-7", 3, 21, 30, 0}};
+  f.type = FrameType::data_named;
+  f.payload = encode(*d);
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(20));
+  EXPECT_TRUE(mirror()->named().empty());
+  ASSERT_FALSE(seen(FrameType::reset).empty());
+  auto reset = decode_reset(seen(FrameType::reset).back().payload);
+  ASSERT_TRUE(reset.ok());
+  EXPECT_EQ(reset->code, WireError::protocol);
+  EXPECT_EQ(reset->reason, "DATA_NAMED on acme/bids, which is not a read of a node of this domain");
+}
+
 TEST_F(DeliveryTest, TheSenderStopsAtTheCreditAndGoesOnWhenCreditComesBack) {
   for (int i = 0; i < 5; ++i) bids_->publish(rows(50, i * 50));  // 5 records of 50 tuples
   // Room for two records' DATA and half of a third.
@@ -1153,6 +1186,47 @@ TEST_F(InternalReadTest, ANodeOfTheDomainGetsEveryTupleOnceWithTheOwnersNumbersW
   EXPECT_NE(std::find(owner_->lines.begin(), owner_->lines.end(),
                       "federation: entente://acme/n2 opened acme/bids from 1 (a node of this domain)"),
             owner_->lines.end());
+}
+
+// A follower's copy (docs/cluster.md, "Replicated stream logs") learns
+// which batches publishers named, so that it answers their retries as the
+// leader would once it leads the stream.
+TEST_F(InternalReadTest, ANodeOfTheDomainGetsThePublishersNamesWithTheTuplesOverVersionThree) {
+  // From the log: two named batches, one unnamed between them.
+  bids_->publish_named(rows(10, 0), "loader-7", 41);  // 1..10
+  bids_->publish(rows(5, 10));                        // 11..15
+  bids_->publish_named(rows(10, 15), "loader-7", 42, 40);  // 16..25
+  ASSERT_TRUE(read_bids().ok());
+  // Live.
+  bids_->publish_named(rows(10, 25), "pub.b:2", 1);  // 26..35
+  run();
+  EXPECT_EQ(mirror()->seqs(), range(1, 35));
+  const std::vector<NamedBatch> want = {
+      {"loader-7", 41, 1, 10, 0}, {"loader-7", 42, 16, 25, 40}, {"pub.b:2", 1, 26, 35, 0}};
+  EXPECT_EQ(mirror()->named(), want);
+  // Each DATA carries the names of the batches it completes, and only
+  // those: the unnamed record goes as plain DATA.
+  EXPECT_EQ(seen(FrameType::data_named).size(), 3u);
+  EXPECT_EQ(seen(FrameType::data).size(), 1u);
+  for (const auto& f : seen(FrameType::data_named)) {
+    auto d = decode_data_named(f.payload);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    ASSERT_EQ(d->named.size(), 1u);
+    EXPECT_EQ(d->named[0].first, d->first_seq);
+    EXPECT_EQ(d->named[0].last, d->first_seq + d->count - 1);
+  }
+}
+
+TEST_F(InternalReadTest, AReaderOfVersionTwoGetsPlainDataAndEveryTuple) {
+  net_.versions[kAcme2.uri()] = 2;  // n2 was built before version 3
+  bids_->publish_named(rows(10, 0), "loader-7", 1);
+  ASSERT_TRUE(read_bids().ok());
+  bids_->publish_named(rows(10, 10), "loader-7", 2);
+  run();
+  EXPECT_EQ(mirror()->seqs(), range(1, 20));
+  EXPECT_EQ(seen(FrameType::data).size(), 2u);
+  EXPECT_TRUE(seen(FrameType::data_named).empty());
+  EXPECT_TRUE(mirror()->named().empty());
 }
 
 TEST_F(InternalReadTest, AReaderThatRestartsResumesFromItsMirror) {
