@@ -403,7 +403,8 @@ bool Imports::on_frame(const certs::Identity& peer, FrameType type, uint32_t cha
     on_open_ok(imp, ch, payload, later);
   } else if (type == FrameType::reset) {
     on_reset(imp, ch, payload, later);
-  } else if ((type == FrameType::data || type == FrameType::data_named) && imp->state == "active" && imp->mirror) {
+  } else if ((type == FrameType::data || type == FrameType::data_named) && imp->state == "active" &&
+             imp->mirror) {
     on_data(imp, ch, type, payload);
   }
   return true;
@@ -757,8 +758,8 @@ Status Imports::store_rows(const ImportPtr& imp, const Channel& ch, engine::Batc
       keep_position();
       diverges = true;
     }
-    s = imp->mirror->append_at(at, std::move(rows), std::move(position), std::move(named), std::move(on_durable),
-                               std::move(as_received));
+    s = imp->mirror->append_at(at, std::move(rows), std::move(position), std::move(named),
+                               std::move(on_durable), std::move(as_received));
   }
   if (!s.ok()) {
     // The write queue is full (or the mirror is going): start over from

@@ -145,8 +145,9 @@ class Imports final {
   // Appends rows (the tuples of owner numbers first..last that passed, all
   // new), with the position and the named batches among them; ACK once
   // durable.
-  Status store_rows(const ImportPtr& imp, const Channel& ch, engine::Batch rows, uint64_t first, uint64_t last,
-                    bool whole, std::shared_ptr<const std::string> as_received, std::vector<NamedBatch> named);
+  Status store_rows(const ImportPtr& imp, const Channel& ch, engine::Batch rows, uint64_t first,
+                    uint64_t last, bool whole, std::shared_ptr<const std::string> as_received,
+                    std::vector<NamedBatch> named);
   // REQUIRES: imp->mu. Forgets the channel; what arrives on it is ignored.
   void drop_channel(Import& imp, const Channel& ch);
   // REQUIRES: imp->mu. RESET, then a new OPEN `after` from now.

@@ -462,8 +462,8 @@ constexpr std::size_t kMinNamedBytes = 2 + 1 + 4 * 8;
 bool valid_producer_id(std::string_view id) {
   if (id.empty() || id.size() > kMaxProducerBytes) return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-           c == ':' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
   });
 }
 
@@ -485,8 +485,8 @@ Result<Data> decode_data_named(std::string_view payload) {
   if (n == 0) return r.invalid("named_count", "0 (a DATA without names is a DATA)");
   // Each batch has a tuple of its own whose number ends it in the range.
   if (n > m.count) {
-    return r.invalid("named_count", std::to_string(n) + " batches end in a range of " + std::to_string(m.count) +
-                                        " tuples");
+    return r.invalid("named_count",
+                     std::to_string(n) + " batches end in a range of " + std::to_string(m.count) + " tuples");
   }
   if (n > payload.size() / kMinNamedBytes) {
     return r.invalid("named_count", std::to_string(n) + " batches cannot fit in " +
@@ -510,11 +510,12 @@ Result<Data> decode_data_named(std::string_view payload) {
     // Any floor: a batch numbered below it may still be remembered (it was
     // being written, out of order, when the window moved past it).
     if (b.first == 0 || b.first > b.last) {
-      return r.invalid("first", std::to_string(b.first) + ".." + std::to_string(b.last) + " is not a range" + at);
+      return r.invalid("first",
+                       std::to_string(b.first) + ".." + std::to_string(b.last) + " is not a range" + at);
     }
     if (b.last < m.first_seq || b.last > range_last) {
-      return r.invalid("last", std::to_string(b.last) + " is outside the covered " + std::to_string(m.first_seq) +
-                                   ".." + std::to_string(range_last) + at);
+      return r.invalid("last", std::to_string(b.last) + " is outside the covered " +
+                                   std::to_string(m.first_seq) + ".." + std::to_string(range_last) + at);
     }
     // Batches are records: they do not overlap, and come in order.
     if (b.first <= prev_last) {

@@ -122,10 +122,10 @@ Result<Moved> parse_moved(std::string_view reason);
 // floor (every number up to it is forgotten). Only ever sent to a node of
 // the owner's own domain (docs/protocol.md §5.12): the ids are the owner's.
 struct NamedBatch {
-  std::string producer;      // 1..kMaxProducerBytes of [A-Za-z0-9._:-]
-  uint64_t producer_seq = 0; // >= 1
-  uint64_t first = 0;        // >= 1
-  uint64_t last = 0;         // >= first
+  std::string producer;       // 1..kMaxProducerBytes of [A-Za-z0-9._:-]
+  uint64_t producer_seq = 0;  // >= 1
+  uint64_t first = 0;         // >= 1
+  uint64_t last = 0;          // >= first
   uint64_t floor = 0;
   friend bool operator==(const NamedBatch&, const NamedBatch&) = default;
 };

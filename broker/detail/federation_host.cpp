@@ -82,9 +82,10 @@ class BrokerStream final : public federation::HostStream {
     }
     std::vector<NamedRecord> records;
     records.reserve(named.size());
-    for (auto& n : named) records.push_back({ProducerTag{std::move(n.producer), n.producer_seq}, n.first, n.last, n.floor});
-    return s_->append_at_named(first, std::move(batch), node_.gc(), store::Admission::reject, std::move(extra),
-                               std::move(records), std::move(on_done), std::move(encoded));
+    for (auto& n : named)
+      records.push_back({ProducerTag{std::move(n.producer), n.producer_seq}, n.first, n.last, n.floor});
+    return s_->append_at_named(first, std::move(batch), node_.gc(), store::Admission::reject,
+                               std::move(extra), std::move(records), std::move(on_done), std::move(encoded));
   }
   void end_feed(const std::string& cause, const std::string& reason) override { s_->end_feed(cause, reason); }
 

@@ -225,8 +225,8 @@ void Stream::remember_locked(const ProducerTag& tag, uint64_t first, uint64_t la
     Producer& p = it->second;
     // Batches this write already evicted are the first of `stored` (the
     // oldest go first); they still count as gone.
-    const size_t gone = static_cast<size_t>(std::count_if(
-        r.evicted.begin(), r.evicted.end(), [&](const auto& e) { return e.first == tag.id; }));
+    const size_t gone = static_cast<size_t>(
+        std::count_if(r.evicted.begin(), r.evicted.end(), [&](const auto& e) { return e.first == tag.id; }));
     size_t count = p.stored.size() - gone + p.pending.size() + 1;
     uint64_t old_floor = p.floor;
     if (auto f = r.floors.find(tag.id); f != r.floors.end()) old_floor = std::max(old_floor, f->second);
@@ -278,7 +278,8 @@ void Stream::remembered_locked(const Remembering& r) {
     }
   }
   for (const auto& [id, f] : r.floors) {
-    if (auto it = producers_.find(id); it != producers_.end()) it->second.floor = std::max(it->second.floor, f);
+    if (auto it = producers_.find(id); it != producers_.end())
+      it->second.floor = std::max(it->second.floor, f);
   }
   for (const auto& v : r.victims) {
     auto it = producers_.find(v);
@@ -310,8 +311,9 @@ void Stream::erase_named_locked(uint64_t last, const std::string& producer, uint
 }
 
 Status Stream::append_at_named(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
-                               store::Admission admission, store::WriteBatch extra, std::vector<NamedRecord> named,
-                               Done done, std::shared_ptr<const std::string> encoded) {
+                               store::Admission admission, store::WriteBatch extra,
+                               std::vector<NamedRecord> named, Done done,
+                               std::shared_ptr<const std::string> encoded) {
   Remembering rem;
   std::vector<NamedRecord> fresh;
   {

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/batch.h"
@@ -243,12 +243,13 @@ TEST_F(StreamProducers, ACopyRemembersTheLeadersNamedBatchesAsTheLeaderDoes) {
     std::mutex mu;
     std::condition_variable cv;
     std::optional<Status> result;
-    Status s = copy->append_at_named(first, rows(static_cast<int>(last - first + 1)), *gc_, store::Admission::reject,
-                                     store::WriteBatch(), std::move(named), [&](const Status& st, const RecordPtr&) {
-                                       std::lock_guard lock(mu);
-                                       result = st;
-                                       cv.notify_all();
-                                     });
+    Status s =
+        copy->append_at_named(first, rows(static_cast<int>(last - first + 1)), *gc_, store::Admission::reject,
+                              store::WriteBatch(), std::move(named), [&](const Status& st, const RecordPtr&) {
+                                std::lock_guard lock(mu);
+                                result = st;
+                                cv.notify_all();
+                              });
     ASSERT_TRUE(s.ok()) << s.error().message;
     std::unique_lock lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return result.has_value(); }));

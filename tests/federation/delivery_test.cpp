@@ -96,8 +96,9 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
       if (n.last >= first && n.last <= last) out.push_back(n);
     }
   }
-  Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra, std::vector<NamedBatch> named,
-                   std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) override;
+  Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+                   std::vector<NamedBatch> named, std::function<void(const Status&)> done,
+                   std::shared_ptr<const std::string> encoded) override;
   void end_feed(const std::string& cause, const std::string& reason) override {
     std::lock_guard lock(mu_);
     feed_ended_ = cause + " | " + reason;
@@ -127,7 +128,8 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
   }
   // The same for a batch its publisher named (producer, number): the
   // stream remembers it, with `floor` as its producer's floor.
-  void publish_named(engine::Batch b, const std::string& producer, uint64_t producer_seq, uint64_t floor = 0) {
+  void publish_named(engine::Batch b, const std::string& producer, uint64_t producer_seq,
+                     uint64_t floor = 0) {
     {
       std::lock_guard lock(mu_);
       named_.push_back({producer, producer_seq, next_, next_ + b.rows() - 1, floor});
@@ -246,8 +248,9 @@ class TestHost final : public Host {
   base::Registry metrics_;
 };
 
-Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra, std::vector<NamedBatch> named,
-                            std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) {
+Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
+                            std::vector<NamedBatch> named, std::function<void(const Status&)> done,
+                            std::shared_ptr<const std::string> encoded) {
   (void)encoded;
   uint64_t last = 0;
   {
@@ -266,7 +269,7 @@ Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBat
   }
   // Durable (and visible) when the host commits.
   return host_->submit(std::move(extra), [self = shared_from_this(), last, named = std::move(named),
-                                           done = std::move(done)](const Status& st) {
+                                          done = std::move(done)](const Status& st) {
     self->committed(last);
     {
       std::lock_guard lock(self->mu_);
@@ -1193,8 +1196,8 @@ TEST_F(InternalReadTest, ANodeOfTheDomainGetsEveryTupleOnceWithTheOwnersNumbersW
 // leader would once it leads the stream.
 TEST_F(InternalReadTest, ANodeOfTheDomainGetsThePublishersNamesWithTheTuplesOverVersionThree) {
   // From the log: two named batches, one unnamed between them.
-  bids_->publish_named(rows(10, 0), "loader-7", 41);  // 1..10
-  bids_->publish(rows(5, 10));                        // 11..15
+  bids_->publish_named(rows(10, 0), "loader-7", 41);       // 1..10
+  bids_->publish(rows(5, 10));                             // 11..15
   bids_->publish_named(rows(10, 15), "loader-7", 42, 40);  // 16..25
   ASSERT_TRUE(read_bids().ok());
   // Live.

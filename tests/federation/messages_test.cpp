@@ -475,13 +475,13 @@ TEST(MessageLayout, DataNamedIsDataThenItsNamedBatches) {
   d.body = "xyz";
   d.named = {{"p", 7, 4, 6, 3}};
   EXPECT_EQ(d.frame_type(), FrameType::data_named);
-  EXPECT_EQ(encode(d), bytes({0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z',  // DATA
-                              0, 0, 0, 1,                                                    // named_count
-                              0, 1, 'p',                                                     // producer
-                              0, 0, 0, 0, 0, 0, 0, 7,                                        // producer_seq
-                              0, 0, 0, 0, 0, 0, 0, 4,                                        // first
-                              0, 0, 0, 0, 0, 0, 0, 6,                                        // last
-                              0, 0, 0, 0, 0, 0, 0, 3}));                                     // floor
+  EXPECT_EQ(encode(d), bytes({0, 0, 0,   0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z',  // DATA
+                              0, 0, 0,   1,                                                     // named_count
+                              0, 1, 'p',                                                        // producer
+                              0, 0, 0,   0, 0, 0, 0, 7,     // producer_seq
+                              0, 0, 0,   0, 0, 0, 0, 4,     // first
+                              0, 0, 0,   0, 0, 0, 0, 6,     // last
+                              0, 0, 0,   0, 0, 0, 0, 3}));  // floor
   // Without names it is a plain DATA, byte for byte as in version 2.
   d.named.clear();
   EXPECT_EQ(d.frame_type(), FrameType::data);
@@ -510,7 +510,8 @@ TEST(MessageRoundTrip, DataNamed) {
 TEST(MessageDecode, DataAndDataNamedEachDecodeOnlyTheirOwnPayload) {
   // A DATA decoder stays strict: names after the body are trailing bytes.
   // (4 for the count, then 2 + id + 4 * 8 per batch.)
-  expect_parse_error(error_of(decode_data(encode(named_data()))), "data: 129 trailing bytes after the last field");
+  expect_parse_error(error_of(decode_data(encode(named_data()))),
+                     "data: 129 trailing bytes after the last field");
   // A DATA_NAMED without names is malformed: it ends before named_count.
   Data plain = named_data();
   plain.named.clear();
@@ -524,7 +525,8 @@ TEST(MessageDecode, DataAndDataNamedEachDecodeOnlyTheirOwnPayload) {
     EXPECT_EQ(r.error().code, Errc::parse_error);
     EXPECT_EQ(r.error().message.rfind("data_named.", 0), 0u) << r.error().message;
   }
-  expect_parse_error(error_of(decode_data_named(whole + "x")), "data_named: 1 trailing bytes after the last field");
+  expect_parse_error(error_of(decode_data_named(whole + "x")),
+                     "data_named: 1 trailing bytes after the last field");
 }
 
 TEST(MessageDecode, DataNamedInvalidValues) {
@@ -539,13 +541,16 @@ TEST(MessageDecode, DataNamedInvalidValues) {
   none.named.clear();
   expect_parse_error(error(encode(none) + std::string(4, '\0')),
                      "data_named.named_count: 0 (a DATA without names is a DATA)");
-  expect_parse_error(error(with([](Data& d) { d.count = 2; d.first_seq = 19; })),
+  expect_parse_error(error(with([](Data& d) {
+                       d.count = 2;
+                       d.first_seq = 19;
+                     })),
                      "data_named.named_count: 3 batches end in a range of 2 tuples");
   expect_parse_error(error(with([](Data& d) { d.named[1].producer = "has space"; })),
                      "data_named.producer: 'has space' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 1)");
-  expect_parse_error(error(with([](Data& d) { d.named[0].producer = std::string(65, 'a'); })),
-                     "data_named.producer: '" + std::string(65, 'a') +
-                         "' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 0)");
+  expect_parse_error(
+      error(with([](Data& d) { d.named[0].producer = std::string(65, 'a'); })),
+      "data_named.producer: '" + std::string(65, 'a') + "' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 0)");
   expect_parse_error(error(with([](Data& d) { d.named[0].producer.clear(); })),
                      "data_named.producer: '' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 0)");
   expect_parse_error(error(with([](Data& d) { d.named[2].producer_seq = 0; })),
@@ -555,7 +560,10 @@ TEST(MessageDecode, DataNamedInvalidValues) {
   expect_parse_error(error(with([](Data& d) { d.named[1].first = 16; })),
                      "data_named.first: 16..15 is not a range (batch 1)");
   // A batch must end in the covered range 11..20.
-  expect_parse_error(error(with([](Data& d) { d.named[0].last = 10; d.named[0].first = 9; })),
+  expect_parse_error(error(with([](Data& d) {
+                       d.named[0].last = 10;
+                       d.named[0].first = 9;
+                     })),
                      "data_named.last: 10 is outside the covered 11..20 (batch 0)");
   expect_parse_error(error(with([](Data& d) { d.named[2].last = 21; })),
                      "data_named.last: 21 is outside the covered 11..20 (batch 2)");

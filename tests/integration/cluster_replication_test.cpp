@@ -236,15 +236,17 @@ TEST_F(ClusterReplication, AFollowerLeavesTheInSyncSetInEtcdBeforeAnAppendIsAckn
 // while the leader runs, and after the leader is gone and the follower
 // restarted (read back from its store).
 TEST_F(ClusterReplication, TheFollowersCopyThePublishersNamesAndKeepThemAcrossARestart) {
-  ASSERT_EQ(node(1).request("POST", "/v1/streams", stream_body("bids", R"(,"node":"n1","replication":3)")).status,
-            201u);
+  ASSERT_EQ(
+      node(1).request("POST", "/v1/streams", stream_body("bids", R"(,"node":"n1","replication":3)")).status,
+      201u);
   ASSERT_TRUE(eventually(20s, [&] {
     auto r = replicas(1, "bids", nullptr);
     return r["n2"].second && r["n3"].second;
   }));
   auto post = [&](int b, const std::string& query) {
     std::string body = "[";
-    for (int k = 0; k < 10; ++k) body += std::string(k ? "," : "") + R"({"auction":)" + std::to_string(b * 100 + k) + R"(,"price":1})";
+    for (int k = 0; k < 10; ++k)
+      body += std::string(k ? "," : "") + R"({"auction":)" + std::to_string(b * 100 + k) + R"(,"price":1})";
     return node(1).request("POST", "/v1/streams/bids/tuples" + query, body + "]", kPublisherToken);
   };
   int b = 0;
