@@ -488,6 +488,27 @@ TEST(MessageLayout, DataNamedIsDataThenItsNamedBatches) {
   EXPECT_EQ(encode(d), bytes({0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z'}));
 }
 
+TEST(MessageLayout, TheDataNamedFrameOfTheProtocolDocument) {
+  // docs/protocol.md §5.12, byte for byte (the body's 3 bytes are "abc").
+  Data d;
+  d.first_seq = 11;
+  d.count = 10;
+  d.body = "abc";
+  d.named = {{"p", 7, 9, 12, 3}};
+  std::string frame;
+  append_frame(frame, d.frame_type(), 5, encode(d));
+  EXPECT_EQ(frame, bytes({0x00, 0x00, 0x00, 0x3f, 0x16, 0x00, 0x00, 0x00, 0x05,  //
+                          0, 0, 0, 0, 0, 0, 0, 0x0b,                             //
+                          0, 0, 0, 0x0a,                                         //
+                          0, 0, 0, 3, 'a', 'b', 'c',                             //
+                          0, 0, 0, 1,                                            //
+                          0, 1, 0x70,                                            //
+                          0, 0, 0, 0, 0, 0, 0, 7,                                //
+                          0, 0, 0, 0, 0, 0, 0, 9,                                //
+                          0, 0, 0, 0, 0, 0, 0, 0x0c,                             //
+                          0, 0, 0, 0, 0, 0, 0, 3}));
+}
+
 TEST(MessageRoundTrip, DataNamed) {
   const Data d = named_data();
   auto r = decode_data_named(encode(d));
