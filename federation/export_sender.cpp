@@ -39,7 +39,8 @@ ExportSender::ExportSender(Context ctx, certs::Identity peer, uint32_t channel, 
       max_payload_(max_payload),
       tuples_out_(tuples_out),
       contract_(std::move(terms.contract)),
-      party_(terms.party.empty() ? peer_.domain : std::move(terms.party)) {}
+      party_(terms.party.empty() ? peer_.domain : std::move(terms.party)),
+      names_(terms.names) {}
 
 void ExportSender::start() {
   stream_->add_tap(shared_from_this());
@@ -155,9 +156,9 @@ bool ExportSender::flush_gap_locked() {
   d.first_seq = covered_;
   d.count = static_cast<uint32_t>(next_ - covered_);
   d.body = empty_body_;
-  const std::string payload = encode(d);
+  const std::string payload = payload_locked(d);
   if (!credit_.can_send(payload.size())) return false;
-  if (!ctx_.wire.send(peer_, FrameType::data, channel_, payload).ok()) return false;
+  if (!ctx_.wire.send(peer_, d.frame_type(), channel_, payload).ok()) return false;
   credit_.consume(payload.size());
   covered_ = next_;
   return true;
@@ -171,12 +172,12 @@ bool ExportSender::send_whole_locked(size_t rows, const std::string& whole) {
   d.first_seq = next_;
   d.count = static_cast<uint32_t>(rows);
   d.body = whole;
-  std::string payload = encode(d);
+  std::string payload = payload_locked(d);
   if (!credit_.can_send(payload.size())) return false;
   billing_locked(next_, next_ + rows - 1, rows);
   // Over the peer's frame limit (or the link is down): the caller's general
   // path splits, or fails the same way.
-  if (!ctx_.wire.send(peer_, FrameType::data, channel_, payload).ok()) return false;
+  if (!ctx_.wire.send(peer_, d.frame_type(), channel_, payload).ok()) return false;
   credit_.consume(payload.size());
   sent_locked(rows);
   next_ += rows;
@@ -256,7 +257,7 @@ bool ExportSender::send_locked(const engine::Batch& b, size_t offset, const std:
     d.first_seq = covered_;
     d.count = static_cast<uint32_t>(end - covered_);
     engine::encode_batch(part_of(b, pass, i, n), d.body);
-    std::string payload = encode(d);
+    std::string payload = payload_locked(d);
     if (payload.size() > max_payload_) {
       if (n == 1) {
         reset_locked(WireError::frame_too_large,
@@ -271,7 +272,7 @@ bool ExportSender::send_locked(const engine::Batch& b, size_t offset, const std:
     // A range noted but not sent (the link refused the frame) is noted
     // again smaller (it replaces this one), or forgotten by the next OPEN.
     billing_locked(covered_, end - 1, n);
-    if (Status sent = ctx_.wire.send(peer_, FrameType::data, channel_, payload); !sent.ok()) {
+    if (Status sent = ctx_.wire.send(peer_, d.frame_type(), channel_, payload); !sent.ok()) {
       if (sent.error().code != Errc::limit_exceeded) return false;  // link down or full
       // Over the peer's maximum frame, which may be below ours.
       if (n == 1) {
@@ -287,6 +288,13 @@ bool ExportSender::send_locked(const engine::Batch& b, size_t offset, const std:
     next_ = covered_ = end;
     i += n;
   }
+}
+
+std::string ExportSender::payload_locked(Data& d) const {
+  // Live or from the log alike: the stream remembers which batches end in
+  // the range (in memory), so nothing more is read from the store.
+  if (names_) stream_->named_batches(d.first_seq, d.first_seq + d.count - 1, d.named);
+  return encode(d);
 }
 
 // Catch-up from the log until the live head, bounded by credit and tokens.

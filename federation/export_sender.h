@@ -63,6 +63,10 @@ class ExportSender final : public StreamTap, public std::enable_shared_from_this
     // Whom acknowledgements are kept for: the importing domain, or "@NODE"
     // for a node of the owner's own domain (detail::ack_party).
     std::string party;
+    // Sends the publishers' names of the batches each DATA completes
+    // (DATA_NAMED): only to a node of the owner's own domain on a link of
+    // protocol version 3 or more; another domain never learns them.
+    bool names = false;
   };
 
   // The most filtered-out tuples a sender leaves uncovered before it sends
@@ -109,6 +113,9 @@ class ExportSender final : public StreamTap, public std::enable_shared_from_this
   void passing_rows(const engine::Batch& b, size_t offset, std::vector<uint32_t>& pass) const;
   engine::Batch part_of(const engine::Batch& b, const std::vector<uint32_t>& pass, size_t i, size_t n) const;
   void pump();
+  // REQUIRES: mu_. The payload of `d`, with the named batches it completes
+  // when the channel sends names (then d.frame_type() is DATA_NAMED).
+  std::string payload_locked(Data& d) const;
 
   Context ctx_;
   const certs::Identity peer_;
@@ -134,6 +141,7 @@ class ExportSender final : public StreamTap, public std::enable_shared_from_this
   base::Counter* tuples_out_;
   const std::string contract_;
   const std::string party_;
+  const bool names_;
 };
 
 }  // namespace entente::federation

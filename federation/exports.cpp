@@ -110,6 +110,11 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
   // on an earlier channel is charged now, what came after is sent again.
   if (!internal) ctx_.metering.charge_through(name, peer.domain, at.from - 1, true);
   terms.party = detail::ack_party(self.domain, peer.domain, peer.node);
+  // A node of this domain copies the publishers' names with the tuples, so
+  // that its copy answers their retries as this node would once it leads
+  // the stream (docs/cluster.md); a peer of version 2 gets plain DATA, and
+  // another domain never learns who publishes here.
+  terms.names = internal && ctx_.wire.version(peer) >= 3;
   // And it holds it durably: an ACK lost with the earlier channel counts
   // now (a follower's copy is then known to be complete).
   if (open->from_seq > 1) ctx_.acks.record(name, terms.party, open->from_seq - 1);

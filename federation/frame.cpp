@@ -32,6 +32,7 @@ bool known_frame_type(uint8_t type) {
     case FrameType::open_ok:
     case FrameType::reset:
     case FrameType::data:
+    case FrameType::data_named:
     case FrameType::ack:
     case FrameType::credit:
     case FrameType::control:
@@ -56,6 +57,8 @@ std::string_view frame_type_name(FrameType type) {
       return "reset";
     case FrameType::data:
       return "data";
+    case FrameType::data_named:
+      return "data_named";
     case FrameType::ack:
       return "ack";
     case FrameType::credit:

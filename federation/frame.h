@@ -23,7 +23,7 @@
 namespace entente::federation {
 
 // The highest version this node speaks (Hello::kMaxVersion).
-inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kFrameHeaderSize = 9;
 // Payload bound until both HELLOs are exchanged.
 inline constexpr uint32_t kHandshakeMaxFrame = 64 * 1024;
@@ -41,6 +41,9 @@ enum class FrameType : uint8_t {
   data = 0x13,       // owner → subscriber: tuples with sequence numbers
   ack = 0x14,        // subscriber → owner: durable through a sequence number
   credit = 0x15,     // subscriber → owner: more bytes may be sent
+  // Version 3, owner → a node of its own domain: DATA and the publishers'
+  // names of the batches it completes (docs/protocol.md §5.12).
+  data_named = 0x16,
   control = 0x20,    // channel 0, either side: a JSON message for the layer above (contracts)
 };
 

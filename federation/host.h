@@ -22,6 +22,7 @@
 #include "base/result.h"
 #include "engine/batch.h"
 #include "engine/types.h"
+#include "federation/messages.h"
 #include "store/store.h"
 #include "store/stream_log.h"
 
@@ -69,16 +70,24 @@ class HostStream {
                           std::vector<store::LogRecord>& out) const = 0;
   // The first tuple the log still holds; nullopt when it holds none.
   virtual Result<std::optional<uint64_t>> first_retained() const = 0;
+  // Appends to `out` the batches publishers named (docs/api.md, "Publishing
+  // exactly once") that the stream remembers and whose last tuple is in
+  // first..last, by ascending last, each with its producer's floor: what a
+  // DATA_NAMED covering first..last carries (docs/protocol.md §5.12).
+  virtual void named_batches(uint64_t first, uint64_t last, std::vector<NamedBatch>& out) const = 0;
 
   // A mirror: appends tuples first.. of the owner's numbering (see
   // append_at in docs/federation.md: `first` is next_seq(), or anything
   // while the mirror never held a tuple), with `extra` in the same atomic
-  // write; `done` runs once it is durable (or failed). `encoded`, when
-  // given, is the batch's engine encoding exactly as it is. Errors:
-  // unavailable (the write queue is full, or the mirror is going),
-  // conflict (a wrong `first`).
+  // write; `done` runs once it is durable (or failed). `named`: batches the
+  // owner's publishers named whose last tuple is among these (a copy of a
+  // stream of this domain, docs/cluster.md): the mirror remembers them as
+  // the owner does, written in the same atomic write, so that it answers a
+  // retry of one as the owner would. `encoded`, when given, is the batch's
+  // engine encoding exactly as it is. Errors: unavailable (the write queue
+  // is full, or the mirror is going), conflict (a wrong `first`).
   virtual Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
-                           std::function<void(const Status&)> done,
+                           std::vector<NamedBatch> named, std::function<void(const Status&)> done,
                            std::shared_ptr<const std::string> encoded) = 0;
   // A mirror whose owner refused or ended the import: its live readers
   // learn why nothing more comes (`cause` in a few words, first thing).

@@ -403,8 +403,9 @@ bool Imports::on_frame(const certs::Identity& peer, FrameType type, uint32_t cha
     on_open_ok(imp, ch, payload, later);
   } else if (type == FrameType::reset) {
     on_reset(imp, ch, payload, later);
-  } else if (type == FrameType::data && imp->state == "active" && imp->mirror) {
-    on_data(imp, ch, payload);
+  } else if ((type == FrameType::data || type == FrameType::data_named) && imp->state == "active" &&
+             imp->mirror) {
+    on_data(imp, ch, type, payload);
   }
   return true;
 }
@@ -610,7 +611,7 @@ Result<engine::Batch> Imports::checked_rows(const Import& imp, const Data& d) co
   return std::move(*batch);
 }
 
-void Imports::on_data(const ImportPtr& imp, const Channel& ch, std::string_view payload) {
+void Imports::on_data(const ImportPtr& imp, const Channel& ch, FrameType type, std::string_view payload) {
   // The owner may not send beyond the credit it was given (docs/protocol.md §8).
   if (payload.size() > imp->window) {
     reset_and_retry(*imp, ch, WireError::flow_control,
@@ -620,7 +621,16 @@ void Imports::on_data(const ImportPtr& imp, const Channel& ch, std::string_view 
     return;
   }
   imp->window -= payload.size();
-  auto d = decode_data(payload);
+  if (type == FrameType::data_named && imp->node.empty()) {
+    // Publishers' names are the owner's business, copied only between the
+    // nodes of one domain (docs/protocol.md §5.12): another domain's owner
+    // sending them breaks the protocol.
+    reset_and_retry(*imp, ch, WireError::protocol,
+                    "DATA_NAMED on " + imp->name + ", which is not a read of a node of this domain",
+                    std::chrono::seconds(1));
+    return;
+  }
+  auto d = type == FrameType::data_named ? decode_data_named(payload) : decode_data(payload);
   if (!d.ok()) {
     reset_and_retry(*imp, ch, WireError::protocol, d.error().message, std::chrono::seconds(1));
     return;
@@ -664,8 +674,13 @@ void Imports::on_data(const ImportPtr& imp, const Channel& ch, std::string_view 
   // tuples first..last under those numbers (no duplicate prefix cut).
   std::shared_ptr<const std::string> as_received;
   if (whole && first == d->first_seq) as_received = std::make_shared<const std::string>(std::move(d->body));
+  // The named batches completed by tuples stored now; those ending before
+  // `first` came with the tuples already stored.
+  std::erase_if(d->named, [first](const NamedBatch& b) { return b.last < first; });
   const size_t n = rows.rows();
-  if (Status s = store_rows(imp, ch, std::move(rows), first, last, whole, std::move(as_received)); !s.ok()) {
+  if (Status s = store_rows(imp, ch, std::move(rows), first, last, whole, std::move(as_received),
+                            std::move(d->named));
+      !s.ok()) {
     return;  // store_rows reset the channel
   }
   // Credit comes back as soon as the write is queued (its own queue bound
@@ -681,7 +696,8 @@ void Imports::on_data(const ImportPtr& imp, const Channel& ch, std::string_view 
 }
 
 Status Imports::store_rows(const ImportPtr& imp, const Channel& ch, engine::Batch rows, uint64_t first,
-                           uint64_t last, bool whole, std::shared_ptr<const std::string> as_received) {
+                           uint64_t last, bool whole, std::shared_ptr<const std::string> as_received,
+                           std::vector<NamedBatch> named) {
   std::weak_ptr<Import> weak = imp;
   // ACK once the tuples (or the position past filtered ones) are durable.
   auto on_durable = [this, weak, ch, last](const Status& st) {
@@ -731,13 +747,19 @@ Status Imports::store_rows(const ImportPtr& imp, const Channel& ch, engine::Batc
       return make_error(Errc::conflict, why);
     }
     const uint64_t at = same_numbers ? first : mirror_next;
-    if (!same_numbers) as_received.reset();
+    if (!same_numbers) {
+      as_received.reset();
+      // Names point at the owner's numbers: a mirror numbering rows itself
+      // (only under a contract's predicate, never between the nodes of a
+      // domain) cannot use them.
+      named.clear();
+    }
     if (at + n != last + 1) {
       keep_position();
       diverges = true;
     }
-    s = imp->mirror->append_at(at, std::move(rows), std::move(position), std::move(on_durable),
-                               std::move(as_received));
+    s = imp->mirror->append_at(at, std::move(rows), std::move(position), std::move(named),
+                               std::move(on_durable), std::move(as_received));
   }
   if (!s.ok()) {
     // The write queue is full (or the mirror is going): start over from

@@ -134,7 +134,8 @@ class Imports final {
   // Frame handlers. REQUIRES: imp->mu held.
   void on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);
   void on_reset(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);
-  void on_data(const ImportPtr& imp, const Channel& ch, std::string_view payload);
+  // DATA, or DATA_NAMED (a read of a node of this domain only).
+  void on_data(const ImportPtr& imp, const Channel& ch, FrameType type, std::string_view payload);
   // RESET moved: OPEN at the node it names (dialed if need be), at most
   // kMaxMoves times before an OPEN_OK; else the import is refused.
   void on_moved(const ImportPtr& imp, const Channel& ch, const std::string& reason, detail::Deferred& later);
@@ -142,9 +143,11 @@ class Imports final {
   // mirror's schema); an error names what is wrong.
   Result<engine::Batch> checked_rows(const Import& imp, const Data& d) const;
   // Appends rows (the tuples of owner numbers first..last that passed, all
-  // new), with the position; ACK once durable.
-  Status store_rows(const ImportPtr& imp, const Channel& ch, engine::Batch rows, uint64_t first, uint64_t last,
-                    bool whole, std::shared_ptr<const std::string> as_received);
+  // new), with the position and the named batches among them; ACK once
+  // durable.
+  Status store_rows(const ImportPtr& imp, const Channel& ch, engine::Batch rows, uint64_t first,
+                    uint64_t last, bool whole, std::shared_ptr<const std::string> as_received,
+                    std::vector<NamedBatch> named);
   // REQUIRES: imp->mu. Forgets the channel; what arrives on it is ignored.
   void drop_channel(Import& imp, const Channel& ch);
   // REQUIRES: imp->mu. RESET, then a new OPEN `after` from now.

@@ -588,6 +588,15 @@ class Link : public std::enable_shared_from_this<Link> {
           return false;
         }
         if (f.type == FrameType::open && !check_peer_open(f.channel)) return false;
+        if (f.type == FrameType::data_named && version < 3) {
+          // What a version adds is an error on a link that negotiated less
+          // (docs/protocol.md §12).
+          const std::string problem =
+              "frame type data_named on a link negotiated at protocol version " + std::to_string(version);
+          close_with(WireError::protocol, problem);
+          impl_.log("federation: link to " + uri_ + ": " + problem);
+          return false;
+        }
         impl_.handler.on_frame(peer_, f.type, f.channel, f.payload);
         continue;
       }

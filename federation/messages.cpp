@@ -249,6 +249,17 @@ std::string encode(const Data& m) {
   // A length of its own, although the frame's length bounds it too, so
   // that a cut or padded payload is caught like in every other message.
   w.blob(m.body);
+  if (!m.named.empty()) {
+    // DATA_NAMED: the named batches after DATA's own fields.
+    w.u32(static_cast<uint32_t>(m.named.size()));
+    for (const NamedBatch& n : m.named) {
+      w.str(n.producer);
+      w.u64(n.producer_seq);
+      w.u64(n.first);
+      w.u64(n.last);
+      w.u64(n.floor);
+    }
+  }
   return w.take();
 }
 
@@ -426,13 +437,13 @@ Result<Moved> parse_moved(std::string_view reason) {
   return m;
 }
 
-Result<Data> decode_data(std::string_view payload) {
-  Reader r("data", payload);
-  Data m;
+namespace {
+
+// DATA's own fields, checked; the caller finishes the payload.
+Status read_data_fields(Reader& r, Data& m) {
   ENTENTE_ASSIGN_OR_RETURN(m.first_seq, r.u64("first_seq"));
   ENTENTE_ASSIGN_OR_RETURN(m.count, r.u32("count"));
   ENTENTE_ASSIGN_OR_RETURN(m.body, r.blob("body"));
-  ENTENTE_RETURN_IF_ERROR(r.finish());
   if (m.first_seq == 0) return r.invalid("first_seq", "0 (sequence numbers start at 1)");
   if (m.count == 0) return r.invalid("count", "0 tuples");
   if (m.first_seq - 1 > std::numeric_limits<uint64_t>::max() - m.count) {
@@ -440,6 +451,81 @@ Result<Data> decode_data(std::string_view payload) {
                                   " run past the last sequence number");
   }
   if (m.body.empty()) return r.invalid("body", "empty for " + std::to_string(m.count) + " tuples");
+  return {};
+}
+
+// The smallest encoding of one named batch: a producer id of one byte.
+constexpr std::size_t kMinNamedBytes = 2 + 1 + 4 * 8;
+
+}  // namespace
+
+bool valid_producer_id(std::string_view id) {
+  if (id.empty() || id.size() > kMaxProducerBytes) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+  });
+}
+
+Result<Data> decode_data(std::string_view payload) {
+  Reader r("data", payload);
+  Data m;
+  // Fields first, then the trailing bytes: a DATA_NAMED's payload sent as
+  // DATA is malformed here, as any padded DATA.
+  ENTENTE_RETURN_IF_ERROR(read_data_fields(r, m));
+  ENTENTE_RETURN_IF_ERROR(r.finish());
+  return m;
+}
+
+Result<Data> decode_data_named(std::string_view payload) {
+  Reader r("data_named", payload);
+  Data m;
+  ENTENTE_RETURN_IF_ERROR(read_data_fields(r, m));
+  ENTENTE_ASSIGN_OR_RETURN(const uint32_t n, r.u32("named_count"));
+  if (n == 0) return r.invalid("named_count", "0 (a DATA without names is a DATA)");
+  // Each batch has a tuple of its own whose number ends it in the range.
+  if (n > m.count) {
+    return r.invalid("named_count",
+                     std::to_string(n) + " batches end in a range of " + std::to_string(m.count) + " tuples");
+  }
+  if (n > payload.size() / kMinNamedBytes) {
+    return r.invalid("named_count", std::to_string(n) + " batches cannot fit in " +
+                                        std::to_string(payload.size()) + " bytes");
+  }
+  const uint64_t range_last = m.first_seq + m.count - 1;
+  m.named.reserve(n);
+  uint64_t prev_last = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    NamedBatch b;
+    ENTENTE_ASSIGN_OR_RETURN(b.producer, r.str("producer"));
+    ENTENTE_ASSIGN_OR_RETURN(b.producer_seq, r.u64("producer_seq"));
+    ENTENTE_ASSIGN_OR_RETURN(b.first, r.u64("first"));
+    ENTENTE_ASSIGN_OR_RETURN(b.last, r.u64("last"));
+    ENTENTE_ASSIGN_OR_RETURN(b.floor, r.u64("floor"));
+    const std::string at = " (batch " + std::to_string(i) + ")";
+    if (!valid_producer_id(b.producer)) {
+      return r.invalid("producer", shown(b.producer) + " is not 1..64 of A-Z a-z 0-9 . _ : -" + at);
+    }
+    if (b.producer_seq == 0) return r.invalid("producer_seq", "0 (batch numbers start at 1)" + at);
+    // Any floor: a batch numbered below it may still be remembered (it was
+    // being written, out of order, when the window moved past it).
+    if (b.first == 0 || b.first > b.last) {
+      return r.invalid("first",
+                       std::to_string(b.first) + ".." + std::to_string(b.last) + " is not a range" + at);
+    }
+    if (b.last < m.first_seq || b.last > range_last) {
+      return r.invalid("last", std::to_string(b.last) + " is outside the covered " +
+                                   std::to_string(m.first_seq) + ".." + std::to_string(range_last) + at);
+    }
+    // Batches are records: they do not overlap, and come in order.
+    if (b.first <= prev_last) {
+      return r.invalid("first", std::to_string(b.first) + " is not above the previous batch's last " +
+                                    std::to_string(prev_last) + at);
+    }
+    prev_last = b.last;
+    m.named.push_back(std::move(b));
+  }
+  ENTENTE_RETURN_IF_ERROR(r.finish());
   return m;
 }
 

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
+#include "federation/frame.h"
 
 namespace entente::federation {
 
@@ -45,8 +47,8 @@ struct Hello {
   uint32_t heartbeat_ms = 0;
 
   static constexpr uint16_t kMinVersion = 1;
-  // 2: RESET moved (docs/protocol.md §12).
-  static constexpr uint16_t kMaxVersion = 2;
+  // 2: RESET moved; 3: DATA_NAMED (docs/protocol.md §6.2).
+  static constexpr uint16_t kMaxVersion = 3;
 };
 
 // Bounds a HELLO must respect (decode_hello refuses values outside them).
@@ -114,15 +116,41 @@ std::string moved_reason(const Moved& m);
 // parse_error saying what is wrong when `reason` is not exactly that form.
 Result<Moved> parse_moved(std::string_view reason);
 
+// Version 3: one batch a publisher named (docs/api.md, "Publishing exactly
+// once") as the owner remembers it: the producer's id and number for it,
+// the owner's sequence numbers it was stored under, and the producer's
+// floor (every number up to it is forgotten). Only ever sent to a node of
+// the owner's own domain (docs/protocol.md §5.12): the ids are the owner's.
+struct NamedBatch {
+  std::string producer;       // 1..kMaxProducerBytes of [A-Za-z0-9._:-]
+  uint64_t producer_seq = 0;  // >= 1
+  uint64_t first = 0;         // >= 1
+  uint64_t last = 0;          // >= first
+  uint64_t floor = 0;
+  friend bool operator==(const NamedBatch&, const NamedBatch&) = default;
+};
+inline constexpr std::size_t kMaxProducerBytes = 64;
+// The producer id rules of the API (docs/api.md): 1..64 of A-Z a-z 0-9 . _ : -
+bool valid_producer_id(std::string_view id);
+
 // Covers tuples first_seq .. first_seq + count - 1 of the channel's stream:
 // `body` (the engine's binary batch encoding, engine/codec.h) holds 0..count
 // of them, in order, each with its own sequence number; the others were
 // filtered out by the contract's predicate (docs/protocol.md §5.7, §9.5).
 // The link does not look inside.
+//
+// `named`, when not empty, are the named batches whose last tuple lies in
+// the covered range, by ascending `last`; the message is then a DATA_NAMED
+// (version 3, docs/protocol.md §5.12) and goes in a frame of that type
+// (frame_type()). A plain DATA never carries them: its decoding stays
+// exactly what versions 1 and 2 specify.
 struct Data {
   uint64_t first_seq = 0;
   uint32_t count = 0;
   std::string body;
+  std::vector<NamedBatch> named;
+
+  FrameType frame_type() const { return named.empty() ? FrameType::data : FrameType::data_named; }
 };
 
 // The subscriber has stored every tuple through `through` durably; the
@@ -142,6 +170,7 @@ std::string encode(const GoAway& m);
 std::string encode(const Open& m);
 std::string encode(const OpenOk& m);
 std::string encode(const Reset& m);
+// DATA, or DATA_NAMED when m.named is not empty (see Data).
 std::string encode(const Data& m);
 std::string encode(const Ack& m);
 std::string encode(const Credit& m);
@@ -155,6 +184,9 @@ Result<Open> decode_open(std::string_view payload);
 Result<OpenOk> decode_open_ok(std::string_view payload);
 Result<Reset> decode_reset(std::string_view payload);
 Result<Data> decode_data(std::string_view payload);
+// A DATA_NAMED payload: DATA's fields, then at least one named batch, each
+// checked against the covered range (docs/protocol.md §5.12).
+Result<Data> decode_data_named(std::string_view payload);
 Result<Ack> decode_ack(std::string_view payload);
 Result<Credit> decode_credit(std::string_view payload);
 

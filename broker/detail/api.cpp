@@ -215,6 +215,9 @@ std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
   j.key("first_seq").u64(first_seq);
   j.key("next_seq").u64(next);
   j.key("tuples").u64(next - first_seq);
+  // Publishers whose named batches it remembers (docs/api.md, "Publishing
+  // exactly once"); on a follower's copy, those copied from the leader.
+  j.key("producers_remembered").u64(s->producer_count());
   write_retention(j, m.retention);
   if (auto r = node.replication_json(m.name)) j.key("replication").raw(*r);
   j.key("created_at").str(rfc3339(m.created_ms));

@@ -66,12 +66,26 @@ class BrokerStream final : public federation::HostStream {
     if (!first) return std::optional<uint64_t>();
     return std::optional<uint64_t>(first->first);
   }
+  void named_batches(uint64_t first, uint64_t last, std::vector<federation::NamedBatch>& out) const override {
+    std::vector<NamedRecord> named;
+    s_->named_batches(first, last, named);
+    out.reserve(out.size() + named.size());
+    for (auto& n : named) out.push_back({std::move(n.tag.id), n.tag.seq, n.first, n.last, n.floor});
+  }
   Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
-                   std::function<void(const Status&)> done,
+                   std::vector<federation::NamedBatch> named, std::function<void(const Status&)> done,
                    std::shared_ptr<const std::string> encoded) override {
-    return s_->append_at(
-        first, std::move(batch), node_.gc(), store::Admission::reject, std::move(extra),
-        [done = std::move(done)](const Status& st, const RecordPtr&) { done(st); }, std::move(encoded));
+    auto on_done = [done = std::move(done)](const Status& st, const RecordPtr&) { done(st); };
+    if (named.empty()) {
+      return s_->append_at(first, std::move(batch), node_.gc(), store::Admission::reject, std::move(extra),
+                           std::move(on_done), std::move(encoded));
+    }
+    std::vector<NamedRecord> records;
+    records.reserve(named.size());
+    for (auto& n : named)
+      records.push_back({ProducerTag{std::move(n.producer), n.producer_seq}, n.first, n.last, n.floor});
+    return s_->append_at_named(first, std::move(batch), node_.gc(), store::Admission::reject,
+                               std::move(extra), std::move(records), std::move(on_done), std::move(encoded));
   }
   void end_feed(const std::string& cause, const std::string& reason) override { s_->end_feed(cause, reason); }
 

@@ -195,34 +195,8 @@ Status Stream::append_once(engine::Batch batch, const ProducerTag& tag, store::G
   const uint64_t first = next_seq_;
   const uint64_t last = first + batch.rows() - 1;
   store::WriteBatch extra;
-  store::StreamLog::add_producer_batch(extra, meta_.id, tag.id, tag.seq, first, last, now_ms());
-  std::vector<uint64_t> evicted;
-  uint64_t new_floor = 0;
-  std::string victim;
-  auto it = producers_.find(tag.id);
-  if (it != producers_.end()) {
-    Producer& p = it->second;
-    size_t count = p.stored.size() + p.pending.size() + 1;
-    new_floor = p.floor;
-    for (auto s = p.stored.begin(); s != p.stored.end() && count > kProducerWindow; ++s, --count) {
-      evicted.push_back(s->first);
-      store::StreamLog::add_forget_producer_batch(extra, meta_.id, tag.id, s->first);
-      new_floor = std::max(new_floor, s->first);
-    }
-    if (new_floor != p.floor) store::StreamLog::add_producer_floor(extra, meta_.id, tag.id, new_floor);
-  } else if (producers_.size() >= kMaxProducers) {
-    uint64_t oldest = UINT64_MAX;
-    for (const auto& [id, p] : producers_) {
-      if (p.pending.empty() && p.used < oldest) {
-        oldest = p.used;
-        victim = id;
-      }
-    }
-    if (!victim.empty()) store::StreamLog::add_forget_producer(extra, meta_.id, victim);
-  }
-  Producer& p = producers_[tag.id];
-  p.used = ++producer_tick_;
-  p.pending[tag.seq];
+  Remembering rem;
+  remember_locked(tag, first, last, 0, extra, rem);
   plock.unlock();
   Status s = append_locked(first, std::move(batch), gc, admission, std::move(extra),
                            [this, tag, done](const Status& st, const RecordPtr& rec) {
@@ -231,22 +205,161 @@ Status Stream::append_once(engine::Batch batch, const ProducerTag& tag, store::G
                              producer_done(tag, st, a, done);
                            });
   plock.lock();
-  auto& mine = producers_[tag.id];
   if (!s.ok()) {
     // Not submitted: nothing was written. Retries that came meanwhile get
     // the same refusal.
-    auto w = mine.pending.find(tag.seq);
-    std::vector<AppendedDone> waiters = std::move(w->second);
-    mine.pending.erase(w);
-    if (mine.pending.empty() && mine.stored.empty() && mine.floor == 0) producers_.erase(tag.id);
+    std::vector<AppendedDone> waiters = unremember_locked(tag, last);
     plock.unlock();
     for (auto& d : waiters) d(s, Appended{});
     return s;
   }
-  for (uint64_t e : evicted) mine.stored.erase(e);
-  mine.floor = std::max(mine.floor, new_floor);
-  if (!victim.empty()) producers_.erase(victim);
+  remembered_locked(rem);
   return Status::Ok();
+}
+
+void Stream::remember_locked(const ProducerTag& tag, uint64_t first, uint64_t last, uint64_t floor,
+                             store::WriteBatch& extra, Remembering& r) {
+  store::StreamLog::add_producer_batch(extra, meta_.id, tag.id, tag.seq, first, last, now_ms());
+  auto it = producers_.find(tag.id);
+  if (it != producers_.end()) {
+    Producer& p = it->second;
+    // Batches this write already evicted are the first of `stored` (the
+    // oldest go first); they still count as gone.
+    const size_t gone = static_cast<size_t>(
+        std::count_if(r.evicted.begin(), r.evicted.end(), [&](const auto& e) { return e.first == tag.id; }));
+    size_t count = p.stored.size() - gone + p.pending.size() + 1;
+    uint64_t old_floor = p.floor;
+    if (auto f = r.floors.find(tag.id); f != r.floors.end()) old_floor = std::max(old_floor, f->second);
+    uint64_t new_floor = std::max(old_floor, floor);
+    for (auto s = std::next(p.stored.begin(), static_cast<std::ptrdiff_t>(gone));
+         s != p.stored.end() && count > kProducerWindow; ++s, --count) {
+      r.evicted.emplace_back(tag.id, s->first);
+      store::StreamLog::add_forget_producer_batch(extra, meta_.id, tag.id, s->first);
+      new_floor = std::max(new_floor, s->first);
+    }
+    if (new_floor != old_floor) {
+      store::StreamLog::add_producer_floor(extra, meta_.id, tag.id, new_floor);
+      r.floors[tag.id] = new_floor;
+    }
+  } else {
+    if (producers_.size() - r.victims.size() >= kMaxProducers) {
+      uint64_t oldest = UINT64_MAX;
+      std::string victim;
+      for (const auto& [id, p] : producers_) {
+        if (p.pending.empty() && p.used < oldest &&
+            std::find(r.victims.begin(), r.victims.end(), id) == r.victims.end()) {
+          oldest = p.used;
+          victim = id;
+        }
+      }
+      if (!victim.empty()) {
+        store::StreamLog::add_forget_producer(extra, meta_.id, victim);
+        r.victims.push_back(std::move(victim));
+      }
+    }
+    if (floor > 0) {
+      store::StreamLog::add_producer_floor(extra, meta_.id, tag.id, floor);
+      r.floors[tag.id] = floor;
+    }
+  }
+  Producer& p = producers_[tag.id];
+  p.used = ++producer_tick_;
+  p.pending[tag.seq];
+  named_by_last_[last] = NamedAt{tag.id, tag.seq, first};
+}
+
+void Stream::remembered_locked(const Remembering& r) {
+  for (const auto& [id, n] : r.evicted) {
+    auto it = producers_.find(id);
+    if (it == producers_.end()) continue;
+    if (auto s = it->second.stored.find(n); s != it->second.stored.end()) {
+      erase_named_locked(s->second.second, id, n);
+      it->second.stored.erase(s);
+    }
+  }
+  for (const auto& [id, f] : r.floors) {
+    if (auto it = producers_.find(id); it != producers_.end())
+      it->second.floor = std::max(it->second.floor, f);
+  }
+  for (const auto& v : r.victims) {
+    auto it = producers_.find(v);
+    if (it == producers_.end() || !it->second.pending.empty()) continue;
+    for (const auto& [n, range] : it->second.stored) erase_named_locked(range.second, v, n);
+    producers_.erase(it);
+  }
+}
+
+std::vector<Stream::AppendedDone> Stream::unremember_locked(const ProducerTag& tag, uint64_t last) {
+  std::vector<AppendedDone> waiters;
+  erase_named_locked(last, tag.id, tag.seq);
+  auto it = producers_.find(tag.id);
+  if (it == producers_.end()) return waiters;
+  Producer& p = it->second;
+  if (auto w = p.pending.find(tag.seq); w != p.pending.end()) {
+    waiters = std::move(w->second);
+    p.pending.erase(w);
+  }
+  if (p.pending.empty() && p.stored.empty() && p.floor == 0) producers_.erase(it);
+  return waiters;
+}
+
+void Stream::erase_named_locked(uint64_t last, const std::string& producer, uint64_t seq) {
+  auto it = named_by_last_.find(last);
+  if (it != named_by_last_.end() && it->second.producer == producer && it->second.seq == seq) {
+    named_by_last_.erase(it);
+  }
+}
+
+Status Stream::append_at_named(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
+                               store::Admission admission, store::WriteBatch extra,
+                               std::vector<NamedRecord> named, Done done,
+                               std::shared_ptr<const std::string> encoded) {
+  Remembering rem;
+  std::vector<NamedRecord> fresh;
+  {
+    std::lock_guard plock(producers_mu_);
+    for (auto& n : named) {
+      // Sent again (a copy resuming after a reconnect): already known, or
+      // older than what is remembered of its producer.
+      if (auto it = producers_.find(n.tag.id); it != producers_.end()) {
+        const Producer& p = it->second;
+        if (p.stored.count(n.tag.seq) || p.pending.count(n.tag.seq) || n.tag.seq <= p.floor) continue;
+      }
+      remember_locked(n.tag, n.first, n.last, n.floor, extra, rem);
+      fresh.push_back(std::move(n));
+    }
+  }
+  // The names become known (stored) once the tuples they name are durable,
+  // as those of append_once.
+  auto with_names = [this, fresh, done = std::move(done)](const Status& st, const RecordPtr& rec) {
+    for (const auto& n : fresh) producer_done(n.tag, st, Appended{n.first, n.last, false}, nullptr);
+    if (done) done(st, rec);
+  };
+  Status s = append_at(first, std::move(batch), gc, admission, std::move(extra), std::move(with_names),
+                       std::move(encoded));
+  std::vector<AppendedDone> waiters;
+  {
+    std::lock_guard plock(producers_mu_);
+    if (s.ok()) {
+      remembered_locked(rem);
+    } else {
+      for (const auto& n : fresh) {
+        auto w = unremember_locked(n.tag, n.last);
+        for (auto& d : w) waiters.push_back(std::move(d));
+      }
+    }
+  }
+  for (auto& d : waiters) d(s, Appended{});
+  return s;
+}
+
+void Stream::named_batches(uint64_t first, uint64_t last, std::vector<NamedRecord>& out) const {
+  std::lock_guard lock(producers_mu_);
+  for (auto it = named_by_last_.lower_bound(first); it != named_by_last_.end() && it->first <= last; ++it) {
+    auto p = producers_.find(it->second.producer);
+    out.push_back(NamedRecord{ProducerTag{it->second.producer, it->second.seq}, it->second.first, it->first,
+                              p != producers_.end() ? p->second.floor : 0});
+  }
 }
 
 void Stream::producer_done(const ProducerTag& tag, const Status& st, const Appended& a, const AppendedDone& done) {
@@ -262,6 +375,7 @@ void Stream::producer_done(const ProducerTag& tag, const Status& st, const Appen
       }
       if (st.ok()) p.stored[tag.seq] = {a.first, a.last};
     }
+    if (!st.ok()) erase_named_locked(a.last, tag.id, tag.seq);
   }
   if (done) done(st, a);
   Appended again = a;
@@ -295,6 +409,10 @@ void Stream::load_producers(std::vector<store::StreamLog::ProducerBatch> entries
   for (auto& [id, p] : producers_) order.emplace_back(newest[id], id);
   std::sort(order.begin(), order.end());
   for (auto& [ms, id] : order) producers_[id].used = ++producer_tick_;
+  named_by_last_.clear();
+  for (const auto& [id, p] : producers_) {
+    for (const auto& [n, range] : p.stored) named_by_last_[range.second] = NamedAt{id, n, range.first};
+  }
 }
 
 size_t Stream::producer_count() const {

@@ -73,6 +73,17 @@ struct ProducerTag {
   uint64_t seq = 0;  // >= 1
 };
 
+// A named batch as the nodes of a domain copy it (docs/cluster.md,
+// "Replicated stream logs"): the publisher's name for it, the tuples it was
+// stored under, and the floor of its producer (every number up to it is
+// forgotten).
+struct NamedRecord {
+  ProducerTag tag;
+  uint64_t first = 0;
+  uint64_t last = 0;
+  uint64_t floor = 0;
+};
+
 // The answer to an append: where the batch's tuples are, and whether they
 // were stored by an earlier send of the same batch.
 struct Appended {
@@ -149,6 +160,20 @@ class Stream final {
   // REQUIRES: no append has begun.
   void load_producers(std::vector<store::StreamLog::ProducerBatch> entries);
   size_t producer_count() const;
+  // append_at for a copy of a stream another node of the domain leads:
+  // also remembers `named` (the batches the leader's publishers named
+  // whose last tuple is among these) as append_once would have, window and
+  // floors included, written in the same atomic write as the tuples, so
+  // that recall() answers their retries once this stream is the leader's
+  // and load_producers() finds them after a restart. A batch already
+  // remembered is left as it is.
+  Status append_at_named(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
+                         store::Admission admission, store::WriteBatch extra, std::vector<NamedRecord> named,
+                         Done done, std::shared_ptr<const std::string> encoded = nullptr);
+  // Appends to `out` the named batches remembered (stored or being
+  // written) whose last tuple is in first..last, by ascending last: what a
+  // copy needs of the tuples first..last.
+  void named_batches(uint64_t first, uint64_t last, std::vector<NamedRecord>& out) const;
 
   // Adds a tap; records committed from now on reach it. Returns the
   // committed head at the moment it was added (so the caller knows where
@@ -193,6 +218,27 @@ class Stream final {
   Recall recall_locked(const ProducerTag& tag, Appended& found, uint64_t& floor, AppendedDone& done);
   // Called on the committer thread when a named batch is durable or failed.
   void producer_done(const ProducerTag& tag, const Status& st, const Appended& a, const AppendedDone& done);
+  // What remembering new batches changes in memory once their write is
+  // submitted (in the write already): numbers out of the window,
+  // producers' new floors, producers forgotten whole.
+  struct Remembering {
+    std::vector<std::pair<std::string, uint64_t>> evicted;  // producer, number
+    std::map<std::string, uint64_t> floors;
+    std::vector<std::string> victims;
+  };
+  // REQUIRES: producers_mu_. Remembers batch `tag` (tuples first..last) as
+  // being written and adds to `extra` its entry and what falls out of the
+  // window (the producer's floor raised to at least `floor`), or the least
+  // recently used producer when there are too many.
+  void remember_locked(const ProducerTag& tag, uint64_t first, uint64_t last, uint64_t floor,
+                       store::WriteBatch& extra, Remembering& r);
+  // REQUIRES: producers_mu_. The write was submitted: applies `r`.
+  void remembered_locked(const Remembering& r);
+  // REQUIRES: producers_mu_. The write was refused: forgets batch `tag`
+  // (ending at `last`); returns the retries that waited for it.
+  std::vector<AppendedDone> unremember_locked(const ProducerTag& tag, uint64_t last);
+  // REQUIRES: producers_mu_.
+  void erase_named_locked(uint64_t last, const std::string& producer, uint64_t seq);
 
   mutable std::mutex append_mu_;        // orders seq assignment with submission
   uint64_t next_seq_;                   // REQUIRES: append_mu_
@@ -208,6 +254,14 @@ class Stream final {
   mutable std::mutex producers_mu_;
   std::map<std::string, Producer, std::less<>> producers_;  // REQUIRES: producers_mu_
   uint64_t producer_tick_ = 0;                               // REQUIRES: producers_mu_
+  // The batches of producers_ (stored or being written) by their last
+  // tuple, so that a copy's reader finds those of a range without a scan.
+  struct NamedAt {
+    std::string producer;
+    uint64_t seq = 0;
+    uint64_t first = 0;
+  };
+  std::map<uint64_t, NamedAt> named_by_last_;  // REQUIRES: producers_mu_
 };
 using StreamPtr = std::shared_ptr<Stream>;
 

@@ -12,7 +12,9 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/batch.h"
@@ -219,6 +221,102 @@ TEST_F(StreamProducers, TheLeastRecentlyUsedProducerIsForgottenBeyondTheBound) {
   // p2 was forgotten when p1 came back; the store agrees with memory.
   EXPECT_FALSE(send("p2", 1, 1).appended.duplicate);
   EXPECT_TRUE(send("new", 1, 1).appended.duplicate);
+}
+
+// A follower's copy of the stream (docs/cluster.md, "Replicated stream
+// logs") appends the leader's records with append_at_named: it remembers
+// the named batches as the leader does (window and floor included), answers
+// a retry as the leader would, and after a reopen reads the same from the
+// store, under its own stream id.
+TEST_F(StreamProducers, ACopyRemembersTheLeadersNamedBatchesAsTheLeaderDoes) {
+  StreamMeta m;
+  m.name = "@n1/feed";
+  m.id.value = 8;
+  m.schema = kSchema;
+  m.producer = "import";
+  auto copy = std::make_shared<Stream>(m, 1);
+  // Appends to the copy what the leader stored as first..last, with the
+  // names the leader gives for that range; waits until it is durable.
+  auto mirror = [&](uint64_t first, uint64_t last) {
+    std::vector<NamedRecord> named;
+    stream_->named_batches(first, last, named);
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Status> result;
+    Status s =
+        copy->append_at_named(first, rows(static_cast<int>(last - first + 1)), *gc_, store::Admission::reject,
+                              store::WriteBatch(), std::move(named), [&](const Status& st, const RecordPtr&) {
+                                std::lock_guard lock(mu);
+                                result = st;
+                                cv.notify_all();
+                              });
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return result.has_value(); }));
+    ASSERT_TRUE(result->ok()) << result->error().message;
+  };
+  const uint64_t n = Stream::kProducerWindow + 6;
+  for (uint64_t seq = 1; seq <= n; ++seq) {
+    Outcome& o = send("p", seq, 1);
+    ASSERT_TRUE(o.status.ok());
+    mirror(o.appended.first, o.appended.last);
+  }
+  Outcome& q = send("q", 1, 3);
+  mirror(q.appended.first, q.appended.last);
+  const uint64_t head = stream_->next_seq();
+  ASSERT_EQ(copy->next_seq(), head);
+
+  // The same memory: every remembered batch, its numbers and its floor.
+  auto names = [](const StreamPtr& s, uint64_t head) {
+    std::vector<NamedRecord> out;
+    s->named_batches(1, head - 1, out);
+    std::vector<std::tuple<std::string, uint64_t, uint64_t, uint64_t, uint64_t>> flat;
+    for (const auto& r : out) flat.emplace_back(r.tag.id, r.tag.seq, r.first, r.last, r.floor);
+    return flat;
+  };
+  const auto leader = names(stream_, head);
+  ASSERT_EQ(leader.size(), Stream::kProducerWindow + 1);
+  EXPECT_EQ(std::get<4>(leader.front()), 6u);  // p forgot 1..6
+  EXPECT_EQ(names(copy, head), leader);
+  EXPECT_EQ(copy->producer_count(), 2u);
+
+  // The copy answers retries as the leader would.
+  auto recall = [](const StreamPtr& s, const std::string& producer, uint64_t seq) {
+    auto o = std::make_shared<Outcome>();
+    auto done = o->done();
+    const bool known = s->recall(ProducerTag{producer, seq}, done);
+    if (known) {
+      EXPECT_TRUE(o->wait());
+    }
+    return std::make_pair(known, o);
+  };
+  auto check = [&](const StreamPtr& s) {
+    auto [seven, o7] = recall(s, "p", 7);
+    ASSERT_TRUE(seven);
+    EXPECT_TRUE(o7->appended.duplicate);
+    EXPECT_EQ(o7->appended.first, 7u);
+    auto [six, o6] = recall(s, "p", 6);  // out of the window: refused, not stored again
+    ASSERT_TRUE(six);
+    EXPECT_EQ(o6->status.error().code, Errc::conflict);
+    auto [qq, oq] = recall(s, "q", 1);
+    ASSERT_TRUE(qq);
+    EXPECT_EQ(oq->appended.first, n + 1);
+    EXPECT_EQ(oq->appended.last, n + 3);
+    EXPECT_FALSE(recall(s, "p", n + 1).first);  // a new batch
+  };
+  check(copy);
+
+  // Reopened: the store holds the copy's memory under its own id.
+  copy.reset();
+  close();
+  open();
+  std::vector<store::StreamLog::ProducerBatch> entries;
+  ASSERT_TRUE(store::StreamLog::producer_batches(*store_, m.id, entries).ok());
+  copy = std::make_shared<Stream>(m, head);
+  copy->load_producers(std::move(entries));
+  EXPECT_EQ(copy->producer_count(), 2u);
+  EXPECT_EQ(names(copy, head), names(stream_, head));
+  check(copy);
 }
 
 }  // namespace

@@ -90,8 +90,15 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
     if (log_.empty()) return std::optional<uint64_t>();
     return std::optional<uint64_t>(log_.front().first);
   }
+  void named_batches(uint64_t first, uint64_t last, std::vector<NamedBatch>& out) const override {
+    std::lock_guard lock(mu_);
+    for (const auto& n : named_) {
+      if (n.last >= first && n.last <= last) out.push_back(n);
+    }
+  }
   Status append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
-                   std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) override;
+                   std::vector<NamedBatch> named, std::function<void(const Status&)> done,
+                   std::shared_ptr<const std::string> encoded) override;
   void end_feed(const std::string& cause, const std::string& reason) override {
     std::lock_guard lock(mu_);
     feed_ended_ = cause + " | " + reason;
@@ -118,6 +125,21 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
       }
     }
     for (auto& t : taps) t->on_record({rec.first, rec.last, rec.batch, &rec.encoded});
+  }
+  // The same for a batch its publisher named (producer, number): the
+  // stream remembers it, with `floor` as its producer's floor.
+  void publish_named(engine::Batch b, const std::string& producer, uint64_t producer_seq,
+                     uint64_t floor = 0) {
+    {
+      std::lock_guard lock(mu_);
+      named_.push_back({producer, producer_seq, next_, next_ + b.rows() - 1, floor});
+    }
+    publish(std::move(b));
+  }
+  // The named batches a mirror received, once durable.
+  std::vector<NamedBatch> named() const {
+    std::lock_guard lock(mu_);
+    return named_;
   }
   // Every sequence number stored, in log order.
   std::vector<uint64_t> seqs() const {
@@ -157,6 +179,7 @@ class MemStream final : public HostStream, public std::enable_shared_from_this<M
   std::vector<Rec> log_;    // REQUIRES: mu_
   std::vector<std::weak_ptr<StreamTap>> taps_;  // REQUIRES: mu_
   std::string feed_ended_;  // REQUIRES: mu_
+  std::vector<NamedBatch> named_;  // REQUIRES: mu_; by ascending last
 };
 
 // The test's node: a real store, in-memory streams, and a write queue that
@@ -226,7 +249,8 @@ class TestHost final : public Host {
 };
 
 Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBatch extra,
-                            std::function<void(const Status&)> done, std::shared_ptr<const std::string> encoded) {
+                            std::vector<NamedBatch> named, std::function<void(const Status&)> done,
+                            std::shared_ptr<const std::string> encoded) {
   (void)encoded;
   uint64_t last = 0;
   {
@@ -244,8 +268,13 @@ Status MemStream::append_at(uint64_t first, engine::Batch batch, store::WriteBat
     next_ = last + 1;
   }
   // Durable (and visible) when the host commits.
-  return host_->submit(std::move(extra), [self = shared_from_this(), last, done = std::move(done)](const Status& st) {
+  return host_->submit(std::move(extra), [self = shared_from_this(), last, named = std::move(named),
+                                          done = std::move(done)](const Status& st) {
     self->committed(last);
+    {
+      std::lock_guard lock(self->mu_);
+      for (const auto& n : named) self->named_.push_back(n);
+    }
     done(st);
   });
 }
@@ -450,6 +479,39 @@ TEST_F(DeliveryTest, TuplesFlowFromTheLogThenLiveWithContiguousNumbersAndNoDupli
   EXPECT_EQ(exports_->retention_pin("bids"), std::optional<uint64_t>(501));
   EXPECT_EQ(owner_traffic_.tuples("entente://beta/n1").second, 500u);
   EXPECT_EQ(importer_traffic_.tuples("entente://acme/n1").first, 500u);
+}
+
+TEST_F(DeliveryTest, AnotherDomainNeverLearnsWhoPublishesAndRefusesNamesSentToIt) {
+  // Both sides speak version 3 (the default of the test's wire), and the
+  // batches are named: beta still gets plain DATA only.
+  bids_->publish_named(rows(10, 0), "loader-7", 1);
+  start_importer(8u << 20);
+  ASSERT_TRUE(import_bids().ok());
+  bids_->publish_named(rows(10, 10), "loader-7", 2);
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(20));
+  EXPECT_EQ(seen(FrameType::data).size(), 2u);
+  EXPECT_TRUE(seen(FrameType::data_named).empty());
+  EXPECT_TRUE(mirror()->named().empty());
+
+  // An owner that sent them anyway breaks the protocol: the importer resets
+  // the channel and stores nothing of that DATA.
+  bids_->publish(rows(10, 20));
+  ASSERT_EQ(link_.frames.size(), 1u);
+  Frame& f = link_.frames.front();
+  auto d = decode_data(f.payload);
+  ASSERT_TRUE(d.ok());
+  d->named = {{"loader-7", 3, 21, 30, 0}};
+  f.type = FrameType::data_named;
+  f.payload = encode(*d);
+  run();
+  EXPECT_EQ(mirror()->seqs(), one_to(20));
+  EXPECT_TRUE(mirror()->named().empty());
+  ASSERT_FALSE(seen(FrameType::reset).empty());
+  auto reset = decode_reset(seen(FrameType::reset).back().payload);
+  ASSERT_TRUE(reset.ok());
+  EXPECT_EQ(reset->code, WireError::protocol);
+  EXPECT_EQ(reset->reason, "DATA_NAMED on acme/bids, which is not a read of a node of this domain");
 }
 
 TEST_F(DeliveryTest, TheSenderStopsAtTheCreditAndGoesOnWhenCreditComesBack) {
@@ -1127,6 +1189,47 @@ TEST_F(InternalReadTest, ANodeOfTheDomainGetsEveryTupleOnceWithTheOwnersNumbersW
   EXPECT_NE(std::find(owner_->lines.begin(), owner_->lines.end(),
                       "federation: entente://acme/n2 opened acme/bids from 1 (a node of this domain)"),
             owner_->lines.end());
+}
+
+// A follower's copy (docs/cluster.md, "Replicated stream logs") learns
+// which batches publishers named, so that it answers their retries as the
+// leader would once it leads the stream.
+TEST_F(InternalReadTest, ANodeOfTheDomainGetsThePublishersNamesWithTheTuplesOverVersionThree) {
+  // From the log: two named batches, one unnamed between them.
+  bids_->publish_named(rows(10, 0), "loader-7", 41);       // 1..10
+  bids_->publish(rows(5, 10));                             // 11..15
+  bids_->publish_named(rows(10, 15), "loader-7", 42, 40);  // 16..25
+  ASSERT_TRUE(read_bids().ok());
+  // Live.
+  bids_->publish_named(rows(10, 25), "pub.b:2", 1);  // 26..35
+  run();
+  EXPECT_EQ(mirror()->seqs(), range(1, 35));
+  const std::vector<NamedBatch> want = {
+      {"loader-7", 41, 1, 10, 0}, {"loader-7", 42, 16, 25, 40}, {"pub.b:2", 1, 26, 35, 0}};
+  EXPECT_EQ(mirror()->named(), want);
+  // Each DATA carries the names of the batches it completes, and only
+  // those: the unnamed record goes as plain DATA.
+  EXPECT_EQ(seen(FrameType::data_named).size(), 3u);
+  EXPECT_EQ(seen(FrameType::data).size(), 1u);
+  for (const auto& f : seen(FrameType::data_named)) {
+    auto d = decode_data_named(f.payload);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    ASSERT_EQ(d->named.size(), 1u);
+    EXPECT_EQ(d->named[0].first, d->first_seq);
+    EXPECT_EQ(d->named[0].last, d->first_seq + d->count - 1);
+  }
+}
+
+TEST_F(InternalReadTest, AReaderOfVersionTwoGetsPlainDataAndEveryTuple) {
+  net_.versions[kAcme2.uri()] = 2;  // n2 was built before version 3
+  bids_->publish_named(rows(10, 0), "loader-7", 1);
+  ASSERT_TRUE(read_bids().ok());
+  bids_->publish_named(rows(10, 10), "loader-7", 2);
+  run();
+  EXPECT_EQ(mirror()->seqs(), range(1, 20));
+  EXPECT_EQ(seen(FrameType::data).size(), 2u);
+  EXPECT_TRUE(seen(FrameType::data_named).empty());
+  EXPECT_TRUE(mirror()->named().empty());
 }
 
 TEST_F(InternalReadTest, AReaderThatRestartsResumesFromItsMirror) {

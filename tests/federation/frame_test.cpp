@@ -63,7 +63,7 @@ std::vector<Frame> sample_frames() {
   };
 }
 
-TEST(FrameTypes, ExactlyTheTenTypesAreKnown) {
+TEST(FrameTypes, ExactlyTheElevenTypesAreKnown) {
   int known = 0;
   for (int t = 0; t < 256; ++t) {
     if (known_frame_type(static_cast<uint8_t>(t))) {
@@ -73,10 +73,11 @@ TEST(FrameTypes, ExactlyTheTenTypesAreKnown) {
       EXPECT_EQ(frame_type_name(static_cast<FrameType>(t)), "unknown") << t;
     }
   }
-  EXPECT_EQ(known, 10);
+  EXPECT_EQ(known, 11);
   EXPECT_EQ(frame_type_name(FrameType::control), "control");
   EXPECT_EQ(frame_type_name(FrameType::open_ok), "open_ok");
   EXPECT_EQ(frame_type_name(FrameType::credit), "credit");
+  EXPECT_EQ(frame_type_name(FrameType::data_named), "data_named");
 }
 
 TEST(AppendFrame, WritesBigEndianLengthTypeChannelPayload) {
@@ -225,7 +226,7 @@ TEST(FrameDecoder, LengthBelowFiveFails) {
 }
 
 TEST(FrameDecoder, UnknownTypeFailsAsSoonAsTheTypeByteArrives) {
-  for (uint8_t type : {0x00, 0x04, 0x0f, 0x16, 0xff}) {
+  for (uint8_t type : {0x00, 0x04, 0x0f, 0x17, 0xff}) {
     FrameDecoder decoder;
     decoder.feed(header(100, type).substr(0, 5));
     auto r = decoder.next();

@@ -453,8 +453,10 @@ std::optional<GoAway> find_goaway(const std::vector<std::pair<FrameType, std::st
 
 // The bytes of a HELLO frame naming DOMAIN/NODE, as a hand-driven peer
 // sends it first.
-std::string hello_frame(const std::string& domain, const std::string& node) {
+std::string hello_frame(const std::string& domain, const std::string& node,
+                        uint16_t max_version = Hello::kMaxVersion) {
   Hello h;
+  h.max_version = max_version;
   h.domain = domain;
   h.node = node;
   h.max_frame = kDefaultMaxFrame;
@@ -527,6 +529,44 @@ TEST_F(LinkTest, OpenOnAChannelOfTheWrongParityOrReusedEndsTheLink) {
     ASSERT_TRUE(rb.wait([](auto& r) { return !r.downs_.empty(); }));
     // Only the valid first OPEN (if any) reached the layer above.
     EXPECT_EQ(rb.frames_.size(), opens.size() - 1);
+  }
+}
+
+// A peer built before version 3 announces 1..2: the link runs at 2, and a
+// DATA_NAMED on it (version 3) ends the link, while on a version-3 link it
+// reaches the layer above like a DATA (docs/protocol.md §5.12, §12).
+TEST_F(LinkTest, APeerOfVersionTwoLinksAtTwoWhereDataNamedEndsTheLink) {
+  for (uint16_t peer_version : {uint16_t{2}, uint16_t{3}}) {
+    Recorder rb;
+    auto b = start(options("beta", "n1", node_dir("beta", "n1"), trust({"acme", "beta"})), rb);
+    TlsClient c(b->port(), node_dir("acme", "n1"));
+    c.send(hello_frame("acme", "n1", peer_version));
+    ASSERT_TRUE(rb.wait([](auto& r) { return !r.ups_.empty(); }));
+    EXPECT_EQ(b->version({"acme", "n1"}), peer_version);
+    Data d;
+    d.first_seq = 1;
+    d.count = 2;
+    d.body = "xy";
+    std::string bytes;
+    append_frame(bytes, FrameType::data, 1, encode(d));
+    d.first_seq = 3;
+    d.named = {{"loader-7", 1, 3, 4, 0}};
+    append_frame(bytes, FrameType::data_named, 1, encode(d));
+    c.send(bytes);
+    if (peer_version == 2) {
+      auto g = find_goaway(c.read_until_closed());
+      ASSERT_TRUE(g.has_value());
+      EXPECT_EQ(g->code, WireError::protocol);
+      EXPECT_EQ(g->reason, "frame type data_named on a link negotiated at protocol version 2");
+      ASSERT_TRUE(rb.wait([](auto& r) { return !r.downs_.empty(); }));
+      ASSERT_EQ(rb.frames_.size(), 1u);  // the DATA, not what followed
+      EXPECT_EQ(rb.frames_[0].type, FrameType::data);
+    } else {
+      ASSERT_TRUE(rb.wait([](auto& r) { return r.frames_.size() == 2; }));
+      EXPECT_EQ(rb.frames_[1].type, FrameType::data_named);
+      EXPECT_EQ(rb.frames_[1].payload, encode(d));
+      EXPECT_TRUE(rb.wait([](auto& r) { return r.downs_.empty(); }, 0ms));  // the link stays up
+    }
   }
 }
 

@@ -64,7 +64,7 @@ TEST(MessageLayout, TheHelloFrameOfTheProtocolDocument) {
   std::string frame;
   append_frame(frame, FrameType::hello, 0, encode(valid_hello()));
   EXPECT_EQ(frame, bytes({0x00, 0x00, 0x00, 0x1b, 0x01, 0x00, 0x00, 0x00, 0x00,  //
-                          0x00, 0x01, 0x00, 0x02,                                //
+                          0x00, 0x01, 0x00, 0x03,                                //
                           0x00, 0x04, 0x61, 0x63, 0x6d, 0x65,                    //
                           0x00, 0x02, 0x6e, 0x31,                                //
                           0x00, 0x10, 0x00, 0x00,                                //
@@ -80,7 +80,7 @@ TEST(MessageLayout, EveryOtherMessage) {
   EXPECT_EQ(encode(OpenOk{"{}", 1, 2}),
             bytes({0, 2, '{', '}', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2}));
   EXPECT_EQ(encode(Reset{WireError::bad_position, ""}), bytes({0, 10, 0, 0}));
-  EXPECT_EQ(encode(Data{5, 2, "xyz"}),
+  EXPECT_EQ(encode(Data{5, 2, "xyz", {}}),
             bytes({0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z'}));
   EXPECT_EQ(encode(Ack{kU64Max}), std::string(8, '\xff'));
   EXPECT_EQ(encode(Credit{0x01020304}), bytes({1, 2, 3, 4}));
@@ -190,11 +190,11 @@ TEST(MessageRoundTrip, Data) {
   std::string big(kMaxMaxFrame - 16, '\0');
   for (std::size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
   const std::vector<Data> cases = {
-      {1, 1, "x"},
-      {1, kU32Max, "body"},
-      {kU64Max, 1, std::string("\0", 1)},
-      {kU64Max - kU32Max + 1, kU32Max, "edge"},
-      {42, 1000, big},
+      {1, 1, "x", {}},
+      {1, kU32Max, "body", {}},
+      {kU64Max, 1, std::string("\0", 1), {}},
+      {kU64Max - kU32Max + 1, kU32Max, "edge", {}},
+      {42, 1000, big, {}},
   };
   for (const auto& d : cases) {
     auto r = decode_data(encode(d));
@@ -244,7 +244,7 @@ std::vector<Case> valid_cases() {
       {"open", encode(Open{"p/s", 3, 4096}), status_of(&decode_open)},
       {"open_ok", encode(OpenOk{"{}", 1, 9}), status_of(&decode_open_ok)},
       {"reset", encode(Reset{WireError::not_exported, "no"}), status_of(&decode_reset)},
-      {"data", encode(Data{1, 2, "ab"}), status_of(&decode_data)},
+      {"data", encode(Data{1, 2, "ab", {}}), status_of(&decode_data)},
       {"ack", encode(Ack{5}), status_of(&decode_ack)},
       {"credit", encode(Credit{100}), status_of(&decode_credit)},
   };
@@ -282,7 +282,7 @@ TEST(MessageDecode, TruncationNamesTheField) {
   expect_parse_error(error_of(decode_data(std::string(11, '\1'))),
                      "data.count: truncated: needs 4 bytes, 3 left");
   expect_parse_error(error_of(decode_credit("")), "credit.bytes: truncated: needs 4 bytes, 0 left");
-  expect_parse_error(error_of(decode_data(encode(Data{1, 2, "abc"}).substr(0, 18))),
+  expect_parse_error(error_of(decode_data(encode(Data{1, 2, "abc", {}}).substr(0, 18))),
                      "data.body: truncated: needs 3 bytes, 2 left");
   // A body length near 4 GiB in a small payload allocates nothing.
   expect_parse_error(
@@ -444,16 +444,162 @@ TEST(MessageDecode, OpenOkInvalidValues) {
 }
 
 TEST(MessageDecode, DataInvalidValues) {
-  expect_parse_error(error_of(decode_data(encode(Data{1, 0, "x"}))), "data.count: 0 tuples");
-  expect_parse_error(error_of(decode_data(encode(Data{0, 1, "x"}))),
+  expect_parse_error(error_of(decode_data(encode(Data{1, 0, "x", {}}))), "data.count: 0 tuples");
+  expect_parse_error(error_of(decode_data(encode(Data{0, 1, "x", {}}))),
                      "data.first_seq: 0 (sequence numbers start at 1)");
-  expect_parse_error(error_of(decode_data(encode(Data{1, 3, ""}))), "data.body: empty for 3 tuples");
-  expect_parse_error(error_of(decode_data(encode(Data{kU64Max, 2, "x"}))),
+  expect_parse_error(error_of(decode_data(encode(Data{1, 3, "", {}}))), "data.body: empty for 3 tuples");
+  expect_parse_error(error_of(decode_data(encode(Data{kU64Max, 2, "x", {}}))),
                      "data.count: 2 tuples from 18446744073709551615 run past the last sequence "
                      "number");
-  expect_parse_error(error_of(decode_data(encode(Data{kU64Max - kU32Max + 2, kU32Max, "x"}))),
+  expect_parse_error(error_of(decode_data(encode(Data{kU64Max - kU32Max + 2, kU32Max, "x", {}}))),
                      "data.count: 4294967295 tuples from " + std::to_string(kU64Max - kU32Max + 2) +
                          " run past the last sequence number");
+}
+
+// ---- DATA_NAMED (version 3) ----
+
+Data named_data() {
+  Data d;
+  d.first_seq = 11;
+  d.count = 10;
+  d.body = "xyz";
+  // A batch begun in an earlier DATA (first 8) and two whole ones.
+  d.named = {{"loader-7", 42, 8, 12, 0}, {"loader-7", 43, 13, 15, 0}, {"b.2:x_Y", 9, 18, 20, 6}};
+  return d;
+}
+
+TEST(MessageLayout, DataNamedIsDataThenItsNamedBatches) {
+  Data d;
+  d.first_seq = 5;
+  d.count = 2;
+  d.body = "xyz";
+  d.named = {{"p", 7, 4, 6, 3}};
+  EXPECT_EQ(d.frame_type(), FrameType::data_named);
+  EXPECT_EQ(encode(d), bytes({0, 0, 0,   0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z',  // DATA
+                              0, 0, 0,   1,                                                     // named_count
+                              0, 1, 'p',                                                        // producer
+                              0, 0, 0,   0, 0, 0, 0, 7,     // producer_seq
+                              0, 0, 0,   0, 0, 0, 0, 4,     // first
+                              0, 0, 0,   0, 0, 0, 0, 6,     // last
+                              0, 0, 0,   0, 0, 0, 0, 3}));  // floor
+  // Without names it is a plain DATA, byte for byte as in version 2.
+  d.named.clear();
+  EXPECT_EQ(d.frame_type(), FrameType::data);
+  EXPECT_EQ(encode(d), bytes({0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 3, 'x', 'y', 'z'}));
+}
+
+TEST(MessageLayout, TheDataNamedFrameOfTheProtocolDocument) {
+  // docs/protocol.md §5.12, byte for byte (the body's 3 bytes are "abc").
+  Data d;
+  d.first_seq = 11;
+  d.count = 10;
+  d.body = "abc";
+  d.named = {{"p", 7, 9, 12, 3}};
+  std::string frame;
+  append_frame(frame, d.frame_type(), 5, encode(d));
+  EXPECT_EQ(frame, bytes({0x00, 0x00, 0x00, 0x3f, 0x16, 0x00, 0x00, 0x00, 0x05,  //
+                          0, 0, 0, 0, 0, 0, 0, 0x0b,                             //
+                          0, 0, 0, 0x0a,                                         //
+                          0, 0, 0, 3, 'a', 'b', 'c',                             //
+                          0, 0, 0, 1,                                            //
+                          0, 1, 0x70,                                            //
+                          0, 0, 0, 0, 0, 0, 0, 7,                                //
+                          0, 0, 0, 0, 0, 0, 0, 9,                                //
+                          0, 0, 0, 0, 0, 0, 0, 0x0c,                             //
+                          0, 0, 0, 0, 0, 0, 0, 3}));
+}
+
+TEST(MessageRoundTrip, DataNamed) {
+  const Data d = named_data();
+  auto r = decode_data_named(encode(d));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->first_seq, 11u);
+  EXPECT_EQ(r->count, 10u);
+  EXPECT_EQ(r->body, "xyz");
+  EXPECT_EQ(r->named, d.named);
+  // The longest producer id and the largest numbers.
+  Data edge;
+  edge.first_seq = kU64Max;
+  edge.count = 1;
+  edge.body = "x";
+  edge.named = {{std::string(64, 'z'), kU64Max, kU64Max, kU64Max, kU64Max}};
+  r = decode_data_named(encode(edge));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->named, edge.named);
+}
+
+TEST(MessageDecode, DataAndDataNamedEachDecodeOnlyTheirOwnPayload) {
+  // A DATA decoder stays strict: names after the body are trailing bytes.
+  // (4 for the count, then 2 + id + 4 * 8 per batch.)
+  expect_parse_error(error_of(decode_data(encode(named_data()))),
+                     "data: 129 trailing bytes after the last field");
+  // A DATA_NAMED without names is malformed: it ends before named_count.
+  Data plain = named_data();
+  plain.named.clear();
+  expect_parse_error(error_of(decode_data_named(encode(plain))),
+                     "data_named.named_count: truncated: needs 4 bytes, 0 left");
+  // Every cut of a DATA_NAMED fails, naming the message.
+  const std::string whole = encode(named_data());
+  for (size_t n = 0; n < whole.size(); ++n) {
+    auto r = decode_data_named(std::string_view(whole).substr(0, n));
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.error().code, Errc::parse_error);
+    EXPECT_EQ(r.error().message.rfind("data_named.", 0), 0u) << r.error().message;
+  }
+  expect_parse_error(error_of(decode_data_named(whole + "x")),
+                     "data_named: 1 trailing bytes after the last field");
+}
+
+TEST(MessageDecode, DataNamedInvalidValues) {
+  auto with = [](auto change) {
+    Data d = named_data();
+    change(d);
+    return encode(d);
+  };
+  auto error = [](const std::string& payload) { return error_of(decode_data_named(payload)); };
+  // named_count 0 (written by hand: encode writes a DATA without names).
+  Data none = named_data();
+  none.named.clear();
+  expect_parse_error(error(encode(none) + std::string(4, '\0')),
+                     "data_named.named_count: 0 (a DATA without names is a DATA)");
+  expect_parse_error(error(with([](Data& d) {
+                       d.count = 2;
+                       d.first_seq = 19;
+                     })),
+                     "data_named.named_count: 3 batches end in a range of 2 tuples");
+  expect_parse_error(error(with([](Data& d) { d.named[1].producer = "has space"; })),
+                     "data_named.producer: 'has space' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 1)");
+  expect_parse_error(
+      error(with([](Data& d) { d.named[0].producer = std::string(65, 'a'); })),
+      "data_named.producer: '" + std::string(65, 'a') + "' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 0)");
+  expect_parse_error(error(with([](Data& d) { d.named[0].producer.clear(); })),
+                     "data_named.producer: '' is not 1..64 of A-Z a-z 0-9 . _ : - (batch 0)");
+  expect_parse_error(error(with([](Data& d) { d.named[2].producer_seq = 0; })),
+                     "data_named.producer_seq: 0 (batch numbers start at 1) (batch 2)");
+  expect_parse_error(error(with([](Data& d) { d.named[0].first = 0; })),
+                     "data_named.first: 0..12 is not a range (batch 0)");
+  expect_parse_error(error(with([](Data& d) { d.named[1].first = 16; })),
+                     "data_named.first: 16..15 is not a range (batch 1)");
+  // A batch must end in the covered range 11..20.
+  expect_parse_error(error(with([](Data& d) {
+                       d.named[0].last = 10;
+                       d.named[0].first = 9;
+                     })),
+                     "data_named.last: 10 is outside the covered 11..20 (batch 0)");
+  expect_parse_error(error(with([](Data& d) { d.named[2].last = 21; })),
+                     "data_named.last: 21 is outside the covered 11..20 (batch 2)");
+  // Batches are records: in order, without overlap.
+  expect_parse_error(error(with([](Data& d) { d.named[1].first = 12; })),
+                     "data_named.first: 12 is not above the previous batch's last 12 (batch 1)");
+  expect_parse_error(error(with([](Data& d) { std::swap(d.named[0], d.named[2]); })),
+                     "data_named.first: 13 is not above the previous batch's last 20 (batch 1)");
+  // A count announcing more batches than the payload could hold is refused
+  // before anything is reserved for them.
+  Data wide = none;
+  wide.count = 100000;
+  const std::string huge = encode(wide) + bytes({0, 0, 0x10, 0});  // 4096 batches in 27 bytes
+  expect_parse_error(error(huge), "data_named.named_count: 4096 batches cannot fit in " +
+                                      std::to_string(huge.size()) + " bytes");
 }
 
 TEST(MessageDecode, HeartbeatDelayWithoutEchoFails) {
@@ -507,12 +653,31 @@ TEST(Negotiation, PicksTheHighestCommonVersion) {
 TEST(Negotiation, DisjointRangesFailNamingBoth) {
   Hello mine = valid_hello();
   Hello theirs = valid_hello();
-  theirs.min_version = 3;
-  theirs.max_version = 4;
+  theirs.min_version = 4;
+  theirs.max_version = 5;
   auto v = negotiate_version(mine, theirs);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.error().code, Errc::unsupported);
-  EXPECT_EQ(v.error().message, "no common protocol version: this node speaks 1..2, the peer 3..4");
+  EXPECT_EQ(v.error().message, "no common protocol version: this node speaks 1..3, the peer 4..5");
+}
+
+TEST(Negotiation, ANodeOfVersionThreeSpeaksTheVersionOfAnOlderPeer) {
+  // This node speaks 1..3 (DATA_NAMED is version 3); a node built before
+  // it announces 1..2 or 1..1, and the link takes that.
+  const Hello mine = valid_hello();
+  EXPECT_EQ(mine.min_version, 1);
+  EXPECT_EQ(mine.max_version, 3);
+  EXPECT_EQ(kProtocolVersion, 3);
+  for (uint16_t older : {1, 2}) {
+    Hello theirs = valid_hello();
+    theirs.max_version = older;
+    auto v = negotiate_version(mine, theirs);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(*v, older);
+    v = negotiate_version(theirs, mine);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(*v, older);
+  }
 }
 
 TEST(Negotiation, MaxFrameIsTheSmallerLimit) {

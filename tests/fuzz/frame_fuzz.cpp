@@ -55,7 +55,7 @@ bool same(const OpenOk& a, const OpenOk& b) {
 }
 bool same(const Reset& a, const Reset& b) { return a.code == b.code && a.reason == b.reason; }
 bool same(const Data& a, const Data& b) {
-  return a.first_seq == b.first_seq && a.count == b.count && a.body == b.body;
+  return a.first_seq == b.first_seq && a.count == b.count && a.body == b.body && a.named == b.named;
 }
 bool same(const Ack& a, const Ack& b) { return a.through == b.through; }
 bool same(const Credit& a, const Credit& b) { return a.bytes == b.bytes; }
@@ -94,6 +94,8 @@ void decode_payload(const FrameView& frame) {
       return round_trip(frame.payload, &decode_reset);
     case FrameType::data:
       return round_trip(frame.payload, &decode_data);
+    case FrameType::data_named:
+      return round_trip(frame.payload, &decode_data_named);
     case FrameType::ack:
       return round_trip(frame.payload, &decode_ack);
     case FrameType::credit:
@@ -215,11 +217,15 @@ int write_seeds(const std::string& dir) {
   const std::string open = frame(FrameType::open, 1, encode(Open{"acme/trades", 1, 65536}));
   const std::string open_ok =
       frame(FrameType::open_ok, 1, encode(OpenOk{R"({"fields":[{"name":"px","type":"int64"}]})", 1, 3}));
-  const std::string data = frame(FrameType::data, 1, encode(Data{1, 2, "\x01\x02\x03\x04"}));
+  const std::string data = frame(FrameType::data, 1, encode(Data{1, 2, "\x01\x02\x03\x04", {}}));
   const std::string ack = frame(FrameType::ack, 1, encode(Ack{2}));
   const std::string credit = frame(FrameType::credit, 1, encode(Credit{4096}));
   const std::string reset = frame(FrameType::reset, 1, encode(Reset{WireError::not_exported, "no"}));
   const std::string goaway = frame(FrameType::goaway, 0, encode(GoAway{WireError::shutdown, "bye"}));
+  // Version 3: DATA with the publishers' names of the batches it completes.
+  const std::string data_named =
+      frame(FrameType::data_named, 1,
+            encode(Data{1, 4, "\x01\x02\x03\x04", {{"loader-7", 42, 1, 2, 0}, {"p", 9, 3, 4, 8}}}));
   // Version 2: a RESET moved, whose reason is an address to dial.
   const std::string moved = frame(FrameType::reset, 1, encode(Reset{WireError::moved, "n1@10.0.0.7:7443"})) +
                             frame(FrameType::reset, 3, encode(Reset{WireError::moved, "node-2@[fe80::1]:1"}));
@@ -235,6 +241,7 @@ int write_seeds(const std::string& dir) {
   ok &= write_seed(dir, "open", whole, open);
   ok &= write_seed(dir, "open_ok", whole, open_ok);
   ok &= write_seed(dir, "data", whole, data);
+  ok &= write_seed(dir, "data_named", whole, data_named);
   ok &= write_seed(dir, "ack_credit", whole, ack + credit);
   ok &= write_seed(dir, "reset_goaway", whole, reset + goaway);
   ok &= write_seed(dir, "reset_moved", whole, moved);

@@ -235,6 +235,69 @@ TEST_F(ClusterReplication, AFollowerLeavesTheInSyncSetInEtcdBeforeAnAppendIsAckn
       << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
 }
 
+// The followers copy the publishers' names with the tuples (protocol
+// version 3, DATA_NAMED): each copy remembers the leader's producers, in
+// its own store, so that once it leads the stream it answers a retried
+// batch as the leader would. Shown on the copy's GET (producers_remembered)
+// while the leader runs, and after the leader is gone and the follower
+// restarted (read back from its store).
+TEST_F(ClusterReplication, TheFollowersCopyThePublishersNamesAndKeepThemAcrossARestart) {
+  ASSERT_EQ(
+      node(1).request("POST", "/v1/streams", stream_body("bids", R"(,"node":"n1","replication":3)")).status,
+      201u);
+  ASSERT_TRUE(eventually(20s, [&] {
+    auto r = replicas(1, "bids", nullptr);
+    return r["n2"].second && r["n3"].second;
+  }));
+  auto post = [&](int b, const std::string& query) {
+    std::string body = "[";
+    for (int k = 0; k < 10; ++k)
+      body += std::string(k ? "," : "") + R"({"auction":)" + std::to_string(b * 100 + k) + R"(,"price":1})";
+    return node(1).request("POST", "/v1/streams/bids/tuples" + query, body + "]", kPublisherToken);
+  };
+  int b = 0;
+  for (int seq = 1; seq <= 5; ++seq) {
+    auto r = post(++b, "?producer_id=loader-7&producer_seq=" + std::to_string(seq));
+    ASSERT_EQ(r.status, 200u) << r.body;
+  }
+  ASSERT_EQ(post(++b, "").status, 200u);  // not named
+  for (int seq = 1; seq <= 2; ++seq) {
+    ASSERT_EQ(post(++b, "?producer_id=pub.b&producer_seq=" + std::to_string(seq)).status, 200u);
+  }
+  // A retry on the leader: a duplicate, nothing stored again.
+  auto again = post(99, "?producer_id=loader-7&producer_seq=3");
+  ASSERT_EQ(again.status, 200u) << again.body;
+  EXPECT_NE(again.body.find(R"("duplicate":true)"), std::string::npos) << again.body;
+  const uint64_t total = static_cast<uint64_t>(b) * 10;
+  ASSERT_TRUE(eventually(20s, [&] {
+    auto r = replicas(1, "bids", nullptr);
+    return r["n2"].first == total && r["n3"].first == total;
+  })) << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
+
+  auto remembered = [&](int i, const std::string& stream) -> int64_t {
+    auto r = node(i).try_request("GET", "/v1/streams/" + stream, {}, kReaderToken);
+    if (!r.ok() || r->status != 200) return -1;
+    auto d = parse(r->body);
+    if (!d.IsObject() || !d.HasMember("producers_remembered")) return -2;
+    return d["producers_remembered"].GetInt64();
+  };
+  EXPECT_EQ(remembered(1, "bids"), 2);
+  for (int i : {2, 3}) {
+    EXPECT_EQ(remembered(i, "%40n1%2Fbids"), 2)
+        << "n" << i << ": " << node(i).request("GET", "/v1/streams/%40n1%2Fbids", {}, kReaderToken).body;
+  }
+
+  // The leader dies; the follower restarts: its copy's memory comes back
+  // from its own store.
+  nodes_[0]->process().kill();
+  nodes_[1]->process().kill();
+  ASSERT_TRUE(nodes_[1]->start()) << nodes_[1]->last_error();
+  EXPECT_TRUE(eventually(20s, [&] { return remembered(2, "%40n1%2Fbids") == 2; }))
+      << node(2).request("GET", "/v1/streams/%40n1%2Fbids", {}, kReaderToken).body;
+  const ReadResult copy = read_stream(node(2), "%40n1%2Fbids", 1, total, 60'000);
+  EXPECT_EQ(copy.tuples.size(), total) << copy.error;
+}
+
 TEST_F(ClusterReplication, FactorsAreCheckedAndDefaultToTwo) {
   auto two = node(1).request("POST", "/v1/streams", stream_body("two", ""));
   ASSERT_EQ(two.status, 201u) << two.body;
