@@ -53,7 +53,8 @@ std::string batch_body(int b) {
 struct Leadership {
   std::string node;
   uint64_t epoch = 0;
-  std::map<std::string, bool> in_sync;  // follower -> in the set
+  std::map<std::string, bool> in_sync;    // follower -> in the set
+  std::map<std::string, bool> connected;  // follower -> its copy open at the leader
 };
 
 class ClusterFailover : public ThreeNodeDomain {
@@ -69,7 +70,10 @@ class ClusterFailover : public ThreeNodeDomain {
     if (!d.IsObject() || !d.HasMember("replication")) return l;
     l.node = d["node"].GetString();
     l.epoch = d["replication"]["epoch"].GetUint64();
-    for (const auto& x : d["replication"]["replicas"].GetArray()) l.in_sync[x["node"].GetString()] = x["in_sync"].GetBool();
+    for (const auto& x : d["replication"]["replicas"].GetArray()) {
+      l.in_sync[x["node"].GetString()] = x["in_sync"].GetBool();
+      l.connected[x["node"].GetString()] = x["connected"].GetBool();
+    }
     return l;
   }
 
@@ -80,7 +84,7 @@ class ClusterFailover : public ThreeNodeDomain {
     ASSERT_EQ(created.status, 201u) << created.body;
     ASSERT_TRUE(eventually(20.0, [&] {
       auto l = leadership(1, "bids");
-      return l.in_sync["n2"] && l.in_sync["n3"];
+      return l.in_sync["n2"] && l.in_sync["n3"] && l.connected["n2"] && l.connected["n3"];
     })) << node(1).request("GET", "/v1/streams/bids", {}, kReaderToken).body;
   }
 
