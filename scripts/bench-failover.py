@@ -172,6 +172,12 @@ class Node:
         self.proc.wait()
         self.proc = None
 
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
     def request(self, method, target, body=None, timeout=3):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         headers = {"Authorization": "Bearer " + TOKEN}
@@ -259,6 +265,49 @@ class Bench:
             time.sleep(0.05)
         raise RuntimeError("the followers of bids did not all join the in-sync set: %s" % self.entry(None))
 
+    def controller(self, conn):
+        return self.etcd.get("/entente/bench/controller", conn=conn).get("/entente/bench/controller", "")
+
+    def chaos_round(self, conn):
+        """One random fault (sometimes a second one while the domain recovers
+        from the first), then waits until every node is back and every
+        follower in sync."""
+        e = self.wait_in_sync()
+        by_name = {n.name: n for n in self.nodes}
+        leader = by_name[e["node"]]
+        followers = [by_name[r] for r in e["replicas"]]
+        ctl = by_name.get(self.controller(conn))
+        kind = random.choice(["kill_leader", "kill_leader", "kill_follower", "kill_controller", "stop_any",
+                              "stop_leader_past_lease"])
+        victim = {"kill_leader": leader, "kill_follower": random.choice(followers),
+                  "kill_controller": ctl or leader, "stop_any": random.choice(self.nodes),
+                  "stop_leader_past_lease": leader}[kind]
+        time.sleep(random.random() * 0.5)
+        if kind.startswith("kill"):
+            victim.kill()
+            down_for = random.random() * 3.0
+        else:
+            victim.pause()
+            down_for = 2.0 if kind == "stop_any" else self.args.lease_ttl + 1.5
+        second = None
+        if random.random() < 0.3:
+            # A second fault while recovering from the first: another node
+            # stopped for 2 s.
+            time.sleep(random.random() * 1.0)
+            others = [n for n in self.nodes if n is not victim and n.alive()]
+            if others:
+                second = random.choice(others)
+                second.pause()
+                time.sleep(2.0)
+                second.resume()
+                kind += "+stop"
+        time.sleep(max(0.0, down_for))
+        if kind.startswith("kill"):
+            victim.start()
+        else:
+            victim.resume()
+        return kind
+
     def run(self):
         a = self.args
         etcd_bin = os.environ.get("ETCD", "/usr/bin/etcd")
@@ -297,6 +346,13 @@ class Bench:
         conn = http.client.HTTPConnection(self.etcd.endpoint, timeout=2)
         parts = {"detection": [], "election": [], "restore": [], "takeover": []}
         failed = 0
+        faults = {}
+        for k in range(a.chaos):
+            kind = self.chaos_round(conn)
+            faults[kind] = faults.get(kind, 0) + 1
+        if a.chaos:
+            print(json.dumps({"bench": "failover_chaos", "faults": a.chaos, "by_kind": faults,
+                              "factor": a.factor, "lease_ttl_s": a.lease_ttl}))
         for k in range(a.kills):
             e = self.wait_in_sync()
             leader = next(n for n in self.nodes if n.name == e["node"])
@@ -374,6 +430,10 @@ class Bench:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--chaos", type=int, default=0,
+                   help="random faults before the kills: kill -9 of the leader, a follower or the controller, "
+                        "SIGSTOP of any node for 2 s or of the leader past its lease, sometimes a second stop "
+                        "while recovering")
     p.add_argument("--factor", type=int, default=2)
     p.add_argument("--lease-ttl", type=int, default=1, help="seconds")
     p.add_argument("--durability", default="process", choices=["process", "fsync"])
