@@ -605,6 +605,8 @@ Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<
     }
   }
   if (left.empty() && joined.empty()) return false;
+  // A joining follower bounds what readers see before etcd counts it in.
+  if (!joined.empty()) bound_visible_to(stream, next);
   const std::string json = stream_catalog_entry(parsed->meta, parsed->node, parsed->replicas, next, parsed->epoch);
   ENTENTE_ASSIGN_OR_RETURN(int64_t rev, catalog_->update(stream_key_of(stream), json, e->mod_revision));
   catalog_->wait_for(rev, config_.cluster.etcd_timeout_ms);
