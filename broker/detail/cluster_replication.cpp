@@ -61,8 +61,8 @@ void NodeImpl::refresh_visible(const StreamPtr& s, bool from_log) {
     // Not read yet (just started, etcd down since): what is hidden stays
     // so. Led by another node now: this node's readers are sent there.
     if (catalog_->revision() == 0) return;
-    if (auto leader = stream_leader(name); leader && *leader != config_.node) return;
-    if (auto states = replica_states(name)) bound = visible_bound(*states);
+    if (auto states = replica_states(name)) bound = visible_bound(*states);  // led here
+    else if (auto leader = stream_leader(name); leader && *leader != config_.node) return;
   }
   // false: records hidden since a restart wait for the replication
   // thread's next look, which may read the log.
