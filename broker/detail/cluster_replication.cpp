@@ -231,9 +231,12 @@ void NodeImpl::recheck_in_sync(const std::string& s) {
   std::set<std::string> leave;
   const auto states = replica_states(s);  // not under repl_mu_: it takes the catalog's and peering's locks
   const auto now = Clock::now();
+  bool waiting = false;
   {
     std::lock_guard l(repl_mu_);
-    if (auto it = repl_waiters_.find(s); it != repl_waiters_.end() && states) {
+    auto it = repl_waiters_.find(s);
+    waiting = it != repl_waiters_.end();
+    if (waiting && states) {
       for (const auto& w : it->second) {
         if (now < w.deadline) continue;
         for (const auto& r : *states)
@@ -250,6 +253,7 @@ void NodeImpl::recheck_in_sync(const std::string& s) {
         if (r.in_sync && r.acked < w->through) leave.insert(r.node);
     }
   }
+  if (!waiting && !hidden_late) return;  // answered and released meanwhile
   auto changed = update_in_sync(s, leave, false);
   if (changed.ok()) {
     if (stream) refresh_visible(stream, true);
