@@ -37,8 +37,9 @@ struct RecordView {
 };
 
 // Follows a stream's committed records (an export's channel). on_record
-// runs on the committer thread, in sequence order, with no gaps: it must
-// be short and must not block.
+// runs one call at a time, in sequence order, with no gaps, on the
+// committer thread or the thread that made the records visible: it must be
+// short and must not block.
 class StreamTap {
  public:
   virtual ~StreamTap() = default;

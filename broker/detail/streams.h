@@ -63,8 +63,12 @@ enum class TapHead : uint8_t {
   durable,  // what the local log holds: only the copies of the stream's followers
 };
 
-// Follows a stream's committed records. on_record runs on the group-commit
-// thread, in sequence order, with no gaps: it must be short (queue, signal).
+// Follows a stream's committed records. on_record runs one call at a time,
+// in sequence order, with no gaps, on the group-commit thread or, for a
+// tap of the visible head of a stream whose visibility waits for its
+// followers, on the thread that released the record (a link thread, the
+// replication thread): it must be short (queue, signal) and must not call
+// back into the stream's visibility.
 class Tap {
  public:
   virtual ~Tap() = default;
