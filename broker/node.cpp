@@ -175,6 +175,7 @@ Status NodeImpl::load_catalog() {
 Status NodeImpl::start() {
   started_ms_ = wall_clock_ms();
   register_collectors();
+  hold_unreplicated();  // before any reader follows a stream
   {
     std::shared_lock lock(catalog_mu_);
     for (auto& [_, q] : queries_) q->start();
@@ -733,7 +734,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
                                        it->second->meta().schema->to_string());
     ins.push_back(it->second);
     meta.inputs.push_back(stream_name);
-    meta.start.push_back(it->second->committed_next());
+    meta.start.push_back(it->second->visible_next());
   }
   // An output named like an existing stream is a conflict with the node's
   // state (409, like creating that stream), not an invalid network: it is
@@ -891,8 +892,12 @@ void NodeImpl::checkpoint_all(std::function<void(std::vector<Result<CheckpointIn
 void NodeImpl::register_collectors() {
   metrics_.add_collector([this](MetricsWriter& w) {
     for (auto& s : list_streams()) {
-      w.gauge("entente_stream_next_seq", "Next sequence number of a stream", {{"stream", s->meta().name}},
-              static_cast<double>(s->committed_next()));
+      w.gauge("entente_stream_next_seq", "Next sequence number of a stream its readers see",
+              {{"stream", s->meta().name}}, static_cast<double>(s->visible_next()));
+      w.gauge("entente_stream_durable_next_seq",
+              "Next sequence number of a stream past what this node's log holds (ahead of "
+              "entente_stream_next_seq while its in-sync followers have not acknowledged the rest)",
+              {{"stream", s->meta().name}}, static_cast<double>(s->committed_next()));
     }
     for (auto& q : list_queries()) {
       auto info = q->info();

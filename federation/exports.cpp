@@ -91,7 +91,10 @@ void Exports::on_open(const certs::Identity& peer, uint32_t channel, std::string
     refuse(peer, channel, open->stream, *refused);
     return;
   }
-  HostStreamPtr stream = host_.find_stream(name);
+  // A follower copying the stream reads up to what the log holds; every
+  // other reader up to what the followers hold (docs/cluster.md).
+  HostStreamPtr stream = internal ? host_.find_stream_to_copy(name, peer.node) : nullptr;
+  if (!stream) stream = host_.find_stream(name);
   if (!stream) {
     refuse(peer, channel, open->stream, not_here(peer, open->stream, name));
     return;
@@ -239,7 +242,10 @@ std::optional<Exports::Refusal> Exports::position_for(const HostStream& stream, 
   auto first = stream.first_retained();
   if (first.ok() && *first) out.first_retained = **first;
   out.from = from_seq == 0 ? out.first_retained : from_seq;
-  if (out.from > out.head) {
+  // A reader may hold more than is visible now (a leader that restarted
+  // shows less until its followers acknowledge again): it waits for the
+  // rest. Beyond what the log will hold is a wrong position.
+  if (out.from > out.head && out.from > stream.next_seq()) {
     return Refusal{WireError::bad_position,
                    "from_seq " + std::to_string(out.from) + " is beyond the head " + std::to_string(out.head) +
                        " of " + stream_name,

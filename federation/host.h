@@ -38,8 +38,9 @@ struct RecordView {
 };
 
 // Follows a stream's committed records (an export's channel). on_record
-// runs on the committer thread, in sequence order, with no gaps: it must
-// be short and must not block.
+// runs one call at a time, in sequence order, with no gaps, on the
+// committer thread or the thread that made the records visible: it must be
+// short and must not block.
 class StreamTap {
  public:
   virtual ~StreamTap() = default;
@@ -55,13 +56,16 @@ class HostStream {
   virtual ~HostStream() = default;
   virtual const std::string& name() const = 0;
   virtual engine::SchemaPtr schema() const = 0;
-  // The next sequence number to become visible (1 + the last committed).
+  // The next sequence number to become visible to this handle's reader (1
+  // + the last it may read): what the stream's in-sync followers hold, or,
+  // for a follower's own copy (Host::find_stream_to_copy), what the log
+  // holds.
   virtual uint64_t committed_next() const = 0;
   // The next sequence number an append takes, appends in flight included.
   virtual uint64_t next_seq() const = 0;
 
-  // Records committed from the call on reach `tap`; returns the committed
-  // head at that moment. The stream holds the tap weakly.
+  // Records reaching committed_next() from the call on reach `tap`;
+  // returns that head at that moment. The stream holds the tap weakly.
   virtual uint64_t add_tap(const std::shared_ptr<StreamTap>& tap) = 0;
   virtual void remove_tap(const StreamTap* tap) = 0;
   // Up to `max_records` records from the one holding `from` on, stopping
@@ -116,6 +120,16 @@ class Host {
   // A stream of this node by its local name ("bids", or "acme/bids" for a
   // mirror); null when there is none.
   virtual HostStreamPtr find_stream(const std::string& name) = 0;
+  // The stream `name` as node `node` of this domain copies it when it is
+  // one of the stream's followers (docs/cluster.md, "Replicated stream
+  // logs"): read up to what the log holds, not up to what the followers
+  // hold, so that the copy never waits on itself. null when `node` is not
+  // one of its followers (it reads find_stream's).
+  virtual HostStreamPtr find_stream_to_copy(const std::string& name, const std::string& node) {
+    (void)name;
+    (void)node;
+    return nullptr;
+  }
   // Every mirror in the catalog (at start-up: the imports to resume).
   virtual std::vector<HostStreamPtr> mirrors() = 0;
   // Creates the mirror `name` ("acme/bids") with the owner's schema, in

@@ -210,10 +210,14 @@ std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
   // nodes the others forward its writes there.
   j.key("node").str(node.config().node);
   auto first = store::StreamLog::first(const_cast<NodeImpl&>(node).store(), m.id);
-  const uint64_t next = s->committed_next();
-  const uint64_t first_seq = first.ok() && *first ? (*first)->first : next;
+  // What readers see (next_seq), and what this node's log holds
+  // (durable_next_seq): more while its in-sync followers have not
+  // acknowledged the rest (docs/cluster.md, "Replicated stream logs").
+  const uint64_t next = s->visible_next();
+  const uint64_t first_seq = first.ok() && *first ? std::min((*first)->first, next) : next;
   j.key("first_seq").u64(first_seq);
   j.key("next_seq").u64(next);
+  j.key("durable_next_seq").u64(std::max(next, s->committed_next()));
   j.key("tuples").u64(next - first_seq);
   // Publishers whose named batches it remembers (docs/api.md, "Publishing
   // exactly once"); on a follower's copy, those copied from the leader.

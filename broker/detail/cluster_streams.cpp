@@ -637,6 +637,8 @@ Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<
     }
   }
   if (left.empty() && joined.empty()) return false;
+  // A joining follower bounds what readers see before etcd counts it in.
+  if (!joined.empty()) bound_visible_to(stream, next);
   StreamEntry updated = *parsed;
   updated.in_sync = next;
   const std::string json = stream_catalog_entry(updated);

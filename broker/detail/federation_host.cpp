@@ -27,15 +27,20 @@ class TapAdapter final : public Tap {
   std::weak_ptr<federation::StreamTap> tap_;
 };
 
-// One of this node's streams as the federation layer sees it. Keeps the
+// One of this node's streams as the federation layer sees it: up to its
+// visible head, or, for the exporter serving one of its followers, up to
+// its durable head (docs/cluster.md, "Replicated stream logs"). Keeps the
 // adapters of the taps added through it, for as long as they are added.
 class BrokerStream final : public federation::HostStream {
  public:
-  BrokerStream(StreamPtr stream, NodeImpl& node) : s_(std::move(stream)), node_(node) {}
+  BrokerStream(StreamPtr stream, NodeImpl& node, TapHead head = TapHead::visible)
+      : s_(std::move(stream)), node_(node), head_(head) {}
 
   const std::string& name() const override { return s_->meta().name; }
   engine::SchemaPtr schema() const override { return s_->meta().schema; }
-  uint64_t committed_next() const override { return s_->committed_next(); }
+  uint64_t committed_next() const override {
+    return head_ == TapHead::durable ? s_->committed_next() : s_->visible_next();
+  }
   uint64_t next_seq() const override { return s_->next_seq(); }
 
   uint64_t add_tap(const std::shared_ptr<federation::StreamTap>& tap) override {
@@ -44,7 +49,7 @@ class BrokerStream final : public federation::HostStream {
       std::lock_guard lock(mu_);
       taps_[tap.get()] = adapter;
     }
-    return s_->add_tap(adapter);
+    return s_->add_tap(adapter, head_);
   }
   void remove_tap(const federation::StreamTap* tap) override {
     std::shared_ptr<TapAdapter> adapter;
@@ -92,6 +97,7 @@ class BrokerStream final : public federation::HostStream {
  private:
   const StreamPtr s_;
   NodeImpl& node_;
+  const TapHead head_;
   std::mutex mu_;
   std::map<const federation::StreamTap*, std::shared_ptr<TapAdapter>> taps_;  // REQUIRES: mu_
 };
@@ -107,6 +113,12 @@ void FederationHost::log(const std::string& line) { std::fprintf(stderr, "entent
 federation::HostStreamPtr FederationHost::find_stream(const std::string& name) {
   StreamPtr s = node_.find_stream(name);
   return s ? std::make_shared<BrokerStream>(std::move(s), node_) : nullptr;
+}
+
+federation::HostStreamPtr FederationHost::find_stream_to_copy(const std::string& name, const std::string& node) {
+  StreamPtr s = node_.find_stream(name);
+  if (!s || !node_.is_follower(name, node)) return nullptr;
+  return std::make_shared<BrokerStream>(std::move(s), node_, TapHead::durable);
 }
 
 std::vector<federation::HostStreamPtr> FederationHost::mirrors() {

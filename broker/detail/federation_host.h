@@ -27,6 +27,8 @@ class FederationHost final : public federation::Host {
   base::Registry& metrics() override;
   void log(const std::string& line) override;
   federation::HostStreamPtr find_stream(const std::string& name) override;
+  // Up to the durable head when `node` is one of the stream's followers.
+  federation::HostStreamPtr find_stream_to_copy(const std::string& name, const std::string& node) override;
   std::vector<federation::HostStreamPtr> mirrors() override;
   Result<federation::HostStreamPtr> create_mirror(const std::string& name, engine::SchemaPtr schema) override;
   Status submit(store::WriteBatch batch, std::function<void(const Status&)> done) override;

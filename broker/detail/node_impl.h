@@ -158,8 +158,22 @@ class NodeImpl final : public http::Handler {
   // etcd first; when etcd cannot be told, `release` gets unavailable after
   // kReplicaGiveUpMs. At once when the set is empty (or no cluster).
   void when_replicated(const std::string& stream, uint64_t last, std::function<void(const Status&)> release);
-  // A follower acknowledged more of `stream` (the federation layer).
+  // A follower acknowledged more of `stream` (the federation layer): the
+  // appends waiting for it, and the stream's visible head, move.
   void on_replica_ack(const std::string& stream);
+  // --- what readers see (cluster_replication.cpp, docs/cluster.md)
+  // Bounds `s`'s visible head to what every follower in its in-sync set
+  // holds (no bound when none is in sync, or the stream has no followers).
+  // Leaves it as it is while the catalog was never read or another node
+  // leads the stream. `from_log`: records hidden since before a restart
+  // may be read from the store (not on the link or committer threads).
+  void refresh_visible(const StreamPtr& s, bool from_log);
+  // Before `stream`'s in-sync set becomes `in_sync` in etcd (a follower
+  // joins): its visible head waits for those members from now on.
+  void bound_visible_to(const std::string& stream, const std::vector<std::string>& in_sync);
+  // True when `node` is one of the followers of `stream`, a stream this
+  // node leads: its read of the stream follows the durable head.
+  bool is_follower(const std::string& stream, const std::string& node) const;
   // {"factor", "replicas": [{"node", "acked", "lag_tuples", "connected",
   // "in_sync"}]} for a stream this node leads in a cluster (docs/cluster.md,
   // "Replicated stream logs"); nullopt else.
@@ -436,7 +450,16 @@ class NodeImpl final : public http::Handler {
   // The streams this node leads that have followers.
   std::vector<std::string> streams_with_followers() const;
   void replication_loop();
+  // Takes out of `stream`'s in-sync set the members an overdue append or
+  // hidden record waits for, and those whose channel closed.
+  void recheck_in_sync(const std::string& stream);
   void stop_replication();
+  // At start-up, in a domain with peer links: what the stream's followers
+  // acknowledged before the restart is all readers see until the catalog
+  // says who is in sync (docs/cluster.md, "Replicated stream logs").
+  void hold_unreplicated();
+  // One visibility decision at a time: a stale one must not undo a newer.
+  std::mutex visible_mu_;
   mutable std::mutex repl_mu_;
   std::condition_variable repl_cv_;
   std::map<std::string, std::vector<ReplicaWaiter>> repl_waiters_;  // REQUIRES: repl_mu_

@@ -420,7 +420,7 @@ bool QueryRunner::step(size_t i) {
            " is no longer in the log");
       return false;
     }
-    last = std::min(recs.front().last, inputs_[i]->committed_next() - 1);
+    last = std::min(recs.front().last, inputs_[i]->visible_next() - 1);
     s = read_range(i, pos_[i], last, batches);
     if (!s.ok()) {
       fail(s.error().message);
@@ -504,7 +504,7 @@ void QueryRunner::run_some() {
     size_t chosen = inputs_.size();
     for (size_t j = 0; j < inputs_.size(); ++j) {
       size_t i = (rr_ + j) % inputs_.size();
-      if (pos_[i] < inputs_[i]->committed_next()) {
+      if (pos_[i] < inputs_[i]->visible_next()) {
         chosen = i;
         break;
       }
@@ -635,7 +635,7 @@ Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
     for (;;) {
       size_t chosen = inputs_.size();
       for (size_t i = 0; i < inputs_.size(); ++i)
-        if (pos_[i] < inputs_[i]->committed_next()) chosen = i;
+        if (pos_[i] < inputs_[i]->visible_next()) chosen = i;
       if (chosen == inputs_.size()) break;
       if (!step(chosen)) return make_error(Errc::io_error, state_);
       bool any = false;
@@ -671,7 +671,7 @@ QueryInfo QueryRunner::info() const {
 uint64_t QueryRunner::lag_tuples() const {
   uint64_t lag = 0;
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    const uint64_t head = inputs_[i]->committed_next();
+    const uint64_t head = inputs_[i]->visible_next();
     const uint64_t p = positions_[i].load(std::memory_order_acquire);
     if (head > p) lag += head - p;
   }

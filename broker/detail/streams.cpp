@@ -17,6 +17,16 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+int64_t steady_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Records read from the log per step when releasing records hidden since
+// before a restart.
+constexpr size_t kLogRecordsPerStep = 16;
+constexpr size_t kLogBytesPerStep = 4u << 20;
+
 }  // namespace
 
 const std::string& Record::ndjson() const {
@@ -25,7 +35,11 @@ const std::string& Record::ndjson() const {
 }
 
 Stream::Stream(StreamMeta meta, uint64_t next_seq)
-    : meta_(std::move(meta)), next_seq_(next_seq), ever_appended_(next_seq > 1), committed_next_(next_seq) {}
+    : meta_(std::move(meta)),
+      next_seq_(next_seq),
+      ever_appended_(next_seq > 1),
+      committed_next_(next_seq),
+      visible_next_(next_seq) {}
 
 Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
                       store::WriteBatch extra, Done done) {
@@ -51,6 +65,8 @@ Status Stream::append_at(uint64_t first, engine::Batch batch, store::GroupCommit
     // An empty mirror starts where the owner's retained tuples start.
     next_seq_ = first;
     committed_next_.store(first, std::memory_order_release);
+    std::lock_guard tl(taps_mu_);
+    if (hidden_.empty()) visible_next_.store(std::max(first, visible_next_.load()), std::memory_order_release);
   }
   return append_locked(first, std::move(batch), gc, admission, std::move(extra), std::move(done),
                        std::move(encoded));
@@ -420,37 +436,166 @@ size_t Stream::producer_count() const {
   return producers_.size();
 }
 
-uint64_t Stream::add_tap(const std::shared_ptr<Tap>& tap) {
+uint64_t Stream::add_tap(const std::shared_ptr<Tap>& tap, TapHead head) {
   std::lock_guard lock(taps_mu_);
+  if (head == TapHead::durable) {
+    durable_taps_.push_back(tap);
+    // Read under taps_mu_: publish() moves committed_next_ before taking
+    // the same lock, so records at or after this position reach the tap.
+    return committed_next();
+  }
   taps_.push_back(tap);
-  // Read under taps_mu_: publish() moves committed_next_ before taking the
-  // same lock, so records at or after this position reach the tap.
-  return committed_next();
+  // The visible head moves under taps_mu_, with the list of taps the
+  // records it releases go to.
+  return visible_next();
 }
 
 void Stream::remove_tap(const Tap* tap) {
   std::lock_guard lock(taps_mu_);
-  std::erase_if(taps_, [tap](const std::weak_ptr<Tap>& w) {
-    auto p = w.lock();
-    return !p || p.get() == tap;
-  });
+  for (auto* list : {&taps_, &durable_taps_}) {
+    std::erase_if(*list, [tap](const std::weak_ptr<Tap>& w) {
+      auto p = w.lock();
+      return !p || p.get() == tap;
+    });
+  }
 }
 
+void Stream::collect_locked(std::vector<std::weak_ptr<Tap>>& list, std::vector<std::shared_ptr<Tap>>& out) {
+  for (auto it = list.begin(); it != list.end();) {
+    if (auto p = it->lock()) {
+      out.push_back(std::move(p));
+      ++it;
+    } else {
+      it = list.erase(it);
+    }
+  }
+}
+
+// On the committer thread, in sequence order. While visibility is not
+// bounded and nothing waits (every single-node domain, every stream without
+// an in-sync follower) this is one lock and the taps, as before the two
+// heads; otherwise the record waits among the hidden ones.
 void Stream::publish(const RecordPtr& record) {
   std::vector<std::shared_ptr<Tap>> live;
+  bool release = false;
   {
     std::lock_guard lock(taps_mu_);
-    live.reserve(taps_.size());
-    for (auto it = taps_.begin(); it != taps_.end();) {
-      if (auto p = it->lock()) {
-        live.push_back(std::move(p));
-        ++it;
-      } else {
-        it = taps_.erase(it);
-      }
+    live.reserve(taps_.size() + durable_taps_.size());
+    collect_locked(durable_taps_, live);
+    if (bound_ == kNoBound && hidden_.empty() && !draining_ && visible_next_.load(std::memory_order_relaxed) >= log_until_) {
+      visible_next_.store(record->last + 1, std::memory_order_release);
+      collect_locked(taps_, live);
+    } else {
+      hidden_.emplace_back(record, steady_ms());
+      // Released at once when the bound already covers it (and no record
+      // hidden since a restart, which needs a log read, comes first).
+      release = !draining_ && visible_next_.load(std::memory_order_relaxed) >= log_until_ && releasable_locked();
+      draining_ |= release;
     }
   }
   for (auto& t : live) t->on_record(record);
+  if (release) (void)drain(nullptr);
+}
+
+bool Stream::releasable_locked() const {
+  const uint64_t visible = visible_next_.load(std::memory_order_relaxed);
+  if (visible < log_until_) return visible < bound_;
+  return !hidden_.empty() && hidden_.front().first->last < bound_;
+}
+
+bool Stream::set_visible_bound(uint64_t bound, const store::Store* log) {
+  {
+    std::lock_guard lock(taps_mu_);
+    bound_ = bound;
+    // A drain in progress looks at the bound again before it stops.
+    if (draining_ || !releasable_locked()) return true;
+    draining_ = true;
+  }
+  return drain(log);
+}
+
+void Stream::hold_from(uint64_t visible_next) {
+  std::lock_guard lock(taps_mu_);
+  const uint64_t durable = committed_next();
+  if (visible_next >= durable) return;
+  visible_next_.store(visible_next, std::memory_order_release);
+  log_until_ = durable;
+  log_hidden_ms_ = steady_ms();
+  bound_ = visible_next;
+}
+
+std::optional<Stream::HiddenWait> Stream::hidden_wait() const {
+  std::lock_guard lock(taps_mu_);
+  const uint64_t visible = visible_next_.load(std::memory_order_relaxed);
+  if (visible < log_until_) return HiddenWait{log_hidden_ms_, visible};
+  if (hidden_.empty()) return std::nullopt;
+  return HiddenWait{hidden_.front().second, hidden_.front().first->last};
+}
+
+bool Stream::drain(const store::Store* log) {
+  for (;;) {
+    std::vector<RecordPtr> released;
+    std::vector<std::shared_ptr<Tap>> live;
+    uint64_t visible;
+    {
+      std::lock_guard lock(taps_mu_);
+      visible = visible_next_.load(std::memory_order_relaxed);
+      if (visible >= log_until_) {
+        while (!hidden_.empty() && hidden_.front().first->last < bound_) {
+          released.push_back(std::move(hidden_.front().first));
+          hidden_.pop_front();
+        }
+        if (released.empty()) {
+          draining_ = false;
+          return true;
+        }
+        visible_next_.store(released.back()->last + 1, std::memory_order_release);
+        collect_locked(taps_, live);
+      } else if (visible >= bound_ || log == nullptr) {
+        draining_ = false;
+        return visible >= bound_;
+      }
+    }
+    if (released.empty()) {
+      // Hidden since before a restart: only the log holds them. Read
+      // outside the lock (only the drainer moves the visible head).
+      std::vector<store::LogRecord> recs;
+      Status s = store::StreamLog::read(*log, meta_.id, visible, kLogRecordsPerStep, kLogBytesPerStep, recs);
+      std::lock_guard lock(taps_mu_);
+      for (auto& r : recs) {
+        // The first may start before `visible` (hold_from's position is a
+        // follower's acknowledgement, not a record boundary): taps slice.
+        if (!s.ok() || r.first > visible || r.last < visible || r.last >= log_until_ || r.last >= bound_) break;
+        std::string_view in = r.payload;
+        auto b = engine::decode_batch(in);
+        if (!b.ok()) break;
+        auto rec = std::make_shared<Record>();
+        rec->first = r.first;
+        rec->last = r.last;
+        rec->batch = std::make_shared<const engine::Batch>(std::move(b).value());
+        rec->encoded = std::make_shared<const std::string>(std::move(r.payload));
+        visible = r.last + 1;
+        released.push_back(std::move(rec));
+      }
+      if (released.empty()) {
+        // The log does not hold what was hidden (trimmed, or a record that
+        // straddles the bound): nothing to deliver, the head moves on to
+        // what the bound allows or stays.
+        if (!s.ok() || recs.empty() || recs.front().first > visible) {
+          log_until_ = visible;  // nothing left to read there
+          continue;
+        }
+        draining_ = false;
+        return true;
+      }
+      visible_next_.store(visible, std::memory_order_release);
+      collect_locked(taps_, live);
+    }
+    // Outside the lock, and only here (draining_): the taps see the
+    // released records in order.
+    for (const auto& r : released)
+      for (auto& t : live) t->on_record(r);
+  }
 }
 
 void Stream::close() {
@@ -461,9 +606,11 @@ void Stream::close() {
   std::vector<std::shared_ptr<Tap>> live;
   {
     std::lock_guard lock(taps_mu_);
-    for (auto& w : taps_)
-      if (auto p = w.lock()) live.push_back(std::move(p));
+    collect_locked(taps_, live);
+    collect_locked(durable_taps_, live);
     taps_.clear();
+    durable_taps_.clear();
+    hidden_.clear();
   }
   for (auto& t : live) t->on_stream_closed();
 }
@@ -472,8 +619,8 @@ void Stream::end_feed(const std::string& cause, const std::string& reason) {
   std::vector<std::shared_ptr<Tap>> live;
   {
     std::lock_guard lock(taps_mu_);
-    for (auto& w : taps_)
-      if (auto p = w.lock()) live.push_back(std::move(p));
+    collect_locked(taps_, live);
+    collect_locked(durable_taps_, live);
   }
   for (auto& t : live) t->on_feed_ended(cause, reason);
 }

@@ -8,9 +8,19 @@
 // group commit under the stream's lock, so the log holds every stream's
 // tuples in sequence order; the record becomes visible (committed head moves,
 // taps see it) only after it is durable.
+//
+// Two heads (docs/cluster.md, "Replicated stream logs"): the durable head
+// (committed_next) is what the local log holds; the visible head
+// (visible_next) is what readers see. They are equal unless the replication
+// code bounds visibility (set_visible_bound) to what the stream's in-sync
+// followers hold: records between the two heads then wait in the stream,
+// and reach the ordinary taps, in order and without gaps, when the bound
+// moves. Only the exporters serving the stream's own followers follow the
+// durable head (TapHead::durable), so that copying never waits on itself.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,8 +57,18 @@ struct Record {
 };
 using RecordPtr = std::shared_ptr<const Record>;
 
-// Follows a stream's committed records. on_record runs on the group-commit
-// thread, in sequence order, with no gaps: it must be short (queue, signal).
+// Which head a tap follows (Stream::add_tap).
+enum class TapHead : uint8_t {
+  visible,  // what readers may see: subscribers, queries, exports, fragments
+  durable,  // what the local log holds: only the copies of the stream's followers
+};
+
+// Follows a stream's committed records. on_record runs one call at a time,
+// in sequence order, with no gaps, on the group-commit thread or, for a
+// tap of the visible head of a stream whose visibility waits for its
+// followers, on the thread that released the record (a link thread, the
+// replication thread): it must be short (queue, signal) and must not call
+// back into the stream's visibility.
 class Tap {
  public:
   virtual ~Tap() = default;
@@ -106,8 +126,37 @@ class Stream final {
  public:
   Stream(StreamMeta meta, uint64_t next_seq);
   const StreamMeta& meta() const { return meta_; }
-  // Next sequence number to be made visible (= 1 + last committed).
+  // The durable head: 1 + the last tuple the local log holds. What the
+  // stream's followers copy, and what appends and recovery count on; not
+  // what readers may see (visible_next).
   uint64_t committed_next() const { return committed_next_.load(std::memory_order_acquire); }
+  // The visible head: 1 + the last tuple readers (subscribers, queries,
+  // exports) may see; <= committed_next(), equal to it while visibility is
+  // not bounded. Never goes down.
+  uint64_t visible_next() const { return visible_next_.load(std::memory_order_acquire); }
+
+  // --- Visibility (docs/cluster.md, "Replicated stream logs").
+  static constexpr uint64_t kNoBound = UINT64_MAX;
+  // Records whose last tuple is below `bound` may be visible; kNoBound
+  // (the default, and a stream without in-sync followers): every durable
+  // record. The records it releases reach the visible taps now, on this
+  // thread, in order. The bound may go down (a follower joins); the visible
+  // head does not. `log` is where records hidden since before a restart
+  // (hold_from) are read from; without it they stay hidden and the call
+  // returns false (the caller asks again from a thread that may read the
+  // store).
+  bool set_visible_bound(uint64_t bound, const store::Store* log = nullptr);
+  // At start-up, before any tap or append: the log's tuples from
+  // `visible_next` on stay hidden until set_visible_bound releases them.
+  void hold_from(uint64_t visible_next);
+  // The oldest record past the visible head, when one waits: since when
+  // (steady clock, ms) and the last tuple a follower must hold for it to be
+  // released.
+  struct HiddenWait {
+    int64_t since_ms = 0;
+    uint64_t through = 0;
+  };
+  std::optional<HiddenWait> hidden_wait() const;
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
   // Assigns sequence numbers to `batch` (rows must be > 0), appends it to the
@@ -175,10 +224,10 @@ class Stream final {
   // copy needs of the tuples first..last.
   void named_batches(uint64_t first, uint64_t last, std::vector<NamedRecord>& out) const;
 
-  // Adds a tap; records committed from now on reach it. Returns the
-  // committed head at the moment it was added (so the caller knows where
-  // live records start).
-  uint64_t add_tap(const std::shared_ptr<Tap>& tap);
+  // Adds a tap following `head`; records reaching that head from now on
+  // reach it. Returns that head at the moment it was added (so the caller
+  // knows where live records start).
+  uint64_t add_tap(const std::shared_ptr<Tap>& tap, TapHead head = TapHead::visible);
   void remove_tap(const Tap* tap);
   void close();  // calls on_stream_closed on every tap, refuses appends
   // Calls on_feed_ended(cause, reason) on every tap (an import's mirror
@@ -199,6 +248,14 @@ class Stream final {
 
  private:
   void publish(const RecordPtr& record);
+  // Delivers the hidden records the bound releases, in order, until none
+  // is left to release. REQUIRES: draining_ set by this caller, taps_mu_
+  // not held. False when records must be read from the log and `log` is null.
+  bool drain(const store::Store* log);
+  // REQUIRES: taps_mu_. Whether a hidden record may be released now.
+  bool releasable_locked() const;
+  // REQUIRES: taps_mu_. The live taps of `list` appended to `out`.
+  static void collect_locked(std::vector<std::weak_ptr<Tap>>& list, std::vector<std::shared_ptr<Tap>>& out);
   // REQUIRES: append_mu_. Appends with sequence numbers first.., first
   // being next_seq_.
   Status append_locked(uint64_t first, engine::Batch batch, store::GroupCommit& gc,
@@ -244,10 +301,24 @@ class Stream final {
   uint64_t next_seq_;                   // REQUIRES: append_mu_
   bool ever_appended_;                  // REQUIRES: append_mu_
   std::atomic<uint64_t> committed_next_;
+  std::atomic<uint64_t> visible_next_;  // stored under taps_mu_ (add_tap reads it there)
   std::atomic<int64_t> log_bytes_{-1};  // -1: not counted yet
   std::atomic<bool> closed_{false};
-  std::mutex taps_mu_;
-  std::vector<std::weak_ptr<Tap>> taps_;
+  // Taps and visibility. Taps are called outside it, by one thread at a
+  // time per head: the committer for durable taps and, while nothing is
+  // hidden and the bound is kNoBound, for visible taps too; otherwise the
+  // thread that set draining_.
+  mutable std::mutex taps_mu_;
+  std::vector<std::weak_ptr<Tap>> taps_;          // REQUIRES: taps_mu_; visible head
+  std::vector<std::weak_ptr<Tap>> durable_taps_;  // REQUIRES: taps_mu_
+  uint64_t bound_ = kNoBound;                     // REQUIRES: taps_mu_
+  // Durable records past the visible head, in order, with when each was
+  // hidden (steady ms); before them, up to log_until_, records hidden since
+  // before a restart that only the log holds.
+  std::deque<std::pair<RecordPtr, int64_t>> hidden_;  // REQUIRES: taps_mu_
+  uint64_t log_until_ = 0;                            // REQUIRES: taps_mu_
+  int64_t log_hidden_ms_ = 0;                         // REQUIRES: taps_mu_; when hold_from hid them
+  bool draining_ = false;                             // REQUIRES: taps_mu_
   // After append_mu_ when both are held; alone on the committer thread
   // (which must never wait for append_mu_: an appender holding it may wait
   // for the committer).

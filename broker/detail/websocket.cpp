@@ -159,7 +159,7 @@ class Subscriber final : public http::WebSocketSession,
     std::lock_guard lock(mu_);
     while (!closed_ && !live_ && ws_) {
       if (ws_->queued_bytes() > half_buffer_) return;  // on_drain calls again
-      if (next_ >= stream_->committed_next()) {
+      if (next_ >= stream_->visible_next()) {
         // Records committed after this point reach on_record, which runs
         // after the head moved and needs mu_: none is missed.
         live_ = true;
@@ -172,13 +172,13 @@ class Subscriber final : public http::WebSocketSession,
         return;
       }
       if (recs.empty() || recs.front().first > next_) {
-        const uint64_t first = recs.empty() ? stream_->committed_next() : recs.front().first;
+        const uint64_t first = recs.empty() ? stream_->visible_next() : recs.front().first;
         close_locked(kCloseTooOld, "from=" + std::to_string(next_) + " is older than the oldest retained tuple " +
                                        std::to_string(first) + "; resume with from=" + std::to_string(first));
         return;
       }
       for (auto& rec : recs) {
-        if (rec.first > next_ || rec.last >= stream_->committed_next()) break;
+        if (rec.first > next_ || rec.last >= stream_->visible_next()) break;
         std::string frame;
         if (rec.first == next_ && format_ == Format::binary) {
           frame = std::move(rec.payload);
@@ -342,7 +342,7 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
       return nullptr;
     }
   }
-  uint64_t from = stream->committed_next();
+  uint64_t from = stream->visible_next();
   if (auto f = req.param("from")) {
     uint64_t v = 0;
     auto [p, ec] = std::from_chars(f->data(), f->data() + f->size(), v);
@@ -352,7 +352,7 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
     }
     if (v == 0) {
       auto first = store::StreamLog::first(*store_, stream->meta().id);
-      v = first.ok() && *first ? (*first)->first : stream->committed_next();
+      v = first.ok() && *first ? (*first)->first : stream->visible_next();
     }
     from = v;
   }
@@ -360,13 +360,13 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
   // expired) gets nothing more: a subscription with nothing left to read
   // is answered with the whole reason, which its close (4003) could only
   // abridge.
-  if (peering_ && stream->meta().producer == "import" && from >= stream->committed_next()) {
+  if (peering_ && stream->meta().producer == "import" && from >= stream->visible_next()) {
     if (auto info = peering_->import_info(stream->meta().name); info && info->state == "refused") {
       reject = http::Response::problem(
           409, "Conflict",
           stream->meta().name + " receives nothing more; its mirror holds tuples up to " +
-              std::to_string(stream->committed_next() - 1) + ": " + info->reason,
-          "\"import_state\":\"refused\",\"next_seq\":" + std::to_string(stream->committed_next()));
+              std::to_string(stream->visible_next() - 1) + ": " + info->reason,
+          "\"import_state\":\"refused\",\"next_seq\":" + std::to_string(stream->visible_next()));
       return nullptr;
     }
   }

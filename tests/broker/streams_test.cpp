@@ -4,6 +4,12 @@
 // get its answer, the window forgets the oldest numbers, and the memory read
 // back from the store after a reopen answers as before. Concurrent: run
 // under TSan too (scripts/test.sh).
+//
+// And its two heads (StreamVisibility): what the log holds (committed_next,
+// followed by durable taps) and what readers see (visible_next, followed by
+// ordinary taps), which waits for the bound the replication code sets and
+// releases the waiting records in order, without gaps, from whichever
+// thread moves the bound.
 #include "broker/detail/streams.h"
 
 #include <gtest/gtest.h>
@@ -317,6 +323,172 @@ TEST_F(StreamProducers, ACopyRemembersTheLeadersNamedBatchesAsTheLeaderDoes) {
   EXPECT_EQ(copy->producer_count(), 2u);
   EXPECT_EQ(names(copy, head), names(stream_, head));
   check(copy);
+}
+
+// Remembers the records a tap was given, and whether they came in order
+// without a gap.
+class SeenTap final : public Tap {
+ public:
+  void on_record(const RecordPtr& r) override {
+    std::lock_guard lock(mu_);
+    if (next_ != 0 && r->first != next_) gap_ = true;
+    next_ = r->last + 1;
+    records_.emplace_back(r->first, r->last);
+  }
+  void on_stream_closed() override {}
+  std::vector<std::pair<uint64_t, uint64_t>> records() {
+    std::lock_guard lock(mu_);
+    return records_;
+  }
+  bool gap() {
+    std::lock_guard lock(mu_);
+    return gap_;
+  }
+  uint64_t next() {
+    std::lock_guard lock(mu_);
+    return next_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> records_;
+  uint64_t next_ = 0;
+  bool gap_ = false;
+};
+
+class StreamVisibility : public StreamProducers {
+ protected:
+  // Appends n rows and waits until they are durable.
+  void append(int n) {
+    Outcome o;
+    auto done = o.done();
+    Status s = stream_->append(rows(n), *gc_, store::Admission::wait, store::WriteBatch(),
+                               [done](const Status& st, const RecordPtr& r) {
+                                 done(st, r ? Appended{r->first, r->last, false} : Appended{});
+                               });
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_TRUE(o.wait());
+    ASSERT_TRUE(o.status.ok());
+  }
+  using Seen = std::vector<std::pair<uint64_t, uint64_t>>;
+};
+
+TEST_F(StreamVisibility, WithoutABoundARecordIsVisibleOnceDurable) {
+  auto readers = std::make_shared<SeenTap>();
+  auto copier = std::make_shared<SeenTap>();
+  EXPECT_EQ(stream_->add_tap(readers), 1u);
+  EXPECT_EQ(stream_->add_tap(copier, TapHead::durable), 1u);
+  append(3);
+  EXPECT_EQ(stream_->committed_next(), 4u);
+  EXPECT_EQ(stream_->visible_next(), 4u);
+  EXPECT_EQ(readers->records(), (Seen{{1, 3}}));
+  EXPECT_EQ(copier->records(), (Seen{{1, 3}}));
+  EXPECT_FALSE(stream_->hidden_wait());
+}
+
+TEST_F(StreamVisibility, BoundedRecordsWaitAndAreReleasedInOrderAsTheBoundMoves) {
+  auto readers = std::make_shared<SeenTap>();
+  auto copier = std::make_shared<SeenTap>();
+  stream_->add_tap(readers);
+  stream_->add_tap(copier, TapHead::durable);
+  // An in-sync follower holds nothing yet.
+  ASSERT_TRUE(stream_->set_visible_bound(1));
+  append(2);  // 1-2
+  append(2);  // 3-4
+  append(2);  // 5-6
+  EXPECT_EQ(copier->records(), (Seen{{1, 2}, {3, 4}, {5, 6}})) << "the followers' copy must not wait";
+  EXPECT_TRUE(readers->records().empty()) << "visible before the follower holds it";
+  EXPECT_EQ(stream_->committed_next(), 7u);
+  EXPECT_EQ(stream_->visible_next(), 1u);
+  auto wait = stream_->hidden_wait();
+  ASSERT_TRUE(wait);
+  EXPECT_EQ(wait->through, 2u);
+  // A reader starting now starts at what is visible.
+  auto late = std::make_shared<SeenTap>();
+  EXPECT_EQ(stream_->add_tap(late), 1u);
+
+  // The follower holds 1..3: the first record only (3-4 is not whole).
+  ASSERT_TRUE(stream_->set_visible_bound(4));
+  EXPECT_EQ(readers->records(), (Seen{{1, 2}}));
+  EXPECT_EQ(stream_->visible_next(), 3u);
+  EXPECT_EQ(stream_->hidden_wait()->through, 4u);
+  // A lower bound (a follower joins) hides nothing already visible.
+  ASSERT_TRUE(stream_->set_visible_bound(2));
+  EXPECT_EQ(stream_->visible_next(), 3u);
+  append(1);  // 7: waits too
+  EXPECT_EQ(readers->records().size(), 1u);
+  // No follower in sync any more: everything durable, then each new record at once.
+  ASSERT_TRUE(stream_->set_visible_bound(Stream::kNoBound));
+  EXPECT_EQ(readers->records(), (Seen{{1, 2}, {3, 4}, {5, 6}, {7, 7}}));
+  EXPECT_EQ(late->records(), readers->records());
+  EXPECT_EQ(stream_->visible_next(), 8u);
+  EXPECT_FALSE(stream_->hidden_wait());
+  append(1);
+  EXPECT_EQ(readers->records().back(), (std::pair<uint64_t, uint64_t>{8, 8}));
+  EXPECT_EQ(stream_->visible_next(), 9u);
+  EXPECT_FALSE(readers->gap());
+  EXPECT_FALSE(copier->gap());
+}
+
+TEST_F(StreamVisibility, RecordsHiddenBeforeARestartAreReleasedFromTheLog) {
+  append(2);  // 1-2
+  append(2);  // 3-4
+  append(2);  // 5-6
+  close();
+  open();
+  // The followers had acknowledged 1..2 when the node stopped.
+  stream_->hold_from(3);
+  EXPECT_EQ(stream_->visible_next(), 3u);
+  EXPECT_EQ(stream_->committed_next(), 7u);
+  auto readers = std::make_shared<SeenTap>();
+  EXPECT_EQ(stream_->add_tap(readers), 3u);
+  ASSERT_TRUE(stream_->hidden_wait());
+  EXPECT_EQ(stream_->hidden_wait()->through, 3u);
+  append(1);  // 7, after the restart
+  EXPECT_TRUE(readers->records().empty());
+  // Without the store the log cannot be read: nothing moves yet.
+  EXPECT_FALSE(stream_->set_visible_bound(6));
+  EXPECT_EQ(stream_->visible_next(), 3u);
+  EXPECT_TRUE(stream_->set_visible_bound(6, store_.get()));
+  EXPECT_EQ(readers->records(), (Seen{{3, 4}}));
+  EXPECT_EQ(stream_->visible_next(), 5u);
+  EXPECT_TRUE(stream_->set_visible_bound(Stream::kNoBound, store_.get()));
+  EXPECT_EQ(readers->records(), (Seen{{3, 4}, {5, 6}, {7, 7}}));
+  EXPECT_EQ(stream_->visible_next(), 8u);
+  EXPECT_FALSE(stream_->hidden_wait());
+  EXPECT_FALSE(readers->gap());
+}
+
+// The committer appends while another thread moves the bound up step by
+// step (acknowledgements), then drops it: every record reaches the reader
+// once, in order, and never before the bound let it.
+TEST_F(StreamVisibility, ConcurrentAppendsAndBoundsDeliverInOrderWithoutGaps) {
+  constexpr int kRecords = 300;
+  auto readers = std::make_shared<SeenTap>();
+  stream_->add_tap(readers);
+  ASSERT_TRUE(stream_->set_visible_bound(1));
+  std::atomic<bool> done{false};
+  std::atomic<bool> early{false};
+  std::thread acker([&] {
+    uint64_t bound = 1;
+    while (!done.load()) {
+      bound = std::max(bound, stream_->committed_next() - 1);  // a follower one tuple behind
+      ASSERT_TRUE(stream_->set_visible_bound(bound));
+      if (stream_->visible_next() > bound) early = true;
+      std::this_thread::yield();
+    }
+  });
+  for (int i = 0; i < kRecords; ++i) {
+    append(1);
+    if (HasFatalFailure()) break;
+  }
+  done = true;
+  acker.join();
+  EXPECT_FALSE(early.load());
+  ASSERT_TRUE(stream_->set_visible_bound(Stream::kNoBound));
+  EXPECT_EQ(readers->records().size(), static_cast<size_t>(kRecords));
+  EXPECT_EQ(readers->next(), static_cast<uint64_t>(kRecords) + 1);
+  EXPECT_FALSE(readers->gap());
 }
 
 }  // namespace
