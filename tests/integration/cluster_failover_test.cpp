@@ -40,14 +40,7 @@ rapidjson::Document parse(const std::string& body) {
   return d;
 }
 
-std::string batch_body(int b) {
-  std::string body = "[";
-  for (int k = 0; k < kRowsPerBatch; ++k) {
-    if (k) body += ",";
-    body += R"({"auction":)" + std::to_string(b * 1000 + k) + R"(,"price":)" + std::to_string(k) + "}";
-  }
-  return body + "]";
-}
+std::string batch_body(int b) { return auction_batch(b, kRowsPerBatch); }
 
 // What GET /v1/streams/{name} says through a node (forwarded to the leader).
 struct Leadership {

@@ -62,12 +62,7 @@ class ClusterFaults : public ::testing::Test {
   // Sends batch `b` (producer "p", number b) through the running nodes in
   // turn, starting at `start`, until one answers 200 (post_through_any).
   void publish(int b, size_t start) {
-    std::string body = "[";
-    for (int k = 0; k < kRowsPerBatch; ++k) {
-      if (k) body += ",";
-      body += R"({"auction":)" + std::to_string(b * 1000 + k) + R"(,"price":)" + std::to_string(k) + "}";
-    }
-    body += "]";
+    const std::string body = auction_batch(b, kRowsPerBatch);
     std::vector<const BrokerProcess*> all;
     for (auto& n : nodes_) all.push_back(n.get());
     const std::string problem =

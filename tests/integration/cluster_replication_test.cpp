@@ -77,13 +77,9 @@ class ClusterReplication : public ThreeNodeDomain {
   // Batch b (producer "p", number b) through the running nodes in turn from
   // `start` until one answers 200.
   void publish(int b, size_t start) {
-    std::string body = "[";
-    for (int k = 0; k < kRowsPerBatch; ++k) {
-      if (k) body += ",";
-      body += R"({"auction":)" + std::to_string(b * 1000 + k) + R"(,"price":)" + std::to_string(k) + "}";
-    }
-    const std::string problem = post_through_any(
-        processes(), start, "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b), body + "]");
+    const std::string problem =
+        post_through_any(processes(), start, "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b),
+                         auction_batch(b, kRowsPerBatch));
     if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
   }
 

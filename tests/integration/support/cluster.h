@@ -45,6 +45,18 @@ inline bool domain_up(const std::vector<const BrokerProcess*>& nodes, int count)
   return true;
 }
 
+// Batch `b` of the cluster tests' {"auction", "price"} streams as a JSON
+// array: `rows` tuples, auction b * 1000 + k and price k for k < rows, so
+// that the checker can tell which batch a tuple came from.
+inline std::string auction_batch(int b, int rows) {
+  std::string body = "[";
+  for (int k = 0; k < rows; ++k) {
+    if (k) body += ",";
+    body += R"({"auction":)" + std::to_string(b * 1000 + k) + R"(,"price":)" + std::to_string(k) + "}";
+  }
+  return body + "]";
+}
+
 // POSTs `body` to `target` (a named batch: its producer number makes a
 // resend safe) through the running processes of `nodes` in turn, from
 // `start`, until one answers 200; 502, 503, 504, 429 and a broken
