@@ -921,6 +921,10 @@ void NodeImpl::register_collectors() {
     w.counter("entente_group_commits_total",
               "Group commits: RocksDB writes of queued ingest (one fsync each with ingest_durability fsync)", {},
               static_cast<double>(g.groups));
+    w.counter("entente_group_commit_syncs_total",
+              "Group commits that were synced (an fsync of the write-ahead log): every one with ingest_durability "
+              "fsync, and those holding a batch of a stream whose durability is fsync",
+              {}, static_cast<double>(g.synced_groups));
     w.gauge("entente_ingest_durability",
             "1 for the configured ingest_durability mode (fsync: acks after fsync; process: acks after the WAL "
             "write)",

@@ -19,6 +19,7 @@ struct GroupCommit::Impl {
     WriteBatch batch;
     Done done;
     size_t bytes = 0;
+    Durability durability = Durability::synced;
   };
 
   Impl(Store& s, GroupCommitOptions o) : store(s), options(o) {}
@@ -61,15 +62,19 @@ struct GroupCommit::Impl {
 
   void commit(std::vector<Entry>& group) {
     size_t bytes = 0;
-    for (const auto& e : group) bytes += e.bytes;
+    Durability durability = Durability::buffered;
+    for (const auto& e : group) {
+      bytes += e.bytes;
+      if (e.durability == Durability::synced) durability = Durability::synced;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     Status status;
     if (group.size() == 1) {
-      status = store.write(group.front().batch, options.durability);
+      status = store.write(group.front().batch, durability);
     } else {
       WriteBatch merged = std::move(group.front().batch);
       for (size_t i = 1; i < group.size(); ++i) merged.append(group[i].batch);
-      status = store.write(merged, options.durability);
+      status = store.write(merged, durability);
     }
     const auto ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
@@ -78,6 +83,7 @@ struct GroupCommit::Impl {
       std::lock_guard lock(mutex);
       pending_bytes -= bytes;
       ++stats.groups;
+      if (durability == Durability::synced) ++stats.synced_groups;
       stats.last_group_ns = ns;
       stats.total_write_ns += ns;
       if (status.ok()) {
@@ -130,7 +136,8 @@ void GroupCommit::stop() {
   }
 }
 
-Status GroupCommit::submit(WriteBatch batch, Done done, Admission admission) {
+Status GroupCommit::submit(WriteBatch batch, Done done, Admission admission,
+                           std::optional<Durability> durability) {
   const size_t bytes = batch.bytes();
   {
     std::unique_lock lock(impl_->mutex);
@@ -148,7 +155,8 @@ Status GroupCommit::submit(WriteBatch batch, Done done, Admission admission) {
       return make_error(Errc::unavailable, "the write queue is stopping; nothing more is accepted");
     }
     impl_->pending_bytes += bytes;
-    impl_->queue.push_back(Impl::Entry{std::move(batch), std::move(done), bytes});
+    impl_->queue.push_back(
+        Impl::Entry{std::move(batch), std::move(done), bytes, durability.value_or(impl_->options.durability)});
   }
   impl_->work_cv.notify_one();
   return Status::Ok();

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "base/result.h"
 #include "store/store.h"
@@ -36,7 +37,8 @@ struct GroupCommitOptions {
 };
 
 struct GroupCommitStats {
-  uint64_t groups = 0;          // RocksDB writes (= fsyncs when synced)
+  uint64_t groups = 0;          // RocksDB writes
+  uint64_t synced_groups = 0;   // of which synced (one fsync each)
   uint64_t batches = 0;         // submitted batches written
   uint64_t bytes = 0;           // bytes written
   uint64_t rejected = 0;        // submit() calls answered `unavailable`
@@ -60,8 +62,11 @@ class GroupCommit final {
   void stop();
 
   // Errors: unavailable (over the bound with Admission::reject, or stopped).
-  // On error `done` is not called.
-  Status submit(WriteBatch batch, Done done, Admission admission = Admission::reject);
+  // On error `done` is not called. `durability`, when given, overrides the
+  // options' for this batch: a group is synced when any batch in it asks to
+  // be (a synced write makes every earlier write durable too).
+  Status submit(WriteBatch batch, Done done, Admission admission = Admission::reject,
+                std::optional<Durability> durability = std::nullopt);
 
   GroupCommitStats stats() const;
 

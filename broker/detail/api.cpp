@@ -209,6 +209,10 @@ std::string stream_json(const NodeImpl& node, const StreamPtr& s) {
   // The node that appends it (docs/cluster.md): in a domain of several
   // nodes the others forward its writes there.
   j.key("node").str(node.config().node);
+  // When an append is acknowledged (a stream from before the choice: the
+  // node's ingest_durability).
+  j.key("durability").str(m.durability.empty() ? std::string(ingest_durability_name(node.config().ingest_durability))
+                                                : m.durability);
   auto first = store::StreamLog::first(const_cast<NodeImpl&>(node).store(), m.id);
   // What readers see (next_seq), and what this node's log holds
   // (durable_next_seq): more while its in-sync followers have not
@@ -466,6 +470,7 @@ void NodeImpl::create_stream_route(const Request& req, const PathParams&, const 
                                                      config_.node + " (no cluster section): one copy only"));
     return;
   }
+  if (spec->durability.empty()) spec->durability = default_durability(config_, 1);
   auto s = create_stream(std::move(spec).value());
   if (!s.ok()) {
     answer(problem_for(s.error()));

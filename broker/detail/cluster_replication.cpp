@@ -129,6 +129,12 @@ void NodeImpl::when_replicated(const std::string& stream, uint64_t last,
     release(*fence);
     return;
   }
+  // "process": acknowledged once the leader holds it; the followers copy
+  // it after (docs/cluster.md, "Durability per stream").
+  if (StreamPtr s = find_stream(stream); s && s->meta().durability == "process") {
+    release(Status::Ok());
+    return;
+  }
   auto states = replica_states(stream);
   bool wait = false;
   if (states) {

@@ -365,6 +365,7 @@ void NodeImpl::cluster_create_stream(const http::Request& req, const http::Respo
   }
   // This node leads it: the catalog entry first (the domain's one truth:
   // two nodes creating the same name cannot both win), then the stream.
+  if (meta.durability.empty()) meta.durability = default_durability(config_, 1 + followers.size());
   StreamEntry entry;
   entry.node = config_.node;
   entry.meta = meta;
@@ -707,9 +708,15 @@ void NodeImpl::reconcile_replicas() {
         continue;
       }
     }
-    if (find_stream(mirror)) continue;
+    if (StreamPtr copy = find_stream(mirror)) {
+      // Durable on the follower as the stream asks: synced for "fsync".
+      copy->set_durability(durability_of(parsed->meta.durability));
+      continue;
+    }
     (void)dial_domain_node(parsed->node);
-    peering_->create_internal_import(name, parsed->node, parsed->meta.schema, [mirror](Result<ImportInfo> r) {
+    peering_->create_internal_import(name, parsed->node, parsed->meta.schema,
+                                     [this, mirror, d = durability_of(parsed->meta.durability)](Result<ImportInfo> r) {
+      if (StreamPtr copy = find_stream(mirror)) copy->set_durability(d);
       if (!r.ok() && r.error().code != Errc::already_exists)
         std::fprintf(stderr, "entente: replica %s: %s (tried again at the next tick)\n", mirror.c_str(),
                      r.error().message.c_str());

@@ -103,6 +103,11 @@ Result<uint64_t> size_bytes(const rapidjson::Value& v, const std::string& path) 
 
 }  // namespace
 
+std::string default_durability(const NodeConfig& config, size_t copies) {
+  if (config.ingest_durability == IngestDurability::fsync) return "fsync";
+  return copies > 1 ? "replicated" : "process";
+}
+
 Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node,
                                      int* replication) {
   rapidjson::Document d;
@@ -151,6 +156,11 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
       if (!v.IsString() || v.GetStringLength() == 0 || v.GetStringLength() > 63)
         return make_error(Errc::invalid_argument, "$.node: expected the name of a node of this domain");
       node->assign(v.GetString(), v.GetStringLength());
+    } else if (key == "durability") {
+      if (!v.IsString() || !durability_of(std::string_view(v.GetString(), v.GetStringLength())))
+        return make_error(Errc::invalid_argument, "$.durability: expected \"fsync\", \"replicated\" or "
+                                                  "\"process\" (when an append is acknowledged)");
+      m.durability.assign(v.GetString(), v.GetStringLength());
     } else if (key == "replication") {
       if (!v.IsInt() || v.GetInt() < 1 || v.GetInt() > 3)
         return make_error(Errc::invalid_argument, "$.replication: expected 1, 2 or 3 (copies of the log, on as many "
@@ -159,7 +169,7 @@ Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& co
     } else {
       return make_error(Errc::invalid_argument, "$." + key.substr(0, 64) +
                                                     ": unknown key (name, schema, event_time, retention, node, "
-                                                    "replication)");
+                                                    "replication, durability)");
     }
   }
   if (m.name.empty()) return make_error(Errc::invalid_argument, "$.name: required");

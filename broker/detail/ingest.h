@@ -24,6 +24,10 @@ class NodeImpl;
 // the stream (docs/cluster.md); without it that key is unknown.
 // `node` and `replication` receive "node" and "replication" (1 to 3; 0 when
 // absent); "node" is refused when `node` is null.
+// A new stream's durability when its creation names none: the node's
+// ingest_durability, "fsync", or with "process" and followers
+// ("replicated": the followers hold it in their process too).
+std::string default_durability(const NodeConfig& config, size_t copies);
 Result<StreamMeta> parse_stream_spec(std::string_view body, const NodeConfig& config, std::string* node = nullptr,
                                      int* replication = nullptr);
 

@@ -34,12 +34,30 @@ const std::string& Record::ndjson() const {
   return ndjson_;
 }
 
+std::optional<store::Durability> durability_of(std::string_view mode) {
+  if (mode == "fsync") return store::Durability::synced;
+  if (mode == "replicated" || mode == "process") return store::Durability::buffered;
+  return std::nullopt;
+}
+
+std::optional<store::Durability> Stream::durability() const {
+  const int d = durability_.load(std::memory_order_relaxed);
+  if (d < 0) return std::nullopt;
+  return static_cast<store::Durability>(d);
+}
+
+void Stream::set_durability(std::optional<store::Durability> d) {
+  durability_.store(d ? static_cast<int>(*d) : -1, std::memory_order_relaxed);
+}
+
 Stream::Stream(StreamMeta meta, uint64_t next_seq)
     : meta_(std::move(meta)),
       next_seq_(next_seq),
       ever_appended_(next_seq > 1),
       committed_next_(next_seq),
-      visible_next_(next_seq) {}
+      visible_next_(next_seq) {
+  set_durability(durability_of(meta_.durability));
+}
 
 Status Stream::append(engine::Batch batch, store::GroupCommit& gc, store::Admission admission,
                       store::WriteBatch extra, Done done) {
@@ -133,7 +151,7 @@ Status Stream::append_locked(uint64_t first, engine::Batch batch, store::GroupCo
         }
         if (done) done(st, record);
       },
-      admission);
+      admission, durability());
   if (!s.ok()) return s;
   next_seq_ = last + 1;
   ever_appended_ = true;
@@ -634,7 +652,9 @@ std::string stream_meta_to_json(const StreamMeta& m) {
   j.key("retention").begin_object();
   j.key("max_tuples").u64(m.retention.max_tuples).key("max_bytes").u64(m.retention.max_bytes);
   j.key("max_age_ms").i64(m.retention.max_age_ms).end_object();
-  j.key("created_ms").i64(m.created_ms).end_object();
+  j.key("created_ms").i64(m.created_ms);
+  if (!m.durability.empty()) j.key("durability").str(m.durability);
+  j.end_object();
   return j.take();
 }
 
@@ -672,6 +692,7 @@ Result<StreamMeta> stream_meta_from_json(std::string_view json) {
              *ma = num(rit->value, "max_age_ms");
   if (!mt || !mb || !ma) return make_error(Errc::corrupt, "catalog: a stream's retention is incomplete");
   m.retention = {mt->GetUint64(), mb->GetUint64(), ma->GetInt64()};
+  if (const auto* dur = str("durability")) m.durability = dur->GetString();
   return m;
 }
 

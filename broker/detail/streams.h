@@ -120,12 +120,22 @@ struct StreamMeta {
   std::string producer;       // "api" or "query:NAME"
   store::Retention retention;
   int64_t created_ms = 0;
+  // When an append is acknowledged (docs/cluster.md, "Durability per
+  // stream"): "fsync", "replicated" or "process"; empty for the node's
+  // ingest_durability (a stream from before the choice existed).
+  std::string durability;
 };
 
 class Stream final {
  public:
   Stream(StreamMeta meta, uint64_t next_seq);
   const StreamMeta& meta() const { return meta_; }
+  // How this stream's appends reach the disk: synced (fsync) or buffered
+  // (the write-ahead log, in the OS's cache), or the group commit's default
+  // (nullopt). From meta().durability; a follower's copy takes its
+  // stream's (set_durability).
+  std::optional<store::Durability> durability() const;
+  void set_durability(std::optional<store::Durability> d);
   // The durable head: 1 + the last tuple the local log holds. What the
   // stream's followers copy, and what appends and recovery count on; not
   // what readers may see (visible_next).
@@ -301,6 +311,7 @@ class Stream final {
   uint64_t next_seq_;                   // REQUIRES: append_mu_
   bool ever_appended_;                  // REQUIRES: append_mu_
   std::atomic<uint64_t> committed_next_;
+  std::atomic<int> durability_{-1};  // -1: the group commit's; else a store::Durability
   std::atomic<uint64_t> visible_next_;  // stored under taps_mu_ (add_tap reads it there)
   std::atomic<int64_t> log_bytes_{-1};  // -1: not counted yet
   std::atomic<bool> closed_{false};
@@ -339,6 +350,9 @@ using StreamPtr = std::shared_ptr<Stream>;
 // Catalog record of a stream, as JSON in the `catalog` family under
 // "stream/<name>".
 std::string stream_meta_to_json(const StreamMeta& m);
+// The store durability of a stream's durability mode: "fsync" synced,
+// "replicated" and "process" buffered; nullopt for "" (the node's).
+std::optional<store::Durability> durability_of(std::string_view mode);
 Result<StreamMeta> stream_meta_from_json(std::string_view json);
 
 // Validates a stream name: [a-z][a-z0-9_-]*, at most 63 characters.

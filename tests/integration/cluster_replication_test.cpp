@@ -482,6 +482,57 @@ TEST_F(ClusterReplication, ARestartedLeaderShowsNoTupleItsInSyncFollowersLack) {
   EXPECT_NE(got.tuples[1].line.find(R"("auction":2)"), std::string::npos) << got.tuples[1].line;
 }
 
+// Durability per stream (docs/cluster.md, "Durability per stream"):
+// "fsync" syncs every append's group commit, "replicated" does not (and
+// still waits for the in-sync followers), "process" does not wait for the
+// followers at all. Shown by the node's group-commit counters and by an
+// append while a follower is stopped.
+TEST_F(ClusterReplication, DurabilityIsChosenPerStream) {
+  for (const char* mode : {"fsync", "replicated", "process"}) {
+    auto r = node(1).request("POST", "/v1/streams",
+                             stream_body(mode, std::string(R"(,"node":"n1","replication":3,"durability":")") + mode +
+                                               "\""));
+    ASSERT_EQ(r.status, 201u) << r.body;
+    EXPECT_NE(r.body.find(std::string(R"("durability":")") + mode + "\""), std::string::npos) << r.body;
+  }
+  auto plain = node(1).request("POST", "/v1/streams", stream_body("plain", R"(,"node":"n1")"));
+  ASSERT_EQ(plain.status, 201u) << plain.body;
+  EXPECT_NE(plain.body.find(R"("durability":"fsync")"), std::string::npos) << "the node's ingest_durability";
+  auto bad = node(1).request("POST", "/v1/streams", stream_body("bad", R"(,"durability":"eventually")"));
+  EXPECT_EQ(bad.status, 400u) << bad.body;
+  EXPECT_NE(bad.body.find("$.durability"), std::string::npos) << bad.body;
+  for (const char* mode : {"fsync", "replicated", "process"})
+    ASSERT_TRUE(eventually(20s, [&] { return followers_ready(1, mode); })) << mode;
+
+  auto counter = [&](const std::string& name) {
+    const std::string body = node(1).request("GET", "/metrics", {}, kReaderToken).body;
+    const size_t at = body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size() + 2));
+  };
+  auto post = [&](const std::string& stream, int b) {
+    return node(1).request("POST", "/v1/streams/" + stream + "/tuples", auction_batch(b, 5), kPublisherToken);
+  };
+  // 20 appends one after the other, each its own group commit.
+  auto syncs_for = [&](const std::string& stream) {
+    const double syncs = counter("entente_group_commit_syncs_total");
+    for (int b = 1; b <= 20; ++b) EXPECT_EQ(post(stream, b).status, 200u) << stream;
+    return counter("entente_group_commit_syncs_total") - syncs;
+  };
+  EXPECT_GE(syncs_for("fsync"), 20.0);
+  EXPECT_LT(syncs_for("replicated"), 10.0) << "appends to a replicated stream are not synced on the leader";
+
+  // A follower stopped: "process" answers at once, "replicated" waits for
+  // it until it leaves the in-sync set.
+  ASSERT_TRUE(stop_and_wait(node(3).pid()));
+  auto t0 = Clock::now();
+  EXPECT_EQ(post("process", 100).status, 200u);
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), 500);
+  t0 = Clock::now();
+  EXPECT_EQ(post("replicated", 100).status, 200u);
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), 900);
+  ASSERT_EQ(::kill(node(3).pid(), SIGCONT), 0);
+}
+
 TEST_F(ClusterReplication, FactorsAreCheckedAndDefaultToTwo) {
   auto two = node(1).request("POST", "/v1/streams", stream_body("two", ""));
   ASSERT_EQ(two.status, 201u) << two.body;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +94,47 @@ TEST_F(GroupCommitTest, ConcurrentSubmittersSeeTheirOrderAndDataIsDurable) {
     EXPECT_EQ(store_->get(Cf::meta, "last/" + std::to_string(t)).value(),
               std::to_string(kPerThread - 1));
   }
+}
+
+// A batch may ask for another durability than the group commit's: alone it
+// is written as it asked, and a group holding one synced batch is synced.
+TEST_F(GroupCommitTest, ABatchChoosesItsDurabilityAndOneSyncedBatchSyncsItsGroup) {
+  GroupCommitOptions opts;
+  opts.durability = Durability::synced;
+  GroupCommit gc(*store_, opts);
+  gc.start();
+  auto write = [&](std::string_view key, std::optional<Durability> d) {
+    std::promise<Status> done;
+    auto f = done.get_future();
+    EXPECT_TRUE(gc.submit(batch_of(key, 10), [&done](const Status& st) { done.set_value(st); },
+                          Admission::wait, d)
+                    .ok());
+    EXPECT_TRUE(f.get().ok());
+  };
+  write("a", Durability::buffered);
+  write("b", Durability::buffered);
+  EXPECT_EQ(gc.stats().groups, 2u);
+  EXPECT_EQ(gc.stats().synced_groups, 0u);
+  write("c", std::nullopt);  // the options': synced
+  EXPECT_EQ(gc.stats().synced_groups, 1u);
+  gc.stop();
+
+  // Submitted together before the committer runs: one group, synced.
+  GroupCommitOptions buffered;
+  buffered.durability = Durability::buffered;
+  GroupCommit mixed(*store_, buffered);
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(mixed
+                    .submit(batch_of("m" + std::to_string(i), 10), [&ok](const Status& st) { ok += st.ok(); },
+                            Admission::wait, i == 1 ? std::optional(Durability::synced) : std::nullopt)
+                    .ok());
+  }
+  mixed.start();
+  mixed.stop();
+  EXPECT_EQ(ok.load(), 3);
+  EXPECT_EQ(mixed.stats().groups, 1u);
+  EXPECT_EQ(mixed.stats().synced_groups, 1u);
 }
 
 TEST_F(GroupCommitTest, RejectsWhenTheQueueIsFull) {
