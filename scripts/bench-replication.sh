@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Replicated stream logs (docs/cluster.md, "Replicated stream logs"): the
 # broker's figures on a stream kept on 1, 2 and 3 nodes, in the same run.
-# Per durability mode (MODES, default "fsync process": every node's
-# ingest_durability) and factor, starts a fresh domain of three nodes
+# Per durability mode (MODES, default "fsync replicated process": each
+# figure's stream's "durability", docs/cluster.md "Durability per stream";
+# the nodes' ingest_durability is fsync, process for a process run) and
+# factor, starts a fresh domain of three nodes
 # n1..n3 on this machine: its own etcd (ETCD, default /usr/bin/etcd, free
 # loopback ports, temporary data directory), the domain's CA and each node's certificate from
 # `entente certs`, and each node with a `cluster` section and a `federation`
@@ -21,7 +23,7 @@
 # look every 20 ms, and "max_lag_tuples"); `--in-flight T` caps the tuples
 # unanswered.
 # Environment: BUILD_DIR (default build), NETWORK_THREADS (default 2),
-# MODES (default "fsync process").
+# MODES (default "fsync replicated process").
 #
 # Prints broker_bench's JSON lines (each with "replication": N, its
 # followers' acked against the head, "followers_caught_up"), after each
@@ -91,7 +93,11 @@ rate_of() {
 make_certs
 
 status=0
-for mode in ${MODES:-fsync process}; do
+for mode in ${MODES:-fsync replicated process}; do
+  # The nodes' ingest_durability: fsync, except for a process run; each
+  # figure's stream is created with "durability": $mode.
+  node_mode=fsync
+  [[ $mode == process ]] && node_mode=process
   for r in 1 2 3; do
     # A fresh domain per factor: RocksDB compacting what the previous
     # factor's figures wrote would otherwise run under the next one.
@@ -100,7 +106,7 @@ for mode in ${MODES:-fsync process}; do
     ports=() node_pids=()
     for n in n1 n2 n3; do
       rm -rf "$dir/$mode-$n"
-      start_node "$mode-$n" "$mode" "$n" "$cluster" "$(federation_of $n)"
+      start_node "$mode-$n" "$node_mode" "$n" "$cluster" "$(federation_of $n)"
       ports+=("$port")
       node_pids+=("$node_pid")
     done
@@ -118,8 +124,8 @@ for mode in ${MODES:-fsync process}; do
     before=()
     for p in "${node_pids[@]}"; do before+=("$(cpu_seconds "$p")"); done
     t0=$(date +%s.%N)
-    "$build/bench/broker_bench" --port "${ports[0]}" --replication $r --stream-node n1 --token "$token" \
-      --fsync-dir "$dir" "$@" | tee "$out" || status=1
+    "$build/bench/broker_bench" --port "${ports[0]}" --replication $r --stream-node n1 --durability "$mode" \
+      --token "$token" --fsync-dir "$dir" "$@" | tee "$out" || status=1
     t1=$(date +%s.%N)
     after=()
     for p in "${node_pids[@]}"; do after+=("$(cpu_seconds "$p")"); done

@@ -2,7 +2,7 @@
 //
 //   broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S]
 //                [--batch N] [--in-flight T] [--process-port P2]
-//                [--replication N [--stream-node NODE]]
+//                [--replication N [--stream-node NODE] [--durability MODE]]
 //
 // Prints one JSON line per figure:
 //   http_ndjson_ingest   NDJSON over HTTP, durable (tuples/s)
@@ -19,7 +19,8 @@
 //
 // With --replication N (a node of a domain of several nodes with peer
 // links; scripts/bench-replication.sh), each figure's stream is created
-// with "replication": N (and "node": NODE with --stream-node, which should
+// with "replication": N (and "durability": MODE with --durability, the
+// lines' "ingest_durability" then being MODE; "node": NODE with --stream-node, which should
 // be the node of --port: the bench publishes to and subscribes from the
 // leader) under a name ending in _rN. Before measuring, the bench waits
 // until GET /v1/streams/NAME shows factor N and every follower in sync;
@@ -83,13 +84,18 @@ struct Args {
   uint16_t process_port = 0;       // a second node, for the latency of the other mode
   int replication = 0;             // --replication: 1..3, 0 = the node's default, not checked
   std::string stream_node;         // --stream-node: the leader asked for
+  std::string durability;          // --durability: the streams' (with --replication)
 };
 
 // Set when a replicated stream's followers were not in sync before a figure
 // or did not catch up after it: the exit status says so.
 std::atomic<bool> g_replication_failed{false};
 
-std::string durability_mode(const Args& a) { return bench::durability_mode(a.node); }
+// The stream's durability when --durability chose it, else the node's
+// ingest_durability (what its streams default to).
+std::string durability_mode(const Args& a) {
+  return a.durability.empty() ? bench::durability_mode(a.node) : a.durability;
+}
 
 std::string ndjson_body(int rows, int64_t base) {
   std::string s;
@@ -320,6 +326,7 @@ bool create_stream(const Args& a, const std::string& name) {
   std::string body = std::string("{\"name\":\"") + name + "\",\"schema\":" + bench::kSchemaJson +
                      ",\"replication\":" + std::to_string(a.replication);
   if (!a.stream_node.empty()) body += ",\"node\":\"" + a.stream_node + "\"";
+  if (!a.durability.empty()) body += ",\"durability\":\"" + a.durability + "\"";
   body += "}";
   auto r = bench::call(a.node, "POST", "/v1/streams", body);
   if (!r.ok() || r->status != 201) {
@@ -672,11 +679,12 @@ int main(int argc, char** argv) {
     else if (s == "--process-port") a.process_port = r.port();
     else if (s == "--replication") a.replication = r.integer();
     else if (s == "--stream-node") a.stream_node = r.value();
+    else if (s == "--durability") a.durability = r.value();
     else {
       std::fprintf(stderr,
                    "usage: broker_bench --port P [--host H] [--token T] [--tls --ca FILE] [--seconds S] "
                    "[--batch N] [--in-flight TUPLES] [--only http|ws|latency] [--fsync-dir DIR] [--process-port P2] "
-                   "[--replication 1..3 [--stream-node NODE]]\n");
+                   "[--replication 1..3 [--stream-node NODE] [--durability fsync|replicated|process]]\n");
       return 2;
     }
   }
@@ -684,8 +692,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "broker_bench: --port is required; --batch and --seconds must be positive\n");
     return 2;
   }
-  if (a.replication < 0 || a.replication > 3 || (a.replication == 0 && !a.stream_node.empty())) {
-    std::fprintf(stderr, "broker_bench: --replication is 1, 2 or 3; --stream-node needs it\n");
+  if (a.replication < 0 || a.replication > 3 ||
+      (a.replication == 0 && (!a.stream_node.empty() || !a.durability.empty())) ||
+      (!a.durability.empty() && a.durability != "fsync" && a.durability != "replicated" &&
+       a.durability != "process")) {
+    std::fprintf(stderr, "broker_bench: --replication is 1, 2 or 3; --stream-node and --durability "
+                         "(fsync, replicated, process) need it\n");
     return 2;
   }
   auto want = [&](const char* n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
