@@ -149,6 +149,7 @@ class Node:
         }
         with open(os.path.join(self.dir, "node.json"), "w") as f:
             json.dump(config, f)
+        self.port = 0  # the old port may belong to another process by now
         out = open(os.path.join(self.dir, "out"), "w")
         err = open(os.path.join(self.dir, "err"), "a")
         self.proc = subprocess.Popen([b.entente, "broker", "--config", os.path.join(self.dir, "node.json")],
@@ -165,7 +166,7 @@ class Node:
         raise RuntimeError("node %s did not start; see %s/err" % (self.name, self.dir))
 
     def alive(self):
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.port != 0 and self.proc.poll() is None
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
