@@ -138,7 +138,7 @@ Status Stream::append_locked(uint64_t first, engine::Batch batch, store::GroupCo
   const size_t bytes = encoded->size();
   Status s = gc.submit(
       std::move(extra),
-      [this, record, done = std::move(done), bytes](const Status& st) {
+      [this, self = shared_from_this(), record, done = std::move(done), bytes](const Status& st) {
         // Runs on the committer thread, in submission order: this is what
         // keeps the records a tap sees in sequence order.
         if (st.ok()) {

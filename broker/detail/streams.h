@@ -126,7 +126,10 @@ struct StreamMeta {
   std::string durability;
 };
 
-class Stream final {
+// Owned through shared_ptr (the registry's StreamPtr): an append's group
+// commit keeps the stream alive until its callback has run, even when the
+// stream is deleted (or discarded after a failover) meanwhile.
+class Stream final : public std::enable_shared_from_this<Stream> {
  public:
   Stream(StreamMeta meta, uint64_t next_seq);
   const StreamMeta& meta() const { return meta_; }
