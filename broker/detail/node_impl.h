@@ -191,6 +191,11 @@ class NodeImpl final : public http::Handler {
     std::string fragment;
     std::map<std::string, std::string> reads;  // internal stream -> local stream holding it
     std::set<std::string> writes;              // internal streams written
+    // Taking the fragment over from a node that died: its outputs and its
+    // state stream are already here (copies this node held, made its
+    // own by the failover, producer "query:QUERY"); they are used as they
+    // are, and the runner recovers from the state stream before it starts.
+    bool takeover = false;
   };
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
                                                     const FragmentOf* fragment = nullptr);
@@ -405,6 +410,11 @@ class NodeImpl final : public http::Handler {
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
   void maintenance_loop();
   void enforce_retention();
+  // Erases what each fragment's state stream holds before its last
+  // checkpoint; `done` remembers per state stream what was erased up to.
+  void trim_state_streams(std::map<std::string, uint64_t>& done);
+  // How a query runner reaches the store and the followers.
+  QueryRunner::Env runner_env();
   void register_collectors();
   Result<BackupResult> write_backup(const std::string& dir);
 
