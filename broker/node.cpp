@@ -185,6 +185,14 @@ Status NodeImpl::load_catalog() {
 QueryRunner::Env NodeImpl::runner_env() {
   QueryRunner::Env env{store_.get(), gc_.get(), pool_.get(), &metrics_, nullptr};
   env.when_replicated = [this](const std::string& stream, uint64_t last, std::function<void(const Status&)> release) {
+    // Stopping (the final drain): the lease is revoked and the peer links
+    // are closed, so the followers get nothing more; what is written now
+    // stays here, as a stale leader's writes do (docs/cluster.md,
+    // "Failover of a stream's leader").
+    if (stopped_.load()) {
+      release(Status::Ok());
+      return;
+    }
     when_replicated(stream, last, std::move(release));
   };
   return env;

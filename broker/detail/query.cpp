@@ -472,10 +472,21 @@ Status QueryRunner::load_state(std::vector<std::pair<uint64_t, JournalEntry>>& e
                                            std::to_string(journal_next_));
     next = journal_next_;
     state_trim_.store(complete->first_seq, std::memory_order_release);
+  } else {
+    // No checkpoint yet: each input starts where its first journal entry
+    // does (meta.start on the node that deployed the fragment; a node
+    // taking it over only knows its own start positions).
+    std::vector<bool> seen(inputs_.size(), false);
+    for (const auto& entry : journal) {
+      const JournalEntry& e = entry.second;
+      if (seen[e.input]) continue;
+      seen[e.input] = true;
+      pos_[e.input] = e.first;
+    }
   }
   // The journal after the checkpoint, contiguous from its journal_next.
   for (auto& [seq, e] : journal) {
-    if (seq < next && complete) continue;
+    if (seq < next) continue;  // before the checkpoint
     if (seq != next)
       return make_error(Errc::corrupt, what + ": journal entry " + std::to_string(next) + " is missing (found " +
                                            std::to_string(seq) + ")");
