@@ -150,8 +150,9 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
     // (this node does not lead the stream, etcd unreachable). `release`
     // may run on any thread (a link thread): it must not block. Null:
     // released at once.
-    std::function<void(const std::string& stream, uint64_t last, std::function<void(const Status&)> release)>
-        when_replicated;
+    using WhenReplicated =
+        std::function<void(const std::string& stream, uint64_t last, std::function<void(const Status&)> release)>;
+    WhenReplicated when_replicated;
   };
   // `state`: the state stream meta.state_stream names (null when it names
   // none).
