@@ -754,6 +754,20 @@ void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
     }
     rate_sample_ = std::move(now);
   }
+  if (state_log_) {
+    // A node taking over restores the last checkpoint its copy of the
+    // state stream holds and reproduces only the outputs after it: its
+    // copies of the outputs must hold every one before it, so the
+    // checkpoint is written only once the outputs' in-sync followers do.
+    for (size_t o = 0; o < outputs_.size(); ++o) {
+      if (out_next_[o] <= 1) continue;
+      if (Status s = wait_replicated(meta_.outputs[o], out_next_[o] - 1); !s.ok()) {
+        for (auto& d : dones)
+          d(make_error(s.error().code, "output '" + meta_.outputs[o] + "' not replicated: " + s.error().message));
+        return;
+      }
+    }
+  }
   const uint64_t id = next_checkpoint_id_++;
   if (state_log_) {
     checkpoint_to_state(bytes, id, CheckpointInfo{meta_.name, id, bytes.size(), wall_ms(), 0}, pos_, t0,
@@ -884,6 +898,24 @@ bool QueryRunner::append_state_and_wait(engine::Batch rows) {
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(kStateRetryMs));
     when(name, last, [w](const Status& released) { w->finish(released); });
+  }
+}
+
+Status QueryRunner::wait_replicated(const std::string& stream, uint64_t last) {
+  if (!env_.when_replicated) return Status::Ok();
+  // As append_state_and_wait: "unavailable" is asked again, within bounds.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStateGiveUpMs);
+  for (;;) {
+    auto w = std::make_shared<StateWait>();
+    env_.when_replicated(stream, last, [w](const Status& released) { w->finish(released); });
+    std::unique_lock lock(w->mu);
+    w->cv.wait(lock, [&] { return w->done; });
+    if (w->status.ok()) return w->status;
+    if (w->status.error().code != Errc::unavailable || std::chrono::steady_clock::now() >= give_up ||
+        stopped_.load(std::memory_order_acquire))
+      return w->status;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(kStateRetryMs));
   }
 }
 

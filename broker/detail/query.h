@@ -30,7 +30,10 @@
 //
 // A checkpoint is its snapshot bytes (as store::Checkpoints would hold
 // them) cut into chunks of at most kStateChunkBytes, one append per chunk,
-// after the journal entries it covers. Outputs wait for the state stream:
+// after the journal entries it covers, and only once the outputs written
+// before it are held by their own in-sync followers (a node taking over
+// reproduces only the outputs after the checkpoint its copy holds).
+// Outputs wait for the state stream:
 // before appending output records, the runner waits until the journal rows
 // that led to them are durable here and held by every in-sync follower of
 // the state stream (Env::when_replicated), so any copy of an output has its
@@ -218,6 +221,9 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // Appends `rows` without waiting; a failure fails the runner at its next
   // flush (state_failure_).
   bool append_state(engine::Batch rows);
+  // Blocks until `stream`'s in-sync followers hold `last` (Env::
+  // when_replicated, "unavailable" asked again within bounds).
+  Status wait_replicated(const std::string& stream, uint64_t last);
   // The snapshot as chunk rows; the checkpoint counts once the last one is
   // durable and released.
   void checkpoint_to_state(const std::string& bytes, uint64_t id, CheckpointInfo info,

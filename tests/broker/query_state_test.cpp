@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +85,15 @@ class Gate {
     }
     for (auto& r : held) r(Status::Ok());
   }
+  void close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  // Every (stream, last) asked for so far.
+  std::vector<std::pair<std::string, uint64_t>> asked() const {
+    std::lock_guard lock(mu_);
+    return asked_;
+  }
   void refuse(Error e) {
     std::lock_guard lock(mu_);
     refusal_ = std::move(e);
@@ -98,8 +109,9 @@ class Gate {
   QueryRunner::Env::WhenReplicated fn() {
     return [this](const std::string& stream, uint64_t last, std::function<void(const Status&)> release) {
       std::unique_lock lock(mu_);
-      EXPECT_EQ(stream, "q--f--state");
-      last_ = std::max(last_, last);
+      EXPECT_TRUE(stream == "q--f--state" || stream == "out") << stream;
+      asked_.emplace_back(stream, last);
+      if (stream == "q--f--state") last_ = std::max(last_, last);
       if (refusal_) {
         Error e = *refusal_;
         lock.unlock();
@@ -120,6 +132,7 @@ class Gate {
   bool open_ = false;
   std::optional<Error> refusal_;
   uint64_t last_ = 0;
+  std::vector<std::pair<std::string, uint64_t>> asked_;
   std::vector<std::function<void(const Status&)>> held_;
 };
 
@@ -292,6 +305,39 @@ TEST_F(QueryStateStream, OutputsWaitUntilTheirJournalIsDurableAndReplicated) {
   // The journal is not in the store's log family, as a whole query's is.
   ASSERT_TRUE(store::Checkpoints::latest(*store_, "query/q--f").ok());
   EXPECT_FALSE(*store::Checkpoints::latest(*store_, "query/q--f"));
+}
+
+// A node taking over reproduces only the outputs after the checkpoint its
+// copy of the state stream holds: a checkpoint is written once the outputs
+// before it are held by the outputs' followers.
+TEST_F(QueryStateStream, ACheckpointWaitsUntilTheOutputsBeforeItAreReplicated) {
+  gate_.open();
+  ASSERT_TRUE(start_runner().ok());
+  publish(rows(0, 10, 1000));
+  publish(rows(0, 1, 2 * kHourMs));
+  ASSERT_TRUE(eventually([&] { return out_->committed_next() == 11; }));
+  gate_.close();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<CheckpointInfo>> taken;
+  runner_->request_checkpoint([&](const Result<CheckpointInfo>& r) {
+    std::lock_guard lock(mu);
+    taken = r;
+    cv.notify_all();
+  });
+  ASSERT_TRUE(eventually([&] { return gate_.held() > 0; }));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(gate_.asked().back(), (std::pair<std::string, uint64_t>{"out", 10}));
+  for (const auto& r : state_rows()) EXPECT_NE(r.kind, kStateCheckpoint) << "a checkpoint before its outputs' release";
+  gate_.open();
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return taken.has_value(); }));
+  ASSERT_TRUE(taken->ok()) << taken->error().message;
+  lock.unlock();
+  bool chunk = false;
+  for (const auto& r : state_rows()) chunk |= r.kind == kStateCheckpoint;
+  EXPECT_TRUE(chunk);
+  EXPECT_GT(runner_->state_trim_before(), 0u);
 }
 
 TEST_F(QueryStateStream, ARefusedReleaseFailsTheRunnerNamingTheStateStreamAndWritesNoOutput) {
