@@ -401,7 +401,7 @@ void NodeImpl::maintenance_loop() {
   // not block on a disk flush) sets this and this thread syncs the WAL.
   // Shared with the callbacks, which may outlive the loop. REQUIRES: maint_mu_.
   auto checkpoint_unsynced = std::make_shared<bool>(false);
-  std::map<std::string, uint64_t> state_trimmed;  // trim_state_streams
+  std::map<std::string, StateTrim> state_trimmed;  // trim_state_streams
   const bool sync_checkpoints = process_durability(config_);
   // Linux applies a thread's own nice value (the thread id as the "process");
   // when it fails the work runs at normal priority, which is only slower.
@@ -527,25 +527,53 @@ Result<NodeImpl::BackupResult> NodeImpl::write_backup(const std::string& dir) {
   return out;
 }
 
-void NodeImpl::trim_state_streams(std::map<std::string, uint64_t>& done) {
-  std::map<std::string, uint64_t> seen;
+void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
+  std::map<std::string, StateTrim> seen;
+  auto erase = [&](const StreamPtr& s, uint64_t before, StateTrim& t) {
+    if (before <= t.erased_before) return;
+    auto r = store::StreamLog::erase_before(*store_, s->meta().id, before);
+    if (!r.ok()) {
+      log_line("trimming state stream '" + s->meta().name + "': " + r.error().message);
+      return;
+    }
+    t.erased_before = before;
+  };
+  // A runner's own state stream: up to its last checkpoint taken.
   for (auto& q : list_queries()) {
     const StreamPtr& state = q->state_stream();
     if (!state || state->closed()) continue;
-    const std::string& name = state->meta().name;
-    const uint64_t before = q->state_trim_before();
-    auto it = done.find(name);
-    const uint64_t was = it == done.end() ? 0 : it->second;
-    seen[name] = was;
-    if (before <= was) continue;
-    auto r = store::StreamLog::erase_before(*store_, state->meta().id, before);
-    if (!r.ok()) {
-      log_line("trimming state stream '" + name + "': " + r.error().message);
+    StateTrim& t = seen[state->meta().name];
+    if (auto it = trims.find(state->meta().name); it != trims.end()) t = it->second;
+    erase(state, q->state_trim_before(), t);
+  }
+  // A follower's copy (@LEADER/QUERY--FRAGMENT--state): up to the last
+  // checkpoint it holds whole, read as it grows (each record once).
+  for (auto& s : list_streams()) {
+    const StreamMeta& m = s->meta();
+    if (s->closed() || m.producer != "import" || !m.name.starts_with("@") || !m.name.ends_with("--state") ||
+        !(*m.schema == *state_stream_schema()))
+      continue;
+    StateTrim& t = seen[m.name];
+    if (auto it = trims.find(m.name); it != trims.end()) t = it->second;
+    Status failed = Status::Ok();
+    for (;;) {
+      std::vector<store::LogRecord> recs;
+      failed = store::StreamLog::read(*store_, m.id, t.read_next, 16, 8u << 20, recs);
+      if (!failed.ok() || recs.empty()) break;
+      for (const auto& rec : recs) {
+        failed = t.checkpoints.feed(rec);
+        if (!failed.ok()) break;
+        t.read_next = rec.last + 1;
+      }
+      if (!failed.ok()) break;
+    }
+    if (!failed.ok()) {
+      log_line("reading state stream copy '" + m.name + "': " + failed.error().message);
       continue;
     }
-    seen[name] = before;
+    erase(s, t.checkpoints.last_complete_first(), t);
   }
-  done = std::move(seen);  // forgets deleted queries
+  trims = std::move(seen);  // forgets deleted queries and copies
 }
 
 void NodeImpl::enforce_retention() {

@@ -410,9 +410,15 @@ class NodeImpl final : public http::Handler {
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
   void maintenance_loop();
   void enforce_retention();
-  // Erases what each fragment's state stream holds before its last
-  // checkpoint; `done` remembers per state stream what was erased up to.
-  void trim_state_streams(std::map<std::string, uint64_t>& done);
+  // Erases what each fragment's state stream, and each follower's copy of
+  // one, holds before its last checkpoint. `trims` remembers, per stream,
+  // what was erased and how far a copy was read.
+  struct StateTrim {
+    uint64_t erased_before = 0;
+    uint64_t read_next = 0;       // a copy: the next seq to read
+    StateCheckpoints checkpoints;  // a copy: its chunks seen so far
+  };
+  void trim_state_streams(std::map<std::string, StateTrim>& trims);
   // How a query runner reaches the store and the followers.
   QueryRunner::Env runner_env();
   void register_collectors();

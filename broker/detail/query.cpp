@@ -273,6 +273,36 @@ Result<QueryMeta> query_meta_from_json(std::string_view json) {
 
 std::string state_stream_name(const std::string& runner) { return runner + "--state"; }
 
+Status StateCheckpoints::feed(const store::LogRecord& rec) {
+  std::string_view in = rec.payload;
+  auto b = engine::decode_batch(in);
+  if (!b.ok() || !(*b->schema == *state_stream_schema()) || b->rows() != rec.last - rec.first + 1)
+    return make_error(Errc::corrupt, "the record at " + std::to_string(rec.first) + " is not a state record");
+  const auto &kind = b->columns[0]->ints, &id = b->columns[1]->ints, &index = b->columns[2]->ints,
+             &count = b->columns[3]->ints;
+  for (size_t row = 0; row < b->rows(); ++row) {
+    if (kind[row] != kStateCheckpoint || count[row] <= 0) continue;
+    // As QueryRunner::load_state: a chunk that does not continue the
+    // checkpoint being read starts over or is skipped.
+    if (index[row] == 0) {
+      reading_ = true;
+      id_ = static_cast<uint64_t>(id[row]);
+      count_ = static_cast<uint64_t>(count[row]);
+      chunks_ = 0;
+      first_ = rec.first + row;
+    } else if (!reading_ || id_ != static_cast<uint64_t>(id[row]) || count_ != static_cast<uint64_t>(count[row]) ||
+               chunks_ != static_cast<uint64_t>(index[row])) {
+      reading_ = false;
+      continue;
+    }
+    if (++chunks_ == count_) {
+      complete_first_ = first_;
+      reading_ = false;
+    }
+  }
+  return Status::Ok();
+}
+
 engine::SchemaPtr state_stream_schema() {
   static const engine::SchemaPtr schema = engine::make_schema({{"kind", engine::Type::Int64},
                                                                {"a", engine::Type::Int64},

@@ -120,6 +120,21 @@ inline constexpr int64_t kStateCheckpoint = 2;
 // Bytes of snapshot per checkpoint row: one row per append keeps a record
 // well under the federation frame limit (1 MiB) when followers copy it.
 inline constexpr size_t kStateChunkBytes = 256u << 10;
+
+// Follows the checkpoint chunks of a state stream read record by record (a
+// follower's copy, which has no runner to say where it may be trimmed):
+// the first seq of the last checkpoint whose chunks were all seen.
+class StateCheckpoints final {
+ public:
+  // REQUIRES: records in order. corrupt when `rec` is not a state record.
+  Status feed(const store::LogRecord& rec);
+  uint64_t last_complete_first() const { return complete_first_; }
+
+ private:
+  uint64_t id_ = 0, count_ = 0, chunks_ = 0, first_ = 0;
+  bool reading_ = false;
+  uint64_t complete_first_ = 0;
+};
 Result<QueryMeta> query_meta_from_json(std::string_view json);
 
 struct CheckpointInfo {

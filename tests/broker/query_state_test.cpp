@@ -382,6 +382,30 @@ TEST_F(QueryStateStream, CheckpointsGoToTheStateStreamInChunksAndANewRunnerRecov
   }
   EXPECT_EQ(bytes, cp->bytes);
   EXPECT_EQ(runner_->state_trim_before(), chunks.front().seq);
+  {
+    // A follower's copy, which has no runner, finds the same place by
+    // reading the records (NodeImpl::trim_state_streams); a checkpoint cut
+    // short after it does not move it.
+    std::vector<store::LogRecord> recs;
+    ASSERT_TRUE(store::StreamLog::read(*store_, state_->meta().id, 0, 100000, 1u << 30, recs).ok());
+    engine::BatchBuilder partial(state_stream_schema());
+    partial.column(0).ints.push_back(kStateCheckpoint);
+    partial.column(1).ints.push_back(static_cast<int64_t>(cp->id) + 1);
+    partial.column(2).ints.push_back(0);
+    partial.column(3).ints.push_back(2);
+    partial.column(4).ints.push_back(0);
+    partial.column(5).append_str("x");
+    partial.event_time().push_back(0);
+    partial.seq().push_back(recs.back().last + 1);
+    store::LogRecord cut{recs.back().last + 1, recs.back().last + 1, 0, {}};
+    engine::encode_batch(partial.finish(), cut.payload);
+    recs.push_back(std::move(cut));
+    StateCheckpoints seen;
+    for (const auto& rec : recs) ASSERT_TRUE(seen.feed(rec).ok());
+    EXPECT_EQ(seen.last_complete_first(), chunks.front().seq);
+    store::LogRecord junk{recs.back().last + 1, recs.back().last + 1, 0, "not a batch"};
+    EXPECT_EQ(seen.feed(junk).error().code, Errc::corrupt);
+  }
 
   // The window closes after the checkpoint: a journal row, then every
   // key's count.
