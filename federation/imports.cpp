@@ -287,6 +287,42 @@ Status Imports::forget(const std::string& stream) {
   return {};
 }
 
+Status Imports::redirect(const std::string& mirror, const std::string& node) {
+  ImportPtr imp;
+  {
+    std::lock_guard lock(mu_);
+    auto it = imports_.find(mirror);
+    if (it == imports_.end()) return make_error(Errc::not_found, "no import of " + mirror);
+    imp = it->second;
+  }
+  bool reopen = false;
+  {
+    std::lock_guard lock(imp->mu);
+    if (imp->node.empty())
+      return make_error(Errc::invalid_argument, mirror + " is an import of domain " + imp->domain +
+                                                    ", not a read of a node of this domain");
+    if (imp->node == node) return {};
+    if (imp->channel != 0 && imp->owner) {
+      (void)wire_.send(*imp->owner, FrameType::reset, imp->channel,
+                       encode(Reset{WireError::none, "read from " + node + " now, which leads " + imp->remote}));
+      std::lock_guard maps(mu_);
+      import_channels_.erase({imp->owner->uri(), imp->channel});
+    }
+    imp->channel = 0;
+    ++imp->generation;
+    host_.log("federation: " + mirror + ": " + imp->node + " no longer leads " + imp->remote + "; reading it from " +
+              node + " from sequence number " + std::to_string(imp->mirror ? imp->mirror->next_seq() : 0));
+    imp->node = node;
+    imp->moved_to.reset();
+    imp->state = "connecting";
+    imp->reason = "node " + node + " leads " + imp->remote + " now";
+    imp->retry_at = {};
+    reopen = true;
+  }
+  if (reopen) open(imp);
+  return {};
+}
+
 ImportInfo Imports::info_of(const Import& imp) const {
   // REQUIRES: imp.mu held by the caller.
   ImportInfo i;

@@ -102,6 +102,12 @@ class Imports final {
   std::optional<ImportInfo> info(const std::string& stream) const;
   // Closes the channel and forgets the import; the caller deletes the mirror.
   Status forget(const std::string& stream);
+  // A read of a node of this domain (create_internal) whose stream another
+  // node leads now (a failover, docs/cluster.md): closes the channel to
+  // the old node and opens at `node` from the mirror's next sequence
+  // number; the mirror keeps its name. not_found when there is no such
+  // read, invalid_argument for an import of another domain.
+  Status redirect(const std::string& mirror, const std::string& node);
 
   // --- the links
   // OPEN_OK, DATA or RESET on an import's channel; false when no import

@@ -129,16 +129,23 @@ Status NodeImpl::start_cluster() {
   // A contract version another node recorded reaches this node's ledger
   // as soon as the watch brings it (and at each tick otherwise).
   catalog_ = std::make_unique<cluster::Catalog>(*etcd_, c.prefix, [this](const std::vector<std::string>& keys) {
-    bool contracts = false, streams = false;
+    bool contracts = false, streams = false, queries = false;
     for (const auto& k : keys) {
       contracts |= k.starts_with("contracts/");
       streams |= k.starts_with("streams/");
+      queries |= k.starts_with("queries/");
     }
     if (contracts) reconcile_contracts();
     // A stream this node now leads, or is to follow, changes at once.
     if (streams) {
       reconcile_leadership();
       reconcile_replicas();
+    }
+    // And so does a fragment it is to run (a failover), or no longer.
+    if (streams || queries) {
+      if (membership_) take_over_fragments(membership_->view());
+      drop_superseded_fragments();
+      follow_moved_reads();
     }
   });
   share_ledger();
@@ -149,6 +156,9 @@ Status NodeImpl::start_cluster() {
         confirm_leadership();
         fail_over_streams(membership_->view());
         reconcile_leadership();
+        take_over_fragments(membership_->view());
+        drop_superseded_fragments();
+        follow_moved_reads();
         reconcile_streams();
         reconcile_contracts();
         reconcile_replicas();
