@@ -120,7 +120,8 @@ Status NodeImpl::start_cluster() {
   cluster::NodeRecord self;
   self.node = config_.node;
   self.api_url = std::string(config_.tls ? "https://" : "http://") + host_port(c.advertise_host, port());
-  if (peering_) self.peer_address = host_port(c.advertise_host, peering_->port());
+  if (peering_)
+    self.peer_address = host_port(c.advertise_host, c.advertise_peer_port != 0 ? c.advertise_peer_port : peering_->port());
   self.version = kBuildVersion;
   self.started_ms = started_ms_;
   cluster::MembershipOptions mo;
