@@ -162,14 +162,40 @@ Status NodeImpl::load_catalog() {
         return make_error(Errc::corrupt, "catalog: query '" + q.name + "' writes missing stream '" + n + "'");
       outs.push_back(it->second);
     }
+    // A fragment's journal and checkpoints (docs/cluster.md, "A fragment's
+    // state stream").
+    StreamPtr state;
+    if (!q.state_stream.empty()) {
+      auto it = streams_.find(q.state_stream);
+      if (it == streams_.end())
+        return make_error(Errc::corrupt,
+                          "catalog: query '" + q.name + "' keeps its state in missing stream '" + q.state_stream + "'");
+      state = it->second;
+    }
     const std::string name = q.name;
     ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(std::move(q), std::move(ins), std::move(outs),
-                                                              {store_.get(), gc_.get(), pool_.get(), &metrics_}));
+                                                              runner_env(), std::move(state)));
     Status s = runner->recover();
     if (!s.ok()) return make_error(s.error().code, "recovering query '" + name + "': " + s.error().message);
     queries_[name] = std::move(runner);
   }
   return Status::Ok();
+}
+
+QueryRunner::Env NodeImpl::runner_env() {
+  QueryRunner::Env env{store_.get(), gc_.get(), pool_.get(), &metrics_, nullptr};
+  env.when_replicated = [this](const std::string& stream, uint64_t last, std::function<void(const Status&)> release) {
+    // Stopping (the final drain): the lease is revoked and the peer links
+    // are closed, so the followers get nothing more; what is written now
+    // stays here, as a stale leader's writes do (docs/cluster.md,
+    // "Failover of a stream's leader").
+    if (stopped_.load()) {
+      release(Status::Ok());
+      return;
+    }
+    when_replicated(stream, last, std::move(release));
+  };
+  return env;
 }
 
 Status NodeImpl::start() {
@@ -375,6 +401,7 @@ void NodeImpl::maintenance_loop() {
   // not block on a disk flush) sets this and this thread syncs the WAL.
   // Shared with the callbacks, which may outlive the loop. REQUIRES: maint_mu_.
   auto checkpoint_unsynced = std::make_shared<bool>(false);
+  std::map<std::string, StateTrim> state_trimmed;  // trim_state_streams
   const bool sync_checkpoints = process_durability(config_);
   // Linux applies a thread's own nice value (the thread id as the "process");
   // when it fails the work runs at normal priority, which is only slower.
@@ -423,6 +450,7 @@ void NodeImpl::maintenance_loop() {
           });
       }
       next_cp = now + config_.checkpoint_interval_ms;
+      trim_state_streams(state_trimmed);
     }
     if (now >= next_ret) {
       enforce_retention();
@@ -497,6 +525,55 @@ Result<NodeImpl::BackupResult> NodeImpl::write_backup(const std::string& dir) {
     }
   }
   return out;
+}
+
+void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
+  std::map<std::string, StateTrim> seen;
+  auto erase = [&](const StreamPtr& s, uint64_t before, StateTrim& t) {
+    if (before <= t.erased_before) return;
+    auto r = store::StreamLog::erase_before(*store_, s->meta().id, before);
+    if (!r.ok()) {
+      log_line("trimming state stream '" + s->meta().name + "': " + r.error().message);
+      return;
+    }
+    t.erased_before = before;
+  };
+  // A runner's own state stream: up to its last checkpoint taken.
+  for (auto& q : list_queries()) {
+    const StreamPtr& state = q->state_stream();
+    if (!state || state->closed()) continue;
+    StateTrim& t = seen[state->meta().name];
+    if (auto it = trims.find(state->meta().name); it != trims.end()) t = it->second;
+    erase(state, q->state_trim_before(), t);
+  }
+  // A follower's copy (@LEADER/QUERY--FRAGMENT--state): up to the last
+  // checkpoint it holds whole, read as it grows (each record once).
+  for (auto& s : list_streams()) {
+    const StreamMeta& m = s->meta();
+    if (s->closed() || m.producer != "import" || !m.name.starts_with("@") || !m.name.ends_with("--state") ||
+        !(*m.schema == *state_stream_schema()))
+      continue;
+    StateTrim& t = seen[m.name];
+    if (auto it = trims.find(m.name); it != trims.end()) t = it->second;
+    Status failed = Status::Ok();
+    for (;;) {
+      std::vector<store::LogRecord> recs;
+      failed = store::StreamLog::read(*store_, m.id, t.read_next, 16, 8u << 20, recs);
+      if (!failed.ok() || recs.empty()) break;
+      for (const auto& rec : recs) {
+        failed = t.checkpoints.feed(rec);
+        if (!failed.ok()) break;
+        t.read_next = rec.last + 1;
+      }
+      if (!failed.ok()) break;
+    }
+    if (!failed.ok()) {
+      log_line("reading state stream copy '" + m.name + "': " + failed.error().message);
+      continue;
+    }
+    erase(s, t.checkpoints.last_complete_first(), t);
+  }
+  trims = std::move(seen);  // forgets deleted queries and copies
 }
 
 void NodeImpl::enforce_retention() {
@@ -740,27 +817,63 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   // state (409, like creating that stream), not an invalid network: it is
   // answered once the network is otherwise valid.
   std::string taken;
+  // A fragment taking over from a node that died finds its streams here.
+  const bool takeover = fragment && fragment->takeover;
+  std::string missing;
+  auto adopt = [&](const std::string& stream, const std::string& what) -> StreamPtr {
+    auto it = streams_.find(stream);
+    if (it == streams_.end() || it->second->meta().producer != "query:" + fragment->query) {
+      if (missing.empty())
+        missing = "taking fragment '" + name + "' over: its " + what + " '" + stream + "' is not on this node" +
+                  (it == streams_.end() ? std::string() : " as written by query '" + fragment->query + "'");
+      return nullptr;
+    }
+    return it->second;
+  };
   for (size_t o = 0; o < net->outputs().size(); ++o) {
     const auto& out = net->outputs()[o];
     const std::string path = "$.outputs[" + std::to_string(o) + "].name";
     const bool internal = fragment && fragment->writes.count(out.name);
     if (internal) meta.internal_outputs.push_back(static_cast<uint32_t>(o));
-    if (internal) {
+    if (takeover) {
+      if (auto s = adopt(out.name, "output")) outs.push_back(s);
+    } else if (internal) {
       if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
     } else if (Status s = check_stream_name(out.name); !s.ok()) diag.error(path, s.error().message);
     else if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
     meta.outputs.push_back(out.name);
   }
+  // A fragment's journal and checkpoints go to its state stream
+  // (docs/cluster.md, "A fragment's state stream"); a whole query keeps
+  // them in the store.
+  StreamPtr state;
+  if (fragment) {
+    meta.state_stream = state_stream_name(name);
+    if (takeover) state = adopt(meta.state_stream, "state stream");
+    else if (streams_.count(meta.state_stream) && taken.empty())
+      taken = "stream '" + meta.state_stream + "' (the fragment's state stream) exists already";
+  }
   if (!diag.ok()) return make_error(Errc::invalid_argument, "the query network does not fit this node");
+  if (!missing.empty()) return make_error(Errc::not_found, missing);
   if (!taken.empty()) return make_error(Errc::already_exists, taken);
-  if (streams_.size() + net->outputs().size() > config_.max_streams)
+  const size_t new_streams = takeover ? 0 : net->outputs().size() + (fragment ? 1 : 0);
+  if (streams_.size() + new_streams > config_.max_streams)
     return make_error(Errc::limit_exceeded, "$.outputs: would exceed this node's stream limit (limits.max_streams, " +
                                                 std::to_string(config_.max_streams) + ")");
 
   meta.id = allocate_id();
   meta.created_ms = wall_clock_ms();
   store::WriteBatch wb;
-  for (size_t o = 0; o < net->outputs().size(); ++o) {
+  auto add_stream = [&](StreamMeta sm) {
+    wb.put(store::Cf::catalog, stream_key(sm.name), stream_meta_to_json(sm));
+    auto s = std::make_shared<Stream>(std::move(sm), 1);
+    s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
+                                     {{"stream", s->meta().name}});
+    s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
+                                    {{"stream", s->meta().name}});
+    return s;
+  };
+  for (size_t o = 0; o < net->outputs().size() && !takeover; ++o) {
     StreamMeta sm;
     sm.name = net->outputs()[o].name;
     sm.id.value = allocate_id();
@@ -770,24 +883,42 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     sm.producer = "query:" + (fragment ? fragment->query : name);
     sm.retention = {config_.retention.max_tuples, config_.retention.max_bytes, config_.retention.max_age_ms};
     sm.created_ms = meta.created_ms;
-    wb.put(store::Cf::catalog, stream_key(sm.name), stream_meta_to_json(sm));
-    auto s = std::make_shared<Stream>(std::move(sm), 1);
-    s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
-                                     {{"stream", s->meta().name}});
-    s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
-                                    {{"stream", s->meta().name}});
-    outs.push_back(std::move(s));
+    outs.push_back(add_stream(std::move(sm)));
+  }
+  if (fragment && !takeover) {
+    // Hidden ('--'), written by the query; no retention of its own: the
+    // runner's checkpoints say what it no longer needs (trim_state_streams).
+    StreamMeta sm;
+    sm.name = meta.state_stream;
+    sm.id.value = allocate_id();
+    sm.schema = state_stream_schema();
+    sm.producer = "query:" + fragment->query;
+    sm.created_ms = meta.created_ms;
+    state = add_stream(std::move(sm));
   }
   wb.put(store::Cf::catalog, query_key(name), query_meta_to_json(meta));
   std::string id;
   store::put_key_u64(id, next_id_);
   wb.put(store::Cf::meta, kNextIdKey, id);
-  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs,
-                                                            {store_.get(), gc_.get(), pool_.get(), &metrics_}));
+  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
+  if (takeover) {
+    // The restart path, on this node: the last checkpoint and the journal
+    // from the state stream copy, replayed before anything new.
+    Status s = runner->recover();
+    if (!s.ok()) return make_error(s.error().code, "taking fragment '" + name + "' over: " + s.error().message);
+  }
   ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
-  for (auto& s : outs) streams_[s->meta().name] = s;
+  if (!takeover) {
+    for (auto& s : outs) streams_[s->meta().name] = s;
+    if (state) streams_[state->meta().name] = state;
+  }
   queries_[name] = runner;
   runner->start();
+  lock.unlock();
+  // A first checkpoint at once: the state stream then always holds one
+  // (and the inputs' start positions with it) for a node taking over.
+  // Outside the catalog lock: it waits for the state stream's followers.
+  if (state && !takeover) runner->request_checkpoint([](const Result<CheckpointInfo>&) {});
   return runner;
 }
 
@@ -809,14 +940,17 @@ Status NodeImpl::delete_query(const std::string& name) {
     }
     store::WriteBatch wb;
     wb.erase(store::Cf::catalog, query_key(name));
-    for (auto& o : q->meta().outputs) {
+    // The outputs, and a fragment's state stream with them.
+    std::vector<std::string> owned = q->meta().outputs;
+    if (!q->meta().state_stream.empty()) owned.push_back(q->meta().state_stream);
+    for (auto& o : owned) {
       wb.erase(store::Cf::catalog, stream_key(o));
       if (auto s = streams_.find(o); s != streams_.end()) outs.push_back(s->second);
     }
     QueryRunner::add_erase_state(wb, q->meta());
     ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
     queries_.erase(it);
-    for (auto& o : q->meta().outputs) streams_.erase(o);
+    for (auto& o : owned) streams_.erase(o);
   }
   q->stop();
   for (auto& s : outs) {

@@ -35,7 +35,7 @@ echo "== the peer-link frame decoder under libFuzzer (60 s)"
 scripts/fuzz.sh 60
 
 echo "== concurrent parts under ThreadSanitizer"
-tsan_tests=(group_commit_test http_websocket_test http_upstream_test link_test trust_test streams_test etcd_test membership_test)
+tsan_tests=(group_commit_test http_websocket_test http_upstream_test link_test trust_test streams_test query_state_test etcd_test membership_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_TSAN=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}"
 for t in "${tsan_tests[@]}"; do

@@ -3,6 +3,7 @@
 
 #include "store/stream_log.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <limits>
@@ -288,6 +289,39 @@ Result<TrimResult> StreamLog::trim(Store& store, StreamId stream, const Retentio
                               ? log_end(stream)
                               : log_key(stream, *last_removed_first + 1);
   batch.erase_range(Cf::log, log_key(stream, 0), end);
+  ENTENTE_RETURN_IF_ERROR(store.write(batch, Durability::synced));
+  return result;
+}
+
+Result<TrimResult> StreamLog::erase_before(Store& store, StreamId stream, uint64_t seq) {
+  TrimResult result;
+  ENTENTE_ASSIGN_OR_RETURN(auto newest, last(store, stream));
+  if (!newest) return result;
+  seq = std::min(seq, newest->first);
+  Status failure;
+  std::optional<uint64_t> last_removed_first;
+  ENTENTE_RETURN_IF_ERROR(store.scan(Cf::log, log_prefix(stream), [&](std::string_view k, std::string_view v) {
+    auto r = decode_header(stream, k, v);
+    if (!r.ok()) {
+      failure = r.error();
+      return false;
+    }
+    if (r->first >= seq) {
+      result.first_retained = r->first;
+      return false;
+    }
+    ++result.records_removed;
+    result.tuples_removed += tuple_count(r->first, r->last);
+    result.bytes_removed += v.size() - kLogHeaderBytes;
+    last_removed_first = r->first;
+    return true;
+  }));
+  ENTENTE_RETURN_IF_ERROR(failure);
+  if (!last_removed_first) return result;
+  // Ends just after the last removed record's key, as trim does: seq <=
+  // the newest record's first, so last_removed_first + 1 cannot overflow.
+  WriteBatch batch;
+  batch.erase_range(Cf::log, log_key(stream, 0), log_key(stream, *last_removed_first + 1));
   ENTENTE_RETURN_IF_ERROR(store.write(batch, Durability::synced));
   return result;
 }

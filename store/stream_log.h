@@ -80,6 +80,13 @@ class StreamLog {
                                  uint64_t pin, int64_t now_ms,
                                  std::optional<uint64_t> retained_bytes = std::nullopt);
 
+  // Removes every record that starts before `seq` (a query fragment's state
+  // stream once a checkpoint makes them useless; docs/cluster.md, "A
+  // fragment's state stream"), never the newest record (it carries the
+  // stream's next sequence number across restarts). Synced. The result
+  // counts what was removed; first_retained is the first seq still there.
+  static Result<TrimResult> erase_before(Store& store, StreamId stream, uint64_t seq);
+
   // Removes the whole log of a stream (stream deleted). Synced.
   static Status drop(Store& store, StreamId stream);
 

@@ -670,7 +670,7 @@ void NodeImpl::delete_fragment_route(const http::Request&, const PathParams& par
   }
   if (catalog_) {
     for (const auto& o : meta.outputs) (void)catalog_->erase(stream_key_of(o));
-    (void)catalog_->erase(stream_key_of(state_stream_name(runner)));
+    if (!meta.state_stream.empty()) (void)catalog_->erase(stream_key_of(meta.state_stream));
   }
   answer(http::Response{204, "application/json", "", {}});
 }

@@ -191,9 +191,10 @@ class NodeImpl final : public http::Handler {
     std::string fragment;
     std::map<std::string, std::string> reads;  // internal stream -> local stream holding it
     std::set<std::string> writes;              // internal streams written
-    // Taken over from a node that is down (docs/cluster.md, "Failover of
-    // a query's fragments"): its outputs and state stream exist here
-    // already (adopted copies); the runner recovers from them.
+    // Taking the fragment over from a node that died: its outputs and its
+    // state stream are already here (copies this node held, made its
+    // own by the failover, producer "query:QUERY"); they are used as they
+    // are, and the runner recovers from the state stream before it starts.
     bool takeover = false;
   };
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
@@ -441,6 +442,17 @@ class NodeImpl final : public http::Handler {
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
   void maintenance_loop();
   void enforce_retention();
+  // Erases what each fragment's state stream, and each follower's copy of
+  // one, holds before its last checkpoint. `trims` remembers, per stream,
+  // what was erased and how far a copy was read.
+  struct StateTrim {
+    uint64_t erased_before = 0;
+    uint64_t read_next = 0;       // a copy: the next seq to read
+    StateCheckpoints checkpoints;  // a copy: its chunks seen so far
+  };
+  void trim_state_streams(std::map<std::string, StateTrim>& trims);
+  // How a query runner reaches the store and the followers.
+  QueryRunner::Env runner_env();
   void register_collectors();
   Result<BackupResult> write_backup(const std::string& dir);
 
@@ -577,12 +589,9 @@ http::Response problem_for(const Error& e);
 // node's copy of one ("@NODE/QUERY--..."): hidden from GET /v1/streams
 // unless it asks for them with ?internal=true.
 inline bool is_internal_stream(std::string_view name) { return name.find("--") != std::string_view::npos; }
-// The state stream of fragment runner `runner` ("QUERY--FRAGMENT"): its
-// journal and checkpoints (docs/cluster.md, "A fragment's state stream").
 // A node's own catalog keys (in the store's catalog family).
 inline std::string node_stream_key(std::string_view name) { return "stream/" + std::string(name); }
 inline std::string node_query_key(std::string_view name) { return "query/" + std::string(name); }
-inline std::string state_stream_name(std::string_view runner) { return std::string(runner) + "--state"; }
 inline bool list_internal_streams(const http::Request& req) {
   auto v = req.param("internal");
   return v && (*v == "true" || *v == "1");

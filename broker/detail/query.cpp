@@ -21,6 +21,12 @@ constexpr size_t kTapRecords = 64;        // live records kept per input
 constexpr int kStepsPerRun = 64;          // bounded work per scheduling
 constexpr size_t kMaxPendingJournal = 4096;
 constexpr uint8_t kCheckpointVersion = 1;
+// How long an output waits for its journal to be replicated when the
+// answer is "unavailable" (the node has not read the domain's catalog yet
+// after a restart, or etcd cannot be told), asking again every
+// kStateRetryMs, before the runner fails.
+constexpr int64_t kStateRetryMs = 200;
+constexpr int64_t kStateGiveUpMs = 15'000;
 
 int64_t wall_ms() {
   using namespace std::chrono;
@@ -48,6 +54,38 @@ engine::Batch slice(const engine::Batch& b, size_t offset, size_t count) {
   std::iota(rows.begin(), rows.end(), static_cast<uint32_t>(offset));
   return b.take(rows);
 }
+
+// Appends one state row to `b`.
+void add_state_row(engine::BatchBuilder& b, int64_t kind, int64_t a, int64_t bb, int64_t c, int64_t d,
+                   std::string_view data, int64_t now_ms) {
+  b.column(0).ints.push_back(kind);
+  b.column(1).ints.push_back(a);
+  b.column(2).ints.push_back(bb);
+  b.column(3).ints.push_back(c);
+  b.column(4).ints.push_back(d);
+  b.column(5).append_str(data);
+  b.event_time().push_back(now_ms);
+  b.seq().push_back(0);
+}
+
+// What a waiting engine worker learns from a state append: durable here
+// (and its last seq), then released by the followers or not.
+struct StateWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool durable = false;
+  bool done = false;
+  uint64_t last = 0;
+  Status status = Status::Ok();
+  void finish(const Status& st) {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+      status = st;
+    }
+    cv.notify_all();
+  }
+};
 
 }  // namespace
 
@@ -168,6 +206,10 @@ std::string query_meta_to_json(const QueryMeta& m) {
     for (auto o : m.internal_outputs) w.Uint(o);
     w.EndArray();
   }
+  if (!m.state_stream.empty()) {
+    w.Key("state_stream");
+    w.String(m.state_stream.c_str(), static_cast<rapidjson::SizeType>(m.state_stream.size()));
+  }
   w.EndObject();
   return {sb.GetString(), sb.GetSize()};
 }
@@ -220,7 +262,55 @@ Result<QueryMeta> query_meta_from_json(std::string_view json) {
       m.internal_outputs.push_back(v.GetUint());
     }
   }
+  // Absent from whole queries and from fragments deployed before state
+  // streams existed (those keep their journal in the store).
+  if (const auto* st = get("state_stream")) {
+    if (!st->IsString()) return bad();
+    m.state_stream = st->GetString();
+  }
   return m;
+}
+
+std::string state_stream_name(const std::string& runner) { return runner + "--state"; }
+
+Status StateCheckpoints::feed(const store::LogRecord& rec) {
+  std::string_view in = rec.payload;
+  auto b = engine::decode_batch(in);
+  if (!b.ok() || !(*b->schema == *state_stream_schema()) || b->rows() != rec.last - rec.first + 1)
+    return make_error(Errc::corrupt, "the record at " + std::to_string(rec.first) + " is not a state record");
+  const auto &kind = b->columns[0]->ints, &id = b->columns[1]->ints, &index = b->columns[2]->ints,
+             &count = b->columns[3]->ints;
+  for (size_t row = 0; row < b->rows(); ++row) {
+    if (kind[row] != kStateCheckpoint || count[row] <= 0) continue;
+    // As QueryRunner::load_state: a chunk that does not continue the
+    // checkpoint being read starts over or is skipped.
+    if (index[row] == 0) {
+      reading_ = true;
+      id_ = static_cast<uint64_t>(id[row]);
+      count_ = static_cast<uint64_t>(count[row]);
+      chunks_ = 0;
+      first_ = rec.first + row;
+    } else if (!reading_ || id_ != static_cast<uint64_t>(id[row]) || count_ != static_cast<uint64_t>(count[row]) ||
+               chunks_ != static_cast<uint64_t>(index[row])) {
+      reading_ = false;
+      continue;
+    }
+    if (++chunks_ == count_) {
+      complete_first_ = first_;
+      reading_ = false;
+    }
+  }
+  return Status::Ok();
+}
+
+engine::SchemaPtr state_stream_schema() {
+  static const engine::SchemaPtr schema = engine::make_schema({{"kind", engine::Type::Int64},
+                                                               {"a", engine::Type::Int64},
+                                                               {"b", engine::Type::Int64},
+                                                               {"c", engine::Type::Int64},
+                                                               {"d", engine::Type::Int64},
+                                                               {"data", engine::Type::String}});
+  return schema;
 }
 
 // --------------------------------------------------------------- QueryRunner
@@ -238,7 +328,8 @@ QueryRunner::~QueryRunner() = default;
 
 Result<std::shared_ptr<QueryRunner>> QueryRunner::create(QueryMeta meta,
                                                          std::vector<StreamPtr> inputs,
-                                                         std::vector<StreamPtr> outputs, Env env) {
+                                                         std::vector<StreamPtr> outputs, Env env,
+                                                         StreamPtr state) {
   Diagnostics diag;
   auto net = engine::QueryNetwork::parse(meta.network_json, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, diag.to_string());
@@ -248,6 +339,11 @@ Result<std::shared_ptr<QueryRunner>> QueryRunner::create(QueryMeta meta,
   if (r->network_.inputs().size() != r->inputs_.size() ||
       r->network_.outputs().size() != r->outputs_.size())
     return make_error(Errc::corrupt, "query '" + r->meta_.name + "': inputs or outputs do not match its network");
+  if (r->meta_.state_stream.empty() != (state == nullptr) ||
+      (state && !(*state->meta().schema == *state_stream_schema())))
+    return make_error(Errc::corrupt, "query '" + r->meta_.name + "': state stream '" + r->meta_.state_stream +
+                                         "' is missing or is not a state stream");
+  r->state_log_ = std::move(state);
   r->internal_in_.resize(r->inputs_.size());
   r->internal_out_.assign(r->outputs_.size(), false);
   r->out_watermark_.assign(r->outputs_.size(), engine::kMinTime);
@@ -307,61 +403,162 @@ Status QueryRunner::read_range(size_t input, uint64_t first, uint64_t last,
   return Status::Ok();
 }
 
+Status QueryRunner::restore_snapshot(uint64_t id, std::string_view bytes) {
+  engine::ByteReader r(bytes);
+  uint8_t version = 0;
+  uint64_t n_in = 0, n_out = 0, journal = 0;
+  auto corrupt = [&] {
+    return make_error(Errc::corrupt, "query '" + meta_.name + "': checkpoint " + std::to_string(id) + " is corrupt");
+  };
+  if (!r.u8(version) || version != kCheckpointVersion || !r.varint(n_in) || n_in != inputs_.size())
+    return corrupt();
+  for (auto& p : pos_)
+    if (!r.varint(p)) return corrupt();
+  if (!r.varint(n_out) || n_out != outputs_.size()) return corrupt();
+  for (auto& o : out_next_)
+    if (!r.varint(o)) return corrupt();
+  std::string_view snap;
+  if (!r.varint(journal) || !r.bytes(snap)) return corrupt();
+  ENTENTE_RETURN_IF_ERROR(executor_->restore(snap));
+  // A checkpoint is taken between steps, after which every internal
+  // output had written its watermark (push_input).
+  for (size_t o = 0; o < outputs_.size(); ++o)
+    if (internal_out_[o]) out_watermark_[o] = executor_->output_watermark(o);
+  journal_next_ = journal;
+  next_checkpoint_id_ = id + 1;
+  CheckpointInfo info{meta_.name, id, bytes.size(), 0, 0};
+  std::lock_guard cl(cp_mu_);
+  last_checkpoint_ = info;
+  return Status::Ok();
+}
+
+Status QueryRunner::load_state(std::vector<std::pair<uint64_t, JournalEntry>>& entries) {
+  const std::string what = "query '" + meta_.name + "': state stream '" + meta_.state_stream + "'";
+  // The checkpoint being read (chunks in order) and the last complete one.
+  struct Assembly {
+    uint64_t id = 0, count = 0, journal_next = 0, first_seq = 0;
+    std::string bytes;
+    uint64_t chunks = 0;
+  };
+  std::optional<Assembly> reading, complete;
+  std::vector<std::pair<uint64_t, JournalEntry>> journal;
+  uint64_t from = 0;
+  for (;;) {
+    std::vector<store::LogRecord> recs;
+    ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, state_log_->meta().id, from, 64, 8u << 20, recs));
+    if (recs.empty()) break;
+    for (const auto& rec : recs) {
+      std::string_view in = rec.payload;
+      auto b = engine::decode_batch(in);
+      if (!b.ok() || !(*b->schema == *state_stream_schema()) || b->rows() != rec.last - rec.first + 1)
+        return make_error(Errc::corrupt, what + ": the record at " + std::to_string(rec.first) + " is corrupt" +
+                                             (b.ok() ? std::string() : ": " + b.error().message));
+      const auto& kind = b->columns[0]->ints;
+      const auto &a = b->columns[1]->ints, &bb = b->columns[2]->ints, &c = b->columns[3]->ints,
+                 &d = b->columns[4]->ints;
+      for (size_t row = 0; row < b->rows(); ++row) {
+        const uint64_t seq = rec.first + row;
+        auto bad = [&](const std::string& why) {
+          return make_error(Errc::corrupt, what + ": row " + std::to_string(seq) + " " + why);
+        };
+        if (kind[row] == kStateJournal) {
+          if (a[row] < 0 || bb[row] < 0 || static_cast<uint64_t>(bb[row]) >= inputs_.size() || c[row] < 0 ||
+              d[row] < c[row])
+            return bad("is a corrupt journal entry");
+          journal.emplace_back(static_cast<uint64_t>(a[row]),
+                               JournalEntry{static_cast<uint32_t>(bb[row]), static_cast<uint64_t>(c[row]),
+                                            static_cast<uint64_t>(d[row])});
+        } else if (kind[row] == kStateCheckpoint) {
+          if (a[row] <= 0 || bb[row] < 0 || c[row] <= 0 || bb[row] >= c[row] || d[row] < 0)
+            return bad("is a corrupt checkpoint chunk");
+          const auto id = static_cast<uint64_t>(a[row]), index = static_cast<uint64_t>(bb[row]),
+                     count = static_cast<uint64_t>(c[row]);
+          // A chunk that does not continue the checkpoint being read starts
+          // over (an earlier one cut short by a crash is left behind).
+          if (index == 0) {
+            reading = Assembly{id, count, static_cast<uint64_t>(d[row]), seq, {}, 0};
+          } else if (!reading || reading->id != id || reading->count != count || reading->chunks != index) {
+            reading.reset();
+            continue;
+          }
+          reading->bytes.append(b->columns[5]->str(row));
+          if (++reading->chunks == reading->count) {
+            complete = std::move(reading);
+            reading.reset();
+          }
+        } else {
+          return bad("has unknown kind " + std::to_string(kind[row]));
+        }
+      }
+      from = rec.last + 1;
+    }
+  }
+  uint64_t next = 0;
+  if (complete) {
+    ENTENTE_RETURN_IF_ERROR(restore_snapshot(complete->id, complete->bytes));
+    if (journal_next_ != complete->journal_next)
+      return make_error(Errc::corrupt, what + ": checkpoint " + std::to_string(complete->id) + " says journal " +
+                                           std::to_string(complete->journal_next) + " but holds " +
+                                           std::to_string(journal_next_));
+    next = journal_next_;
+    state_trim_.store(complete->first_seq, std::memory_order_release);
+  } else {
+    // No checkpoint yet: each input starts where its first journal entry
+    // does (meta.start on the node that deployed the fragment; a node
+    // taking it over only knows its own start positions).
+    std::vector<bool> seen(inputs_.size(), false);
+    for (const auto& entry : journal) {
+      const JournalEntry& e = entry.second;
+      if (seen[e.input]) continue;
+      seen[e.input] = true;
+      pos_[e.input] = e.first;
+    }
+  }
+  // The journal after the checkpoint, contiguous from its journal_next.
+  for (auto& [seq, e] : journal) {
+    if (seq < next) continue;  // before the checkpoint
+    if (seq != next)
+      return make_error(Errc::corrupt, what + ": journal entry " + std::to_string(next) + " is missing (found " +
+                                           std::to_string(seq) + ")");
+    entries.emplace_back(seq, e);
+    ++next;
+  }
+  return Status::Ok();
+}
+
 Status QueryRunner::recover() {
   std::lock_guard lock(mu_);
-  const std::string owner = checkpoint_owner(meta_);
-  ENTENTE_ASSIGN_OR_RETURN(auto cp, store::Checkpoints::latest(*env_.store, owner));
-  if (cp) {
-    engine::ByteReader r(cp->bytes);
-    uint8_t version = 0;
-    uint64_t n_in = 0, n_out = 0, journal = 0;
-    auto corrupt = [&] {
-      return make_error(Errc::corrupt, "query '" + meta_.name + "': checkpoint " + std::to_string(cp->id) + " is corrupt");
-    };
-    if (!r.u8(version) || version != kCheckpointVersion || !r.varint(n_in) || n_in != inputs_.size())
-      return corrupt();
-    for (auto& p : pos_)
-      if (!r.varint(p)) return corrupt();
-    if (!r.varint(n_out) || n_out != outputs_.size()) return corrupt();
-    for (auto& o : out_next_)
-      if (!r.varint(o)) return corrupt();
-    std::string_view snap;
-    if (!r.varint(journal) || !r.bytes(snap)) return corrupt();
-    ENTENTE_RETURN_IF_ERROR(executor_->restore(snap));
-    // A checkpoint is taken between steps, after which every internal
-    // output had written its watermark (push_input).
-    for (size_t o = 0; o < outputs_.size(); ++o)
-      if (internal_out_[o]) out_watermark_[o] = executor_->output_watermark(o);
-    journal_next_ = journal;
-    next_checkpoint_id_ = cp->id + 1;
-    CheckpointInfo info{meta_.name, cp->id, cp->bytes.size(), 0, 0};
-    std::lock_guard cl(cp_mu_);
-    last_checkpoint_ = info;
+  std::vector<std::pair<uint64_t, JournalEntry>> entries;
+  if (state_log_) {
+    ENTENTE_RETURN_IF_ERROR(load_state(entries));
+  } else {
+    const std::string owner = checkpoint_owner(meta_);
+    ENTENTE_ASSIGN_OR_RETURN(auto cp, store::Checkpoints::latest(*env_.store, owner));
+    if (cp) ENTENTE_RETURN_IF_ERROR(restore_snapshot(cp->id, cp->bytes));
+    const std::string prefix = journal_prefix(meta_.id);
+    Status bad_entry = Status::Ok();
+    ENTENTE_RETURN_IF_ERROR(env_.store->scan(
+        store::Cf::log, prefix,
+        [&](std::string_view key, std::string_view value) {
+          engine::ByteReader r(value);
+          uint64_t input = 0;
+          JournalEntry e{};
+          if (key.size() != prefix.size() + 8 || !r.varint(input) || !r.varint(e.first) ||
+              !r.varint(e.last) || input >= inputs_.size() || e.last < e.first) {
+            bad_entry = make_error(Errc::corrupt, "query '" + meta_.name + "': a journal entry is corrupt");
+            return false;
+          }
+          e.input = static_cast<uint32_t>(input);
+          entries.emplace_back(store::get_key_u64(key.substr(prefix.size())), e);
+          return true;
+        },
+        journal_key(meta_.id, journal_next_)));
+    ENTENTE_RETURN_IF_ERROR(bad_entry);
   }
   for (size_t i = 0; i < inputs_.size(); ++i) pins_[i].store(pos_[i]);
 
   // Replay the journal in its original order: the same pushes give the
   // same outputs; the ones already in the output logs are dropped by seq.
-  const std::string prefix = journal_prefix(meta_.id);
-  std::vector<std::pair<uint64_t, JournalEntry>> entries;
-  Status bad_entry = Status::Ok();
-  ENTENTE_RETURN_IF_ERROR(env_.store->scan(
-      store::Cf::log, prefix,
-      [&](std::string_view key, std::string_view value) {
-        engine::ByteReader r(value);
-        uint64_t input = 0;
-        JournalEntry e{};
-        if (key.size() != prefix.size() + 8 || !r.varint(input) || !r.varint(e.first) ||
-            !r.varint(e.last) || input >= inputs_.size() || e.last < e.first) {
-          bad_entry = make_error(Errc::corrupt, "query '" + meta_.name + "': a journal entry is corrupt");
-          return false;
-        }
-        e.input = static_cast<uint32_t>(input);
-        entries.emplace_back(store::get_key_u64(key.substr(prefix.size())), e);
-        return true;
-      },
-      journal_key(meta_.id, journal_next_)));
-  ENTENTE_RETURN_IF_ERROR(bad_entry);
   for (auto& [seq, e] : entries) {
     if (e.first != pos_[e.input])
       return make_error(Errc::corrupt, "query '" + meta_.name + "': journal entry " + std::to_string(seq) +
@@ -375,9 +572,13 @@ Status QueryRunner::recover() {
     if (!flush_outputs(/*replaying=*/true)) return make_error(Errc::io_error, state_);
   }
   for (size_t o = 0; o < outputs_.size(); ++o) {
-    if (out_next_[o] != outputs_[o]->committed_next())
+    // With a state stream, the journal may lead further than the outputs
+    // (it is written first): replay appended the rest. In the store, both
+    // are written in one atomic write and must match.
+    const uint64_t have = outputs_[o]->committed_next();
+    if (state_log_ ? out_next_[o] < have : out_next_[o] != have)
       return make_error(Errc::corrupt, "query '" + meta_.name + "': output '" + meta_.outputs[o] +
-                                           "' has tuples up to " + std::to_string(outputs_[o]->committed_next() - 1) +
+                                           "' has tuples up to " + std::to_string(have - 1) +
                                            " but recovery reproduced up to " + std::to_string(out_next_[o] - 1));
   }
   for (size_t i = 0; i < inputs_.size(); ++i) positions_[i].store(pos_[i]);
@@ -450,8 +651,20 @@ void QueryRunner::push_input(size_t input, engine::Batch&& batch) {
 }
 
 bool QueryRunner::flush_outputs(bool replaying) {
+  if (state_log_) {
+    // The journal goes to the state stream first; outputs wait until it is
+    // there and in every in-sync copy (query.h), so no output anywhere
+    // lacks its journal.
+    if (state_failed()) return false;
+    bool any = false;
+    for (auto& p : pending_out_) any |= !p.empty();
+    if (auto rows = journal_rows()) {
+      if (!(any ? append_state_and_wait(std::move(*rows)) : append_state(std::move(*rows)))) return false;
+    }
+  }
   // The journal entries that led here go with the first output record, in
   // one atomic write: an output in the log always has its inputs journaled.
+  // (With a state stream, journal_rows() took them already.)
   store::WriteBatch extra;
   for (auto& e : journal_pending_) {
     std::string v;
@@ -535,9 +748,19 @@ void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
   for (auto p : pos_) w.varint(p);
   w.varint(out_next_.size());
   for (auto o : out_next_) w.varint(o);
-  // The checkpoint reflects every input consumed so far, so unwritten
-  // journal entries are not needed any more.
-  journal_pending_.clear();
+  if (state_log_) {
+    // The state stream's journal stays contiguous (recovery falls back to
+    // the previous checkpoint when this one does not complete).
+    std::optional<engine::Batch> rows;
+    if (state_failed() || ((rows = journal_rows()) && !append_state(std::move(*rows)))) {
+      for (auto& d : dones) d(make_error(Errc::io_error, state_));
+      return;
+    }
+  } else {
+    // The checkpoint reflects every input consumed so far, so unwritten
+    // journal entries are not needed any more.
+    journal_pending_.clear();
+  }
   w.varint(journal_next_);
   w.bytes(executor_->snapshot());
 
@@ -561,7 +784,26 @@ void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
     }
     rate_sample_ = std::move(now);
   }
+  if (state_log_) {
+    // A node taking over restores the last checkpoint its copy of the
+    // state stream holds and reproduces only the outputs after it: its
+    // copies of the outputs must hold every one before it, so the
+    // checkpoint is written only once the outputs' in-sync followers do.
+    for (size_t o = 0; o < outputs_.size(); ++o) {
+      if (out_next_[o] <= 1) continue;
+      if (Status s = wait_replicated(meta_.outputs[o], out_next_[o] - 1); !s.ok()) {
+        for (auto& d : dones)
+          d(make_error(s.error().code, "output '" + meta_.outputs[o] + "' not replicated: " + s.error().message));
+        return;
+      }
+    }
+  }
   const uint64_t id = next_checkpoint_id_++;
+  if (state_log_) {
+    checkpoint_to_state(bytes, id, CheckpointInfo{meta_.name, id, bytes.size(), wall_ms(), 0}, pos_, t0,
+                        std::move(dones));
+    return;
+  }
   const std::string owner = checkpoint_owner(meta_);
   store::WriteBatch wb;
   store::Checkpoints::add_put(wb, owner, id, bytes);
@@ -577,27 +819,207 @@ void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
           for (auto& d : dones) d(st.error());
           return;
         }
-        info.duration_ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        for (size_t i = 0; i < positions.size(); ++i) self->pins_[i].store(positions[i]);
-        {
-          std::lock_guard cl(self->cp_mu_);
-          self->last_checkpoint_ = info;
-        }
-        if (self->env_.metrics) {
-          self->env_.metrics
-              ->histogram("entente_checkpoint_duration_seconds", "Time to snapshot a query and make it durable",
-                          {{"query", info.query}}, latency_buckets())
-              .observe(info.duration_ms / 1000.0);
-          self->env_.metrics
-              ->gauge("entente_checkpoint_bytes", "Size of the last checkpoint", {{"query", info.query}})
-              .set(static_cast<double>(info.bytes));
-        }
-        for (auto& d : dones) d(info);
+        self->checkpoint_taken(info, positions, t0, dones);
       },
       store::Admission::wait);
   if (!s.ok())
     for (auto& d : dones) d(s.error());
+}
+
+void QueryRunner::checkpoint_taken(CheckpointInfo info, const std::vector<uint64_t>& positions,
+                                   std::chrono::steady_clock::time_point t0, std::vector<CheckpointDone>& dones) {
+  info.duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < positions.size(); ++i) pins_[i].store(positions[i]);
+  {
+    std::lock_guard cl(cp_mu_);
+    last_checkpoint_ = info;
+  }
+  if (env_.metrics) {
+    env_.metrics
+        ->histogram("entente_checkpoint_duration_seconds", "Time to snapshot a query and make it durable",
+                    {{"query", info.query}}, latency_buckets())
+        .observe(info.duration_ms / 1000.0);
+    env_.metrics->gauge("entente_checkpoint_bytes", "Size of the last checkpoint", {{"query", info.query}})
+        .set(static_cast<double>(info.bytes));
+  }
+  for (auto& d : dones) d(info);
+}
+
+// ------------------------------------------------------ state-stream mode
+
+bool QueryRunner::state_failed() {
+  std::string why;
+  {
+    std::lock_guard lock(state_failure_mu_);
+    why = state_failure_;
+  }
+  if (why.empty()) return false;
+  if (state_ == "running") fail("state stream '" + meta_.state_stream + "': " + why);
+  return true;
+}
+
+std::optional<engine::Batch> QueryRunner::journal_rows() {
+  if (journal_pending_.empty()) return std::nullopt;
+  engine::BatchBuilder b(state_stream_schema());
+  b.reserve(journal_pending_.size());
+  const int64_t now = wall_ms();
+  for (auto& e : journal_pending_)
+    add_state_row(b, kStateJournal, static_cast<int64_t>(journal_next_++), e.input, static_cast<int64_t>(e.first),
+                  static_cast<int64_t>(e.last), {}, now);
+  journal_pending_.clear();
+  return b.finish();
+}
+
+bool QueryRunner::append_state(engine::Batch rows) {
+  auto self = shared_from_this();
+  Status s = state_log_->append(std::move(rows), *env_.gc, store::Admission::wait, store::WriteBatch(),
+                                [self](const Status& st, const RecordPtr&) {
+                                  if (st.ok()) return;
+                                  std::lock_guard lock(self->state_failure_mu_);
+                                  if (self->state_failure_.empty()) self->state_failure_ = st.error().message;
+                                });
+  if (!s.ok()) {
+    fail("state stream '" + meta_.state_stream + "': " + s.error().message);
+    return false;
+  }
+  return true;
+}
+
+bool QueryRunner::append_state_and_wait(engine::Batch rows) {
+  auto w = std::make_shared<StateWait>();
+  const auto when = env_.when_replicated;
+  const std::string name = meta_.state_stream;
+  Status s = state_log_->append(std::move(rows), *env_.gc, store::Admission::wait, store::WriteBatch(),
+                                [w, when, name](const Status& st, const RecordPtr& rec) {
+                                  // The committer thread: hand over, never wait here.
+                                  if (!st.ok() || !when) {
+                                    w->finish(st);
+                                    return;
+                                  }
+                                  {
+                                    std::lock_guard lock(w->mu);
+                                    w->durable = true;
+                                    w->last = rec->last;
+                                  }
+                                  when(name, rec->last, [w](const Status& released) { w->finish(released); });
+                                });
+  if (!s.ok()) {
+    fail("state stream '" + name + "': " + s.error().message);
+    return false;
+  }
+  // Blocks this engine worker (mu_ held): the outputs may not go before.
+  // An "unavailable" answer after the record is durable (the catalog not
+  // read yet after a restart, etcd briefly away) is asked again, within
+  // bounds; "led by another node now" is too, and then fails the runner.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStateGiveUpMs);
+  for (;;) {
+    std::unique_lock lock(w->mu);
+    w->cv.wait(lock, [&] { return w->done; });
+    if (w->status.ok()) return true;
+    const Error err = w->status.error();
+    if (!w->durable || err.code != Errc::unavailable || std::chrono::steady_clock::now() >= give_up ||
+        stopped_.load(std::memory_order_acquire)) {
+      lock.unlock();
+      fail("state stream '" + name + "': " + (w->durable ? "not replicated: " : "") + err.message);
+      return false;
+    }
+    w->done = false;
+    const uint64_t last = w->last;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(kStateRetryMs));
+    when(name, last, [w](const Status& released) { w->finish(released); });
+  }
+}
+
+Status QueryRunner::wait_replicated(const std::string& stream, uint64_t last) {
+  if (!env_.when_replicated) return Status::Ok();
+  // As append_state_and_wait: "unavailable" is asked again, within bounds.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStateGiveUpMs);
+  for (;;) {
+    auto w = std::make_shared<StateWait>();
+    env_.when_replicated(stream, last, [w](const Status& released) { w->finish(released); });
+    std::unique_lock lock(w->mu);
+    w->cv.wait(lock, [&] { return w->done; });
+    if (w->status.ok()) return w->status;
+    if (w->status.error().code != Errc::unavailable || std::chrono::steady_clock::now() >= give_up ||
+        stopped_.load(std::memory_order_acquire))
+      return w->status;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(kStateRetryMs));
+  }
+}
+
+void QueryRunner::checkpoint_to_state(const std::string& bytes, uint64_t id, CheckpointInfo info,
+                                      std::vector<uint64_t> positions, std::chrono::steady_clock::time_point t0,
+                                      std::vector<CheckpointDone> dones) {
+  // Shared by the chunks' callbacks, which run in order on the committer
+  // thread: the first chunk's seq, and the first failure.
+  struct Progress {
+    std::mutex mu;
+    std::optional<Error> error;
+    uint64_t first_seq = 0;
+  };
+  auto progress = std::make_shared<Progress>();
+  auto waiting = std::make_shared<std::vector<CheckpointDone>>(std::move(dones));
+  auto self = shared_from_this();
+  const size_t count = std::max<size_t>(1, (bytes.size() + kStateChunkBytes - 1) / kStateChunkBytes);
+  const int64_t now = wall_ms();
+  for (size_t k = 0; k < count; ++k) {
+    engine::BatchBuilder b(state_stream_schema());
+    add_state_row(b, kStateCheckpoint, static_cast<int64_t>(id), static_cast<int64_t>(k),
+                  static_cast<int64_t>(count), static_cast<int64_t>(journal_next_),
+                  std::string_view(bytes).substr(k * kStateChunkBytes, kStateChunkBytes), now);
+    Stream::Done done;
+    if (k + 1 < count) {
+      done = [progress, k](const Status& st, const RecordPtr& rec) {
+        std::lock_guard lock(progress->mu);
+        if (!st.ok() && !progress->error) progress->error = st.error();
+        if (st.ok() && k == 0) progress->first_seq = rec->first;
+      };
+    } else {
+      done = [self, progress, waiting, k, info, positions, t0](const Status& st, const RecordPtr& rec) {
+        std::optional<Error> error;
+        uint64_t first = 0;
+        {
+          std::lock_guard lock(progress->mu);
+          if (st.ok() && k == 0) progress->first_seq = rec->first;
+          error = st.ok() ? progress->error : std::optional<Error>(st.error());
+          first = progress->first_seq;
+        }
+        if (error) {
+          {
+            std::lock_guard lock(self->state_failure_mu_);
+            if (self->state_failure_.empty()) self->state_failure_ = error->message;
+          }
+          for (auto& d : *waiting) d(*error);
+          return;
+        }
+        // Taken once every in-sync copy holds it; the records before its
+        // first chunk may go then (NodeImpl's retention).
+        auto taken = [self, waiting, info, positions, t0, first](const Status& released) {
+          if (!released.ok()) {
+            for (auto& d : *waiting)
+              d(make_error(released.error().code, "state stream '" + self->meta_.state_stream +
+                                                      "': checkpoint not replicated: " + released.error().message));
+            return;
+          }
+          self->state_trim_.store(first, std::memory_order_release);
+          self->checkpoint_taken(info, positions, t0, *waiting);
+        };
+        if (self->env_.when_replicated) self->env_.when_replicated(self->meta_.state_stream, rec->last, taken);
+        else taken(Status::Ok());
+      };
+    }
+    Status s = state_log_->append(b.finish(), *env_.gc, store::Admission::wait, store::WriteBatch(), std::move(done));
+    if (!s.ok()) {
+      {
+        std::lock_guard lock(state_failure_mu_);
+        if (state_failure_.empty()) state_failure_ = s.error().message;
+      }
+      for (auto& d : *waiting) d(s.error());
+      return;
+    }
+  }
 }
 
 void QueryRunner::request_checkpoint(CheckpointDone done) {

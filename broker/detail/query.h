@@ -15,6 +15,32 @@
 // exactly the same pushes and produces exactly the same outputs), drops the
 // outputs that are already in the log by sequence number, and continues.
 //
+// Where the journal and the checkpoints live. A whole query (and a
+// single-node broker) keeps them in the node's store: journal entries in
+// the log family (written atomically with the output record they lead to),
+// checkpoints in store::Checkpoints. A fragment of a cut query keeps both in
+// its hidden *state stream* (QueryMeta::state_stream, "QUERY--FRAGMENT--state";
+// docs/cluster.md, "A fragment's state stream"), an ordinary stream whose
+// followers the domain gives it, so that another node holding a copy can
+// run the same recovery. Its rows (state_stream_schema()):
+//
+//   kind  a            b            c            d              data
+//   1     journal seq  input index  first seq    last seq       ""
+//   2     checkpoint   chunk index  chunk count  journal_next   chunk bytes
+//
+// A checkpoint is its snapshot bytes (as store::Checkpoints would hold
+// them) cut into chunks of at most kStateChunkBytes, one append per chunk,
+// after the journal entries it covers, and only once the outputs written
+// before it are held by their own in-sync followers (a node taking over
+// reproduces only the outputs after the checkpoint its copy holds).
+// Outputs wait for the state stream:
+// before appending output records, the runner waits until the journal rows
+// that led to them are durable here and held by every in-sync follower of
+// the state stream (Env::when_replicated), so any copy of an output has its
+// journal in every in-sync copy of the state stream. Once a checkpoint is
+// durable and replicated, the records before its first chunk are not
+// needed: state_trim_before() says where the node may erase up to.
+//
 // Threading: run_some() runs on an engine worker; at most one worker runs a
 // runner at a time (mu_). info(), lag_tuples() and pin() may be called from
 // any thread.
@@ -27,6 +53,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,8 +104,37 @@ struct QueryMeta {
   std::string fragment;
   std::vector<uint32_t> internal_inputs;   // indexes into inputs
   std::vector<uint32_t> internal_outputs;  // indexes into outputs
+  // The fragment's state stream (journal and checkpoints); empty for a
+  // whole query, which keeps them in the store (see above).
+  std::string state_stream;
 };
 std::string query_meta_to_json(const QueryMeta& m);
+// The name of the state stream of the runner named `runner` (QUERY--FRAGMENT).
+std::string state_stream_name(const std::string& runner);
+// The schema of a state stream: kind, a, b, c, d (int64), data (string,
+// raw bytes: the engine's binary encoding carries any bytes). Row layout
+// above.
+engine::SchemaPtr state_stream_schema();
+inline constexpr int64_t kStateJournal = 1;
+inline constexpr int64_t kStateCheckpoint = 2;
+// Bytes of snapshot per checkpoint row: one row per append keeps a record
+// well under the federation frame limit (1 MiB) when followers copy it.
+inline constexpr size_t kStateChunkBytes = 256u << 10;
+
+// Follows the checkpoint chunks of a state stream read record by record (a
+// follower's copy, which has no runner to say where it may be trimmed):
+// the first seq of the last checkpoint whose chunks were all seen.
+class StateCheckpoints final {
+ public:
+  // REQUIRES: records in order. corrupt when `rec` is not a state record.
+  Status feed(const store::LogRecord& rec);
+  uint64_t last_complete_first() const { return complete_first_; }
+
+ private:
+  uint64_t id_ = 0, count_ = 0, chunks_ = 0, first_ = 0;
+  bool reading_ = false;
+  uint64_t complete_first_ = 0;
+};
 Result<QueryMeta> query_meta_from_json(std::string_view json);
 
 struct CheckpointInfo {
@@ -107,13 +163,25 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
     store::GroupCommit* gc = nullptr;
     EnginePool* pool = nullptr;
     Registry* metrics = nullptr;
+    // Calls `release` once every in-sync follower of `stream` holds tuple
+    // `last` (NodeImpl::when_replicated); an error when it cannot be had
+    // (this node does not lead the stream, etcd unreachable). `release`
+    // may run on any thread (a link thread): it must not block. Null:
+    // released at once.
+    using WhenReplicated =
+        std::function<void(const std::string& stream, uint64_t last, std::function<void(const Status&)> release)>;
+    WhenReplicated when_replicated;
   };
+  // `state`: the state stream meta.state_stream names (null when it names
+  // none).
   static Result<std::shared_ptr<QueryRunner>> create(QueryMeta meta,
                                                      std::vector<StreamPtr> inputs,
-                                                     std::vector<StreamPtr> outputs, Env env);
+                                                     std::vector<StreamPtr> outputs, Env env,
+                                                     StreamPtr state = nullptr);
   ~QueryRunner();
 
-  // Restores the last checkpoint and replays the journal after it.
+  // Restores the last checkpoint and replays the journal after it (from
+  // the store, or from the state stream's local log when there is one).
   // Call once, before start().
   Status recover();
   void start();
@@ -137,11 +205,21 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   uint64_t lag_tuples() const;
   // The smallest input position recovery may need for input `i`.
   uint64_t pin(size_t i) const { return pins_[i].load(std::memory_order_acquire); }
+  // The state stream (null without one).
+  const StreamPtr& state_stream() const { return state_log_; }
+  // The first seq of the state stream recovery needs: the first chunk of
+  // the last checkpoint taken (durable and replicated); 0 before one.
+  // Records before it may be erased (store::StreamLog::erase_before).
+  uint64_t state_trim_before() const { return state_trim_.load(std::memory_order_acquire); }
   // Removes the query's checkpoints and journal (query deleted).
   static void add_erase_state(store::WriteBatch& wb, const QueryMeta& meta);
 
  private:
   class InputTap;
+  struct JournalEntry {
+    uint32_t input;
+    uint64_t first, last;
+  };
   QueryRunner(QueryMeta meta, std::vector<StreamPtr> inputs, std::vector<StreamPtr> outputs,
               Env env);
   void schedule();
@@ -149,6 +227,34 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   bool step(size_t input);
   bool flush_outputs(bool replaying);
   void take_checkpoint(std::vector<CheckpointDone> dones);
+  // State-stream mode (REQUIRES: mu_ held, state_log_ set).
+  // The pending journal as state rows; empty when none.
+  std::optional<engine::Batch> journal_rows();
+  // Appends `rows` and waits until they are durable here and released by
+  // when_replicated; false when that failed (the runner failed).
+  bool append_state_and_wait(engine::Batch rows);
+  // Appends `rows` without waiting; a failure fails the runner at its next
+  // flush (state_failure_).
+  bool append_state(engine::Batch rows);
+  // Blocks until `stream`'s in-sync followers hold `last` (Env::
+  // when_replicated, "unavailable" asked again within bounds).
+  Status wait_replicated(const std::string& stream, uint64_t last);
+  // The snapshot as chunk rows; the checkpoint counts once the last one is
+  // durable and released.
+  void checkpoint_to_state(const std::string& bytes, uint64_t id, CheckpointInfo info,
+                           std::vector<uint64_t> positions, std::chrono::steady_clock::time_point t0,
+                           std::vector<CheckpointDone> dones);
+  // Reads the state stream: restores its last complete checkpoint and
+  // returns the journal entries after it, in order.
+  Status load_state(std::vector<std::pair<uint64_t, JournalEntry>>& entries);
+  // The checkpoint bytes restored (either mode).
+  Status restore_snapshot(uint64_t id, std::string_view bytes);
+  // A checkpoint became durable (and replicated): pins, info, metrics,
+  // then `dones`. Any thread; does not take mu_.
+  void checkpoint_taken(CheckpointInfo info, const std::vector<uint64_t>& positions,
+                        std::chrono::steady_clock::time_point t0, std::vector<CheckpointDone>& dones);
+  // True (and the runner failed) when a state append failed meanwhile.
+  bool state_failed();
   Status read_range(size_t input, uint64_t first, uint64_t last, std::vector<engine::Batch>& out);
   // Pushes into the executor (an internal input's rows through
   // engine::push_internal), then marks each internal output whose
@@ -160,6 +266,7 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   QueryMeta meta_;
   std::vector<StreamPtr> inputs_;
   std::vector<StreamPtr> outputs_;
+  StreamPtr state_log_;  // the state stream, or null
   Env env_;
   engine::QueryNetwork network_;
   std::unique_ptr<engine::Executor> executor_;
@@ -175,10 +282,6 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   std::vector<bool> internal_out_;
   // Per internal output: the watermark of the last row or mark written.
   std::vector<engine::EventTime> out_watermark_;  // REQUIRES: mu_
-  struct JournalEntry {
-    uint32_t input;
-    uint64_t first, last;
-  };
   std::vector<JournalEntry> journal_pending_;  // REQUIRES: mu_
   uint64_t journal_next_ = 0;                  // REQUIRES: mu_
   uint64_t next_checkpoint_id_ = 1;            // REQUIRES: mu_
@@ -201,6 +304,10 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   std::atomic<bool> scheduled_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> checkpoint_wanted_{false};
+  std::atomic<uint64_t> state_trim_{0};
+  // Set from a state append's callback when it failed; read under mu_.
+  std::mutex state_failure_mu_;
+  std::string state_failure_;  // REQUIRES: state_failure_mu_
 };
 
 }  // namespace entente::broker::detail

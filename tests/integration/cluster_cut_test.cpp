@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -216,6 +217,141 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
     EXPECT_EQ(all.body.find("cut--"), std::string::npos) << "node " << i << ": " << all.body;
   }
   EXPECT_EQ(node(2).request("GET", "/v1/streams/counts-cut", {}, kReaderToken).status, 404u);
+}
+
+// Each fragment keeps its journal and checkpoints in a hidden state stream
+// (docs/cluster.md, "A fragment's state stream"), on its node: it is
+// listed only with ?internal=true, holds journal rows (kind 1) and
+// checkpoint chunks (kind 2), is trimmed to the last checkpoint, and is
+// what a kill -9 of the fragment's node recovers from: the output is then
+// the whole query's, row for row, and the checkpoints go on from the
+// recovered one.
+TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAKillNineRecoversFrom) {
+  ASSERT_EQ(node(1).request("POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}")
+                .status,
+            201u);
+  ASSERT_EQ(node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})")).status, 201u);
+  auto cut = node(1).request(
+      "POST", "/v1/queries",
+      query("cut", "counts-cut",
+            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
+            R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+  const std::string state = "cut--c--state";
+
+  // Hidden from the listing, listed with ?internal=true, on the fragment's
+  // node, written by the query.
+  EXPECT_EQ(node(3).request("GET", "/v1/streams", {}, kReaderToken).body.find("--state"), std::string::npos);
+  const std::string internal = node(3).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
+  EXPECT_NE(internal.find(R"("name":")" + state + "\""), std::string::npos) << internal;
+  auto info = [&](const std::string& stream) {
+    auto r = node(3).request("GET", "/v1/streams/" + stream, {}, kReaderToken);
+    EXPECT_EQ(r.status, 200u) << r.body;
+    return parse(r.body);
+  };
+  {
+    auto d = info(state);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("producer")) << "no state stream";
+    EXPECT_STREQ(d["producer"].GetString(), "query:cut");
+    EXPECT_STREQ(d["node"].GetString(), "n3");
+  }
+  // The runner's last checkpoint (GET /v1/queries/cut), 0 before one.
+  auto checkpoint_id = [&](int through) -> uint64_t {
+    auto d = parse(node(through).request("GET", "/v1/queries/cut", {}, kReaderToken).body);
+    if (!d.IsObject() || !d.HasMember("fragments")) return 0;
+    const auto& r = d["fragments"][2]["runner"];
+    if (!r.IsObject() || !r.HasMember("checkpoint") || !r["checkpoint"].IsObject()) return 0;
+    return r["checkpoint"]["id"].GetUint64();
+  };
+
+  for (int b = 1; b <= 40; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));
+  ASSERT_NO_FATAL_FAILURE(wait_through(40));
+  // It grew with journal rows and checkpoints (every 200 ms), and was
+  // trimmed to a checkpoint: its first retained row is a first chunk.
+  uint64_t first = 0, next = 0;
+  ASSERT_TRUE(eventually(30s, [&] {
+    auto d = info(state);
+    if (!d.IsObject() || !d.HasMember("first_seq")) return false;
+    first = d["first_seq"].GetUint64();
+    next = d["next_seq"].GetUint64();
+    return first > 1 && checkpoint_id(3) >= 3;
+  })) << "the state stream is not trimmed: first_seq " << first << ", next_seq " << next;
+  {
+    const ReadResult rows = read_stream(node(3), state, first, next - 1, 30'000);
+    ASSERT_FALSE(rows.tuples.empty()) << rows.error;
+    EXPECT_EQ(rows.tuples.front().seq, first);
+    auto d = parse(rows.tuples.front().line);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("kind")) << rows.tuples.front().line;
+    EXPECT_EQ(d["kind"].GetInt64(), 2) << "the first retained row is not a checkpoint chunk: " << rows.tuples.front().line;
+    EXPECT_EQ(d["b"].GetInt64(), 0) << "the first retained row is not a first chunk: " << rows.tuples.front().line;
+  }
+  {
+    // New input: journal rows (one per input range consumed) follow, read
+    // live from the state stream, between checkpoint chunks.
+    auto live = std::async(std::launch::async, [&] { return read_stream(node(3), state, next, next + 9, 30'000); });
+    std::this_thread::sleep_for(300ms);  // subscribed
+    for (int b = 41; b <= 50; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));
+    ASSERT_NO_FATAL_FAILURE(wait_through(50));
+    const ReadResult rows = live.get();
+    ASSERT_GE(rows.tuples.size(), 10u) << rows.error;  // whole records
+    int journal = 0, chunks = 0;
+    for (const auto& t : rows.tuples) {
+      auto r = parse(t.line);
+      ASSERT_TRUE(r.IsObject() && r.HasMember("kind")) << t.line;
+      journal += r["kind"].GetInt64() == 1;
+      chunks += r["kind"].GetInt64() == 2;
+    }
+    EXPECT_GT(journal, 0) << "no journal rows for new input";
+    EXPECT_EQ(static_cast<size_t>(journal + chunks), rows.tuples.size());
+  }
+  // The checkpoints are in the state stream, not in the node's store.
+  const std::string stored = node(3).request("GET", "/v1/checkpoints", {}, kReaderToken).body;
+  EXPECT_EQ(stored.find("cut--c"), std::string::npos) << stored;
+
+  // kill -9 of the fragment's node mid-stream; the producer goes on.
+  const uint64_t before = checkpoint_id(3);
+  ASSERT_GT(before, 0u);
+  nodes_[2]->process().kill();
+  for (int b = 51; b <= 70; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));
+  ASSERT_TRUE(nodes_[2]->start()) << nodes_[2]->last_error();
+  // Recovered from the state stream: the first checkpoint the runner shows
+  // is the one it restored, at least the last one seen before the kill (a
+  // runner starting afresh would count from 1).
+  uint64_t after = 0;
+  ASSERT_TRUE(eventually(30s, [&] { return (after = checkpoint_id(3)) != 0; }));
+  EXPECT_GE(after, before) << "the restarted runner did not restore its checkpoint from the state stream";
+  for (int b = 71; b <= 100; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));
+  ASSERT_NO_FATAL_FAILURE(publish(0, 0));
+
+  // Complete: equal to the whole query's output, row for row, numbered
+  // without gap or repeat.
+  uint64_t rows = 0;
+  ASSERT_TRUE(eventually(60s, [&] {
+    rows = next_seq(node(1), "counts-whole") - 1;
+    return rows >= 10u * kAuctions && next_seq(node(1), "counts-cut") - 1 >= rows;
+  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
+  std::this_thread::sleep_for(500ms);  // nothing more may come
+  rows = next_seq(node(1), "counts-whole") - 1;
+  ASSERT_EQ(next_seq(node(1), "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
+  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 60'000);
+  const ReadResult got = read_stream(node(1), "counts-cut", 1, rows, 60'000);
+  ASSERT_EQ(want.tuples.size(), rows) << want.error;
+  ASSERT_EQ(got.tuples.size(), rows) << got.error;
+  int64_t total = 0;
+  for (uint64_t i = 0; i < rows; ++i) {
+    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
+    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
+    auto d = parse(got.tuples[i].line);
+    if (d["auction"].GetInt64() >= 0) total += d["n"].GetInt64();
+  }
+  EXPECT_EQ(total, int64_t{100} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+
+  // Deleting the query deletes the state streams with it.
+  ASSERT_EQ(node(1).request("DELETE", "/v1/queries/cut", {}, kAdminToken).status, 204u);
+  for (int i = 1; i <= 3; ++i) {
+    const std::string all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
+    EXPECT_EQ(all.find("--state"), std::string::npos) << "node " << i << ": " << all;
+  }
 }
 
 // Two fragments on one node (their arc stays on the node: the consumer

@@ -179,6 +179,40 @@ TEST_F(StreamLogTest, TrimByTuplesRemovesOldestRecords) {
   EXPECT_EQ(firsts(read(s, 0)), (Seqs{31, 41}));
 }
 
+TEST_F(StreamLogTest, EraseBeforeRemovesWholeRecordsBeforeASeqButNeverTheNewest) {
+  const StreamId s{2};
+  append_records(s, 5, 10, 100);  // records at 1, 11, 21, 31, 41
+  append_records(StreamId{3}, 5, 10, 100);
+  // A seq inside a record keeps that record: only records starting before
+  // it go.
+  auto r = StreamLog::erase_before(*store_, s, 25);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->records_removed, 3u);  // 1, 11, 21 start before 25
+  EXPECT_EQ(r->tuples_removed, 30u);
+  EXPECT_EQ(r->bytes_removed, 300u);
+  EXPECT_EQ(r->first_retained, 31u);
+  EXPECT_EQ(firsts(read(s, 0)), (Seqs{31, 41}));
+  EXPECT_EQ(read(StreamId{3}, 0).size(), 5u);  // the other stream is untouched
+  // Nothing before 31 any more: nothing to do.
+  r = StreamLog::erase_before(*store_, s, 31);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->records_removed, 0u);
+  EXPECT_EQ(r->first_retained, 31u);
+  // Past the end: the newest record stays (it carries the next seq).
+  r = StreamLog::erase_before(*store_, s, 1000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->records_removed, 1u);
+  EXPECT_EQ(r->first_retained, 41u);
+  reopen();  // synced
+  EXPECT_EQ(firsts(read(s, 0)), (Seqs{41}));
+  EXPECT_EQ(StreamLog::last(*store_, s).value()->last, 50u);
+  // An empty log: nothing.
+  r = StreamLog::erase_before(*store_, StreamId{9}, 10);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->records_removed, 0u);
+  EXPECT_EQ(r->first_retained, 0u);
+}
+
 TEST_F(StreamLogTest, TrimNeverRemovesWhatThePinNeeds) {
   const StreamId s{2};
   append_records(s, 5, 10);
