@@ -212,10 +212,12 @@ void Imports::create_internal(const std::string& stream, const std::string& node
 
 void Imports::start(const std::string& mirror, std::string domain, std::string stream, std::string node,
                     engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout) {
-  std::shared_ptr<Import> imp;
+  std::shared_ptr<Import> imp, existing;
   {
     std::lock_guard lock(mu_);
-    if (!imports_.count(mirror)) {
+    if (auto it = imports_.find(mirror); it != imports_.end()) {
+      existing = it->second;
+    } else {
       imp = std::make_shared<Import>();
       imp->name = mirror;
       imp->tuples_in = &import_counter(host_, mirror);
@@ -227,6 +229,16 @@ void Imports::start(const std::string& mirror, std::string domain, std::string s
     }
   }
   if (!imp) {
+    {
+      // Being opened (a follower's copy of a stream that a fragment on
+      // this node also reads, say): answered with it, once the owner
+      // accepted or refused.
+      std::lock_guard il(existing->mu);
+      if (!existing->mirror && existing->state != "refused") {
+        existing->pending.push_back({std::move(done), Clock::now() + timeout});
+        return;
+      }
+    }
     // Outside the lock: the callback may read import states.
     done(make_error(Errc::already_exists, "stream " + mirror + " is imported already"));
     return;

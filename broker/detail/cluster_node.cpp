@@ -160,6 +160,7 @@ Status NodeImpl::start_cluster() {
         take_over_fragments(membership_->view());
         drop_superseded_fragments();
         follow_moved_reads();
+        run_placed_fragments();
         reconcile_streams();
         reconcile_contracts();
         reconcile_replicas();

@@ -41,6 +41,12 @@ std::string to_text(const rapidjson::Value& v) {
   return {sb.GetString(), sb.GetSize()};
 }
 
+bool member_up(const cluster::MembershipView& view, const std::string& node) {
+  for (const auto& m : view.members)
+    if (m.record.node == node) return m.up;
+  return false;
+}
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -84,7 +90,7 @@ std::vector<std::string> user_inputs_of(const rapidjson::Value& body, const std:
 
 void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
   if (!catalog_ || !catalog_->synced() || !peering_) return;
-  std::lock_guard serial(takeover_mu_);
+  std::lock_guard serial(takeover_serial_mu_);
   std::set<std::string> up;
   for (const auto& m : view.members)
     if (m.up) up.insert(m.record.node);
@@ -120,6 +126,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       for (const auto& s : user_inputs_of(f["body"], config_.domain))
         if (!find_stream(s) || stream_leader(s).value_or("") != config_.node) missing = s;
       if (!missing.empty()) {
+        std::lock_guard lock(takeover_mu_);
         if (takeover_waiting_.insert(runner + "#" + missing).second)
           log_line("fragment " + name + " of query '" + query + "' (on " + from + ", which is down) waits for " +
                    config_.node + " to lead stream '" + missing + "' before running here");
@@ -152,12 +159,104 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
           .counter("entente_fragment_takeovers_total",
                    "Fragments this node took over from a node that was down", {{"query", query}})
           .inc();
+      QueryMeta meta;
+      meta.name = runner;
+      meta.query = query;
+      meta.fragment = name;
       run_fragment(query, name, body, true,
-                   [this, runner](Result<std::shared_ptr<QueryRunner>> q, bool) {
-                     if (q.ok()) log_line("fragment " + runner + " runs on " + config_.node + " (taken over)");
-                     else log_line("taking over fragment " + runner + " failed: " + q.error().message);
+                   [this, meta](Result<std::shared_ptr<QueryRunner>> q, bool) {
+                     if (q.ok()) {
+                       log_line("fragment " + meta.name + " runs on " + config_.node + " (taken over)");
+                       return;
+                     }
+                     // Tried again at each tick (run_placed_fragments).
+                     log_line("taking over fragment " + meta.name + " failed (tried again): " + q.error().message);
                    });
       break;  // the entry changed: the rest at the next look
+    }
+  }
+}
+
+std::string NodeImpl::fragment_body_of(const QueryMeta& meta) const {
+  auto e = cut_entry(meta.query);
+  if (!e) return {};
+  rapidjson::Document d;
+  d.Parse(e->json.data(), e->json.size());
+  if (!d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray()) return {};
+  for (const auto& f : d["fragments"].GetArray())
+    if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == meta.fragment &&
+        f.HasMember("body") && f["body"].IsObject())
+      return to_text(f["body"]);
+  return {};
+}
+
+void NodeImpl::restart_fragment(const QueryMeta& meta, const std::string& why) {
+  const std::string body = fragment_body_of(meta);
+  if (body.empty()) return;
+  if (Status st = detach_query(meta.name); !st.ok()) {
+    log_line("fragment " + meta.name + ": restarting it (" + why + "): " + st.error().message);
+    return;
+  }
+  log_line("fragment " + meta.name + " restarts from its checkpoint and journal: " + why);
+  rerun_fragment(meta, body);
+}
+
+void NodeImpl::rerun_fragment(const QueryMeta& meta, const std::string& body) {
+  run_fragment(meta.query, meta.fragment, body, true,
+               [this, meta, body](Result<std::shared_ptr<QueryRunner>> r, bool) {
+                 const std::string& name = meta.name;
+                 const auto& inputs = meta.inputs;
+                 {
+                   std::lock_guard lock(takeover_mu_);
+                   rerunning_.erase(name);
+                 }
+                 if (!r.ok()) {
+                   // Tried again at each tick while the catalog places it
+                   // here (run_placed_fragments).
+                   log_line("restarting fragment " + name + " failed (tried again): " + r.error().message);
+                   return;
+                 }
+                 // The mirrors it read before and reads no more (a
+                 // follower's copy is the replication's to drop).
+                 for (const auto& in : inputs) {
+                   if (!in.starts_with("@") || is_replica(in)) continue;
+                   const auto& now = (*r)->meta().inputs;
+                   if (std::find(now.begin(), now.end(), in) == now.end()) (void)delete_import(in);
+                 }
+               });
+}
+
+void NodeImpl::run_placed_fragments() {
+  if (!catalog_ || !catalog_->synced()) return;
+  for (const auto& e : catalog_->list("queries/")) {
+    rapidjson::Document d;
+    d.Parse(e.value.data(), e.value.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray() ||
+        !d.HasMember("query") || !d["query"].IsString() || !d.HasMember("state") || !d["state"].IsString() ||
+        std::string_view(d["state"].GetString()) != "running")
+      continue;
+    const std::string query = d["query"].GetString();
+    for (const auto& f : d["fragments"].GetArray()) {
+      if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || !f.HasMember("node") ||
+          !f["node"].IsString() || f["node"].GetString() != config_.node || !f.HasMember("body") ||
+          !f["body"].IsObject())
+        continue;
+      QueryMeta meta;
+      meta.query = query;
+      meta.fragment = f["name"].GetString();
+      meta.name = engine::fragment_network_name(query, meta.fragment);
+      // Placed here, not running, its state here: a restart or a takeover
+      // that failed, or a run removed on a stale copy of the catalog. (A
+      // fragment being deleted has lost its state stream already.)
+      if (find_query(meta.name) || !find_stream(state_stream_name(meta.name)) ||
+          stream_leader(state_stream_name(meta.name)).value_or("") != config_.node)
+        continue;
+      {
+        std::lock_guard lock(takeover_mu_);
+        if (!rerunning_.insert(meta.name).second) continue;  // under way
+      }
+      log_line("fragment " + meta.name + " is placed on " + config_.node + " but does not run: running it");
+      rerun_fragment(meta, to_text(f["body"]));
     }
   }
 }
@@ -165,7 +264,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
 void NodeImpl::follow_moved_reads() {
   if (!catalog_ || !catalog_->synced() || !peering_) return;
   for (const auto& q : list_queries()) {
-    const QueryMeta& meta = q->meta();
+    const QueryMeta meta = q->meta();
     if (meta.fragment.empty()) continue;
     for (auto i : meta.internal_inputs) {
       const std::string& mirror = meta.inputs[i];
@@ -174,43 +273,27 @@ void NodeImpl::follow_moved_reads() {
       if (slash == std::string::npos) continue;
       const std::string node = mirror.substr(1, slash - 1);
       const std::string stream = mirror.substr(slash + 1);
-      auto leader = stream_leader(stream);
-      if (!leader || *leader == node) continue;
-      if (*leader != config_.node) {
-        (void)dial_domain_node(*leader);
-        if (Status st = peering_->redirect_internal_import(mirror, *leader); !st.ok())
-          log_line("fragment " + meta.name + ": reading " + stream + " from " + *leader + ": " + st.error().message);
-        continue;
-      }
-      // This node leads the stream now: the fragment is restarted reading
-      // it here, from its own checkpoint and journal.
-      auto e = cut_entry(meta.query);
+      auto e = catalog_->get("streams/" + stream);
       if (!e) continue;
-      rapidjson::Document d;
-      d.Parse(e->json.data(), e->json.size());
-      std::string body;
-      if (d.IsObject() && d.HasMember("fragments") && d["fragments"].IsArray()) {
-        for (const auto& f : d["fragments"].GetArray())
-          if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == meta.fragment &&
-              f.HasMember("body") && f["body"].IsObject())
-            body = to_text(f["body"]);
-      }
-      if (body.empty()) continue;
-      if (Status st = detach_query(meta.name); !st.ok()) {
-        log_line("fragment " + meta.name + ": restarting it to read " + stream + " here: " + st.error().message);
+      auto entry = stream_entry_from_json(e->value);
+      if (!entry.ok() || entry->node == node) continue;
+      const std::string& leader = entry->node;
+      const bool follower = std::find(entry->replicas.begin(), entry->replicas.end(), config_.node) !=
+                            entry->replicas.end();
+      if (leader != config_.node && !follower) {
+        (void)dial_domain_node(leader);
+        if (Status st = peering_->redirect_internal_import(mirror, leader); !st.ok())
+          log_line("fragment " + meta.name + ": reading " + stream + " from " + leader + ": " + st.error().message);
         continue;
       }
-      log_line("fragment " + meta.name + ": " + config_.node + " leads " + stream +
-               " now; the fragment restarts reading it here");
-      run_fragment(meta.query, meta.fragment, body, true,
-                   [this, name = meta.name, mirror](Result<std::shared_ptr<QueryRunner>> r, bool) {
-                     if (!r.ok()) {
-                       log_line("restarting fragment " + name + " failed: " + r.error().message);
-                       return;
-                     }
-                     // The copy it read is not needed any more.
-                     (void)delete_import(mirror);
-                   });
+      // Led here now (once the copy became the stream), or copied here
+      // from its new leader (one channel per stream and node): the
+      // fragment restarts reading that.
+      if (leader == config_.node && !find_stream(stream)) continue;
+      // (the restart)
+      restart_fragment(meta, leader == config_.node
+                                 ? config_.node + " leads " + stream + " now"
+                                 : stream + " is led by " + leader + " now, whose copy this node holds");
       break;
     }
   }
@@ -227,6 +310,9 @@ void NodeImpl::drop_superseded_fragments() {
     for (const auto& [fname, fnode] : e->fragments)
       if (fname == meta.fragment) node = fnode;
     if (node.empty() || node == config_.node) continue;
+    // Only once that node runs it: a copy of the catalog that has not
+    // seen this node's own takeover yet still names the node that died.
+    if (!membership_ || !member_up(membership_->view(), node)) continue;
     // Taken over while this node was away: what it wrote since is in no
     // copy, and the streams are led elsewhere now.
     if (Status st = detach_query(meta.name); !st.ok()) {

@@ -370,14 +370,27 @@ class NodeImpl final : public http::Handler {
   // was taken over while this node was away) is stopped and removed; its
   // streams are copied afresh from the new leader as a follower's.
   void drop_superseded_fragments();
+  // The PUT body the coordinator stored for fragment `meta` in the query's
+  // entry; empty when there is none.
+  std::string fragment_body_of(const QueryMeta& meta) const;
+  // Stops fragment `meta` and runs it again from its state stream,
+  // reading its internal inputs where they are led now.
+  void restart_fragment(const QueryMeta& meta, const std::string& why);
+  // The second half: runs detached fragment `meta` again from `body`.
+  void rerun_fragment(const QueryMeta& meta, const std::string& body);
+  // Runs the fragments the catalog places on this node whose state stream
+  // it leads and that do not run (a failed rerun or takeover).
+  void run_placed_fragments();
   // Removes query `name`'s runner (stopped) and its record, keeping its
   // streams: it runs again from them (run_fragment with takeover).
   Status detach_query(const std::string& name);
   // Removes a stream and its log whatever produced it (a copy superseded
   // by a failover); conflict while a query here reads it.
   Status discard_stream(const std::string& name);
-  std::mutex takeover_mu_;  // one take-over look at a time
+  std::mutex takeover_serial_mu_;  // one take-over look at a time
+  std::mutex takeover_mu_;         // guards what follows
   std::set<std::string> takeover_waiting_;  // REQUIRES: takeover_mu_; logged once
+  std::set<std::string> rerunning_;  // REQUIRES: takeover_mu_; reruns under way
   // --- replicated stream logs (cluster_streams.cpp, docs/cluster.md)
   // Holds a replica of each stream whose catalog entry names this node a
   // follower, and drops the replicas no entry names any more.
