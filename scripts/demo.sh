@@ -14,13 +14,17 @@
 #      rest (`hot`) on n2, its output read over WebSocket through n3. The
 #      NEXMark bids are published to acme over HTTP; with FAILOVER=1, once a
 #      third of them are in, n1 is killed with SIGKILL (it leads `bids`, runs
-#      `counts` and is the controller), and the demo prints how long the
-#      subscriber waited for its first new row. In the end the subscriber's
+#      `counts`, and is usually the controller), and the demo prints how long
+#      the publisher and the subscriber waited: for the first acknowledgement,
+#      and for the first row that needed bids sent after the kill. In the end the subscriber's
 #      rows are checked: numbered without a gap or a duplicate, and equal to
 #      beta's (the same query, away from the fault) and to the engine's own
 #      q5 over the same bids. The demo exits 1 when they are not.
 # Environment: EVENTS (NEXMark events, default 1000000; 92 % are bids),
-# FAILOVER (1: kill n1 in part 3; default 0).
+# FAILOVER (1: kill n1 in part 3; default 0). `bids` and beta's mirror of it
+# survive the kill today; a fragment does not move off a dead node yet
+# (docs/cluster.md), so with FAILOVER=1 the cut query's output stops at the
+# kill and the check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$EPOCHREALTIME
@@ -300,6 +304,7 @@ publisher=$!
 pids+=($publisher $sub_acme $sub_beta $sub_bids)
 
 if [[ $failover == 1 ]]; then
+  controller=$(api "$acme/v1/nodes" | jq -r .controller)
   third=$((${#chunks[@]} / 3))
   while (($(wc -l <"$out/published") < third)) && kill -0 $publisher 2>/dev/null; do sleep 0.01; done
   kill -KILL "${pid[acme-n1]}"
@@ -310,7 +315,7 @@ if [[ $failover == 1 ]]; then
   # chunk after the last acknowledged one: a row of a window ending later
   # is new.
   closed_by=$(time_of "${chunks[$((acked < ${#chunks[@]} ? acked : acked - 1))]}")
-  echo "-- killed n1 with SIGKILL after $acked of ${#chunks[@]} requests (it leads bids, runs counts, and is acme's controller)"
+  echo "-- killed n1 with SIGKILL after $acked of ${#chunks[@]} requests were acknowledged: it leads bids and runs counts$([[ $controller == n1 ]] && echo ", and is acme's controller")"
 fi
 status=0
 wait $publisher || status=$?
