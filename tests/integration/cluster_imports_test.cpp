@@ -5,7 +5,9 @@
 // node whose configuration lists acme/n2 alone. acme/bids is led by n1:
 // n2 answers beta's OPEN with RESET moved, beta dials n1 at the address the
 // catalog gives and imports from it. Every tuple arrives once, and GET
-// /v1/imports shows the import served by n1. And a moved grants no trust: a
+// /v1/imports shows the import served by n1. The import follows bids to a
+// new leader when n1 is killed, whether beta reached n1 by a move or lists
+// it itself (ClusterImportsAllNodesListed). And a moved grants no trust: a
 // node that names an address where an impostor listens gets its importer
 // nowhere.
 #include <gtest/gtest.h>
