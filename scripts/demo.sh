@@ -94,10 +94,9 @@ etcd_peer=127.0.0.1:$(free_port)
   --initial-cluster="acme=http://$etcd_peer" --initial-cluster-state=new \
   --heartbeat-interval=50 --election-timeout=500 >"$out/etcd.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 150); do
-  curl -sf "http://$etcd_client/health" 2>/dev/null | grep -q '"health":"true"' && break
-  sleep 0.1
-done
+etcd_up() { curl -sf "http://$etcd_client/health" 2>/dev/null | grep -q '"health":"true"'; }
+for _ in $(seq 150); do etcd_up && break; sleep 0.1; done
+etcd_up || { echo "etcd did not start; the end of $out/etcd.log:" >&2; tail -5 "$out/etcd.log" >&2; exit 1; }
 echo "   etcd on $etcd_client"
 
 declare -A link
@@ -155,7 +154,9 @@ acme=${url[acme-n3]}
 
 echo "-- GET /v1/nodes on acme, once each node lists three nodes up"
 up3() { [[ $(api "${url[$1]}/v1/nodes" 2>/dev/null | grep -o '"state":"up"' | wc -l) -eq 3 ]]; }
-for _ in $(seq 200); do up3 acme-n1 && up3 acme-n2 && up3 acme-n3 && break; sleep 0.1; done
+all_up() { up3 acme-n1 && up3 acme-n2 && up3 acme-n3; }
+for _ in $(seq 200); do all_up && break; sleep 0.1; done
+all_up || { echo "acme's nodes do not all see three nodes up; see $out/acme-n*.err" >&2; exit 1; }
 api "$acme/v1/nodes" | jq -r '"   controller: \(.controller)", (.nodes[] |
   "   \(.node): \(.state), \(.role), api \(.api), peer link \(.peer)")'
 
