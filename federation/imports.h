@@ -167,6 +167,8 @@ class Imports final {
   ImportPtr find_by_channel(const ChannelKey& key) const;
   // The imports of streams owned by `domain`.
   std::vector<ImportPtr> imports_of(const std::string& domain) const;
+  // True when a link to a configured node of `domain` other than `except` is up.
+  bool other_node_up(const std::string& domain, const certs::Identity& except) const;
   const PeerDomainConfig* domain_config(const std::vector<PeerDomainConfig>& peers,
                                         const std::string& domain) const;
 
