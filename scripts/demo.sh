@@ -12,19 +12,18 @@
 #   3. acme runs the same query on its own bids, cut across its nodes: the
 #      stateful sliding-window count (`counts`) on n1 next to `bids`, the
 #      rest (`hot`) on n2, its output read over WebSocket through n3. The
-#      NEXMark bids are published to acme over HTTP; with FAILOVER=1, once a
-#      third of them are in, n1 is killed with SIGKILL (it leads `bids`, runs
-#      `counts`, and is usually the controller), and the demo prints how long
-#      the publisher and the subscriber waited: for the first acknowledgement,
-#      and for the first row that needed bids sent after the kill. In the end the subscriber's
-#      rows are checked: numbered without a gap or a duplicate, and equal to
-#      beta's (the same query, away from the fault) and to the engine's own
-#      q5 over the same bids. The demo exits 1 when they are not.
+#      NEXMark bids are published to acme over HTTP; once a third of them
+#      are in, n1 is killed with SIGKILL (it leads `bids`, runs `counts`, and
+#      is usually the controller): its follower takes `bids` over and runs
+#      `counts` from its replicated checkpoint and journal. The demo prints
+#      how long the publisher and the subscriber waited: for the first
+#      acknowledgement, and for the first row that needed bids sent after the
+#      kill. In the end the subscriber's rows are checked: numbered without a
+#      gap or a duplicate, and equal to beta's (the same query, away from the
+#      fault) and to the engine's own q5 over the same bids. The demo exits 1
+#      when they are not.
 # Environment: EVENTS (NEXMark events, default 1000000; 92 % are bids),
-# FAILOVER (1: kill n1 in part 3; default 0). `bids` and beta's mirror of it
-# survive the kill today; a fragment does not move off a dead node yet
-# (docs/cluster.md), so with FAILOVER=1 the cut query's output stops at the
-# kill and the check fails.
+# FAILOVER (0: no kill in part 3; default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$EPOCHREALTIME
@@ -36,7 +35,7 @@ cmake --build build -j"$(nproc)" --target nexmark entente
 echo "(built at $(since))"
 
 events=${EVENTS:-1000000}
-failover=${FAILOVER:-0}
+failover=${FAILOVER:-1}
 out=out/demo
 entente=build/broker/entente
 rm -rf "$out"
