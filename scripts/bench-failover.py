@@ -167,6 +167,7 @@ class Node:
             "tokens": [{"name": "bench", "role": "admin", "sha256": b.hash}],
             "ingest_durability": b.args.durability,
             "threads": {"network": 1, "engine": 1},
+            "checkpoint_interval": "%ds" % b.args.checkpoint_interval,
         }
         with open(os.path.join(self.dir, "node.json"), "w") as f:
             json.dump(config, f)
@@ -369,6 +370,7 @@ class Bench:
         by_name = {n.name: n for n in self.nodes}
         sub = Subscriber(self, self.nodes[0])
         sub.start()
+        time.sleep(3)  # the baseline's rows, before any kill
         wall = lambda: time.time() * 1000.0
         parts = {"detection": [], "election": [], "restore": [], "takeover": []}
         kill_walls = []
@@ -631,6 +633,7 @@ def main():
     p.add_argument("--lease-ttl", type=int, default=1, help="seconds")
     p.add_argument("--durability", default="process", choices=["process", "fsync"])
     p.add_argument("--pause-ms", type=float, default=2.0, help="between acknowledged batches")
+    p.add_argument("--checkpoint-interval", type=int, default=1, help="seconds")
     p.add_argument("--query", action="store_true",
                    help="kill the node running a query's stateful fragment instead of the stream's leader")
     p.add_argument("--build", default=os.environ.get("BUILD_DIR", "build"))
