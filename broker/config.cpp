@@ -827,7 +827,7 @@ Status read_cluster(const Value& v, const std::string& path, const fs::path& bas
   ENTENTE_ASSIGN_OR_RETURN(
       ObjectReader r, ObjectReader::open(v, path,
                                          {"etcd", "etcd_ca_file", "prefix", "lease_ttl", "etcd_timeout",
-                                          "advertise_host", "api_ca_file"}));
+                                          "advertise_host", "advertise_peer_port", "api_ca_file"}));
   ClusterConfig& c = cfg.cluster;
   c.enabled = true;
   ENTENTE_ASSIGN_OR_RETURN(const Value* etcd, r.required("etcd"));
@@ -877,6 +877,11 @@ Status read_cluster(const Value& v, const std::string& path, const fs::path& bas
                                                          "): the address the other nodes reach this one at");
   } else {
     c.advertise_host = cfg.listen_address;
+  }
+  if (const Value* x = r.get("advertise_peer_port")) {
+    if (!x->IsUint() || x->GetUint() == 0 || x->GetUint() > 65535)
+      return config_error(r.path_of("advertise_peer_port"), "expected a port, 1 to 65535");
+    c.advertise_peer_port = static_cast<uint16_t>(x->GetUint());
   }
   if (const Value* x = r.get("api_ca_file")) {
     ENTENTE_ASSIGN_OR_RETURN(c.api_ca_file, read_path(*x, r.path_of("api_ca_file"), base));

@@ -35,8 +35,8 @@ namespace {
 
 const char* kNextIdKey = "next_id";
 
-std::string stream_key(const std::string& name) { return "stream/" + name; }
-std::string query_key(const std::string& name) { return "query/" + name; }
+std::string stream_key(const std::string& name) { return node_stream_key(name); }
+std::string query_key(const std::string& name) { return node_query_key(name); }
 
 void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
 

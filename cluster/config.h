@@ -24,6 +24,10 @@ struct ClusterConfig {
   // link at: the API's listen host unless given (which then must not be a
   // wildcard address).
   std::string advertise_host;
+  // The port the other nodes dial for this node's peer link: the peer
+  // listener's own port unless given (0). A node behind a port forward
+  // (NAT, a proxy) advertises the forwarded port.
+  uint16_t advertise_peer_port = 0;
   // Verifies the other nodes' API certificates when this node forwards a
   // request to them (API over TLS); empty: federation.ca_file, the
   // domain's CA.

@@ -51,6 +51,9 @@ std::string feed_end_cause(const std::string& domain, const std::string& owner_r
 constexpr uint32_t kMaxMoves = 3;
 constexpr auto kMovedLinkWait = std::chrono::seconds(10);
 constexpr auto kMovesRetry = std::chrono::seconds(10);
+// How soon a node that still names an import's lost owner as the stream's
+// leader is asked again (Import::lost_owner).
+constexpr auto kLostOwnerRetry = std::chrono::milliseconds(500);
 
 Errc errc_for(WireError code) {
   switch (code) {
@@ -91,6 +94,10 @@ struct Imports::Import {
   std::string moved_address;             // REQUIRES: mu; its host:port
   Clock::time_point moved_since{};       // REQUIRES: mu
   uint32_t moves = 0;                    // REQUIRES: mu; followed since the last OPEN_OK
+  // REQUIRES: mu. A configured node whose link went down under this
+  // import's channel, until the next OPEN_OK: a node that still names it as
+  // the stream's leader is asked again kLostOwnerRetry later (on_moved).
+  std::optional<certs::Identity> lost_owner;
   std::string route;                     // REQUIRES: mu; "n2 -> n1", for a refusal
   uint64_t next_expected = 0;     // REQUIRES: mu; next owner seq to accept (incl. in flight)
   // REQUIRES: mu. The owner filtered tuples out: the mirror's numbers are
@@ -212,10 +219,12 @@ void Imports::create_internal(const std::string& stream, const std::string& node
 
 void Imports::start(const std::string& mirror, std::string domain, std::string stream, std::string node,
                     engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout) {
-  std::shared_ptr<Import> imp;
+  std::shared_ptr<Import> imp, existing;
   {
     std::lock_guard lock(mu_);
-    if (!imports_.count(mirror)) {
+    if (auto it = imports_.find(mirror); it != imports_.end()) {
+      existing = it->second;
+    } else {
       imp = std::make_shared<Import>();
       imp->name = mirror;
       imp->tuples_in = &import_counter(host_, mirror);
@@ -227,6 +236,16 @@ void Imports::start(const std::string& mirror, std::string domain, std::string s
     }
   }
   if (!imp) {
+    {
+      // Being opened (a follower's copy of a stream that a fragment on
+      // this node also reads, say): answered with it, once the owner
+      // accepted or refused.
+      std::lock_guard il(existing->mu);
+      if (!existing->mirror && existing->state != "refused") {
+        existing->pending.push_back({std::move(done), Clock::now() + timeout});
+        return;
+      }
+    }
     // Outside the lock: the callback may read import states.
     done(make_error(Errc::already_exists, "stream " + mirror + " is imported already"));
     return;
@@ -284,6 +303,42 @@ Status Imports::forget(const std::string& stream) {
   imp->channel = 0;
   ++imp->generation;
   (void)host_.store().erase(store::Cf::meta, import_pos_key(imp->name), store::Durability::synced);
+  return {};
+}
+
+Status Imports::redirect(const std::string& mirror, const std::string& node) {
+  ImportPtr imp;
+  {
+    std::lock_guard lock(mu_);
+    auto it = imports_.find(mirror);
+    if (it == imports_.end()) return make_error(Errc::not_found, "no import of " + mirror);
+    imp = it->second;
+  }
+  bool reopen = false;
+  {
+    std::lock_guard lock(imp->mu);
+    if (imp->node.empty())
+      return make_error(Errc::invalid_argument, mirror + " is an import of domain " + imp->domain +
+                                                    ", not a read of a node of this domain");
+    if (imp->node == node) return {};
+    if (imp->channel != 0 && imp->owner) {
+      (void)wire_.send(*imp->owner, FrameType::reset, imp->channel,
+                       encode(Reset{WireError::none, "read from " + node + " now, which leads " + imp->remote}));
+      std::lock_guard maps(mu_);
+      import_channels_.erase({imp->owner->uri(), imp->channel});
+    }
+    imp->channel = 0;
+    ++imp->generation;
+    host_.log("federation: " + mirror + ": " + imp->node + " no longer leads " + imp->remote + "; reading it from " +
+              node + " from sequence number " + std::to_string(imp->mirror ? imp->mirror->next_seq() : 0));
+    imp->node = node;
+    imp->moved_to.reset();
+    imp->state = "connecting";
+    imp->reason = "node " + node + " leads " + imp->remote + " now";
+    imp->retry_at = {};
+    reopen = true;
+  }
+  if (reopen) open(imp);
   return {};
 }
 
@@ -488,6 +543,7 @@ void Imports::on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_vi
   }
   if (imp->asked_from_start) imp->next_expected = ok->first_seq;
   imp->moves = 0;
+  imp->lost_owner.reset();
   imp->route.clear();
   imp->state = "active";
   imp->reason.clear();
@@ -552,6 +608,18 @@ void Imports::on_moved(const ImportPtr& imp, const Channel& ch, const std::strin
   const std::string address = where->host.find(':') != std::string::npos
                                   ? "[" + where->host + "]:" + std::to_string(where->port)
                                   : where->host + ":" + std::to_string(where->port);
+  // The node asked still names the configured node whose link just went
+  // down: its domain has not moved the stream yet (a dead leader is
+  // declared dead when its lease expires, docs/cluster.md). Ask again
+  // shortly rather than wait on that link, which may never come back.
+  if (imp->lost_owner && to == *imp->lost_owner && !wire_.is_up(to)) {
+    imp->state = "connecting";
+    imp->reason = ch.owner.uri() + " says " + to.uri() + " leads " + imp->name + ", and the link to it is down: asking " +
+                  imp->domain + " again in " + std::to_string(kLostOwnerRetry.count()) + " ms";
+    imp->node_index = 0;
+    imp->retry_at = Clock::now() + kLostOwnerRetry;
+    return;
+  }
   imp->route += (imp->route.empty() ? ch.owner.node : std::string()) + " -> " + where->node;
   std::string problem;
   if (to == ch.owner) {
@@ -802,6 +870,16 @@ void Imports::on_link_up(const certs::Identity& peer) {
   }
 }
 
+bool Imports::other_node_up(const std::string& domain, const certs::Identity& except) const {
+  const auto peers = options_.peers();
+  const PeerDomainConfig* d = domain_config(*peers, domain);
+  if (d == nullptr) return false;
+  return std::any_of(d->nodes.begin(), d->nodes.end(), [&](const auto& n) {
+    const certs::Identity id{domain, n.node};
+    return id != except && wire_.is_up(id);
+  });
+}
+
 void Imports::on_link_down(const certs::Identity& peer, std::string_view reason) {
   const std::string uri = peer.uri();
   std::vector<ImportPtr> imports;
@@ -831,6 +909,17 @@ void Imports::on_link_down(const certs::Identity& peer, std::string_view reason)
     if (imp->state != "refused") {
       imp->state = "connecting";
       imp->reason = "link to " + uri + " down: " + std::string(reason);
+      // A configured node of another domain served it: that node may be
+      // gone for good while its domain moves the stream to another node
+      // (docs/federation.md, "Imports from a domain of several nodes"), so
+      // the other configured nodes, when a link to one is up, are asked at
+      // once rather than waiting for this link alone. (A node a move named
+      // keeps kMovedLinkWait, in tick().)
+      if (imp->node.empty() && !imp->moved_to && other_node_up(imp->domain, peer)) {
+        imp->lost_owner = peer;
+        imp->node_index = 0;
+        imp->retry_at = Clock::now();
+      }
     }
   }
 }

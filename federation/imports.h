@@ -102,6 +102,12 @@ class Imports final {
   std::optional<ImportInfo> info(const std::string& stream) const;
   // Closes the channel and forgets the import; the caller deletes the mirror.
   Status forget(const std::string& stream);
+  // A read of a node of this domain (create_internal) whose stream another
+  // node leads now (a failover, docs/cluster.md): closes the channel to
+  // the old node and opens at `node` from the mirror's next sequence
+  // number; the mirror keeps its name. not_found when there is no such
+  // read, invalid_argument for an import of another domain.
+  Status redirect(const std::string& mirror, const std::string& node);
 
   // --- the links
   // OPEN_OK, DATA or RESET on an import's channel; false when no import
@@ -161,6 +167,8 @@ class Imports final {
   ImportPtr find_by_channel(const ChannelKey& key) const;
   // The imports of streams owned by `domain`.
   std::vector<ImportPtr> imports_of(const std::string& domain) const;
+  // True when a link to a configured node of `domain` other than `except` is up.
+  bool other_node_up(const std::string& domain, const certs::Identity& except) const;
   const PeerDomainConfig* domain_config(const std::vector<PeerDomainConfig>& peers,
                                         const std::string& domain) const;
 

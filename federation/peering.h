@@ -114,6 +114,10 @@ class Peering final : public LinkHandler {
   std::optional<ImportInfo> import_info(const std::string& stream) const { return imports_.info(stream); }
   // Closes the channel and forgets the import; the caller deletes the mirror.
   Status forget_import(const std::string& stream) { return imports_.forget(stream); }
+  // An internal read whose stream `node` leads now (Imports::redirect).
+  Status redirect_internal_import(const std::string& mirror, const std::string& node) {
+    return imports_.redirect(mirror, node);
+  }
   PeersReport peers_report() const;
   // Lowest sequence number an importing domain still needs, for retention.
   std::optional<uint64_t> retention_pin(const std::string& stream) const {

@@ -31,8 +31,29 @@ kills, and {"bench":"failover_check",...} with what the checker found.
 Exit status 1 when an acknowledged batch is missing or twice, or a kill is
 not taken over within 30 s; 77 when etcd is not installed.
 
+With --query (docs/cluster.md, "Failover of a query's fragments"): bids
+carry an event time (the publisher's clock), and a query cut in two
+fragments runs on them: `a` (a filter and a map to 7 buckets) on n1, next
+to bids, and `c` (a stateful 100 ms tumbling count per bucket) on n2; a
+subscriber (`entente subscribe` through n1, forwarded to the output's
+leader, started again from its next sequence number when the connection
+drops) records when each output row arrives. Each of the --kills rounds
+kills the node running `c` (restarted afterwards: it drops its stale run
+and follows), and records
+  detection   kill -> the node's alive/ key gone from etcd
+  election    that -> the fragment's state stream led by another node
+  restore     that -> the first output row of a window that starts after
+              the kill, at the subscriber (no tuple of it existed before
+              the kill, so the new node computed it)
+  takeover    kill -> that row
+next to the same run's baseline: window start -> arrival of the rows of
+windows no kill touched (a row can arrive only after its window ends, so
+this is ~100 ms plus the pipeline's latency). The checker then requires the
+output's sequence numbers without gap or repeat and the counts to add up to
+every tuple acknowledged: {"bench":"failover_query_check",...}.
+
   scripts/bench-failover.py [--kills 20] [--factor 2] [--lease-ttl 1]
-                            [--durability process|fsync] [--build build]
+                            [--durability process|fsync] [--query] [--build build]
 """
 
 import argparse
@@ -146,6 +167,7 @@ class Node:
             "tokens": [{"name": "bench", "role": "admin", "sha256": b.hash}],
             "ingest_durability": b.args.durability,
             "threads": {"network": 1, "engine": 1},
+            "checkpoint_interval": "%ds" % b.args.checkpoint_interval,
         }
         with open(os.path.join(self.dir, "node.json"), "w") as f:
             json.dump(config, f)
@@ -206,7 +228,12 @@ class Publisher(threading.Thread):
     def run(self):
         seq, turn = 1, 0
         while not self.stop:
-            body = json.dumps([{"auction": seq * 1000 + k, "price": k} for k in range(ROWS)])
+            rows = [{"auction": seq * 1000 + k, "price": k} for k in range(ROWS)]
+            if self.bench.args.query:
+                t = int(time.time() * 1000)
+                for r in rows:
+                    r["date_time"] = t
+            body = json.dumps(rows)
             live = [n for n in self.bench.nodes if n.alive()]
             turn += 1
             node = live[turn % len(live)] if live else None
@@ -240,6 +267,67 @@ class Publisher(threading.Thread):
             return self.ack_ms[0] if self.ack_ms else None
 
 
+def cut_query():
+    """bids -> keep (filter) -> bucket (map: auction % 7) -> counts (100 ms
+    tumbling count per bucket); `a` = keep + bucket on n1, `c` = counts on n2."""
+    schema = [{"name": "auction", "type": "int64"}, {"name": "price", "type": "int64"},
+              {"name": "date_time", "type": "timestamp"}]
+    return {
+        "name": "q", "inputs": [{"name": "bids", "event_time": "date_time", "schema": schema}],
+        "boxes": [
+            {"id": "keep", "type": "filter", "options": {"predicates": ["price >= 0"], "drop_unmatched": True}},
+            {"id": "bucket", "type": "map", "options": {"fields": [{"name": "bucket", "expr": "auction % 7"}]}},
+            {"id": "counts", "type": "aggregate", "options": {
+                "group_by": ["bucket"], "window": {"type": "tumbling", "size": "100ms"},
+                "aggregates": [{"fn": "count", "as": "n"}]}}],
+        "arcs": [{"from": "bids", "to": "keep"}, {"from": "keep", "to": "bucket"}, {"from": "bucket", "to": "counts"}],
+        "outputs": [{"name": "counts", "from": "counts"}],
+        "placement": {"fragments": [{"name": "a", "node": "n1", "boxes": ["keep", "bucket"]},
+                                    {"name": "c", "node": "n2", "boxes": ["counts"]}]}}
+
+
+class Subscriber(threading.Thread):
+    """Follows the query's output through a node that is never killed (n1
+    forwards the subscription to the output's leader); when the connection
+    drops, subscribes again from the next sequence number. Keeps every row
+    with the wall-clock time it arrived."""
+
+    def __init__(self, bench, via):
+        super().__init__(daemon=True)
+        self.bench, self.via = bench, via
+        self.rows = []  # (arrival wall ms, row)
+        self.stop = False
+        self.lock = threading.Lock()
+
+    def run(self):
+        env = dict(os.environ, ENTENTE_TOKEN=TOKEN)
+        nxt = 1
+        while not self.stop:
+            p = subprocess.Popen([self.bench.entente, "subscribe", "--port", str(self.via.port), "--from", str(nxt),
+                                  "--timeout-ms", "2000", "counts"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True, env=env)
+            for line in p.stdout:
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                with self.lock:
+                    self.rows.append((time.time() * 1000.0, row))
+                nxt = row["_seq"] + 1
+                if self.stop:
+                    break
+            p.kill()
+            p.wait()
+            time.sleep(0.01)
+
+    def first_window_after(self, wall_ms):
+        """When the first row of a window starting at or after `wall_ms` arrived."""
+        with self.lock:
+            for at, row in self.rows:
+                if row["window_start"] >= wall_ms:
+                    return at
+        return None
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -252,19 +340,115 @@ class Bench:
         subprocess.run([self.entente, "certs", *argv], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
 
-    def entry(self, conn):
-        v = self.etcd.get("/entente/bench/catalog/streams/bids", conn=conn).get(
-            "/entente/bench/catalog/streams/bids")
+    def entry(self, conn, stream="bids"):
+        key = "/entente/bench/catalog/streams/" + stream
+        v = self.etcd.get(key, conn=conn).get(key)
         return json.loads(v) if v else None
 
-    def wait_in_sync(self, timeout_s=60):
+    def wait_in_sync(self, stream="bids", timeout_s=60):
         deadline = time.time() + timeout_s
         while time.time() < deadline:
-            e = self.entry(None)
+            e = self.entry(None, stream)
             if e and len(e.get("in_sync", [])) == len(e.get("replicas", [])) and e["replicas"]:
                 return e
             time.sleep(0.05)
-        raise RuntimeError("the followers of bids did not all join the in-sync set: %s" % self.entry(None))
+        raise RuntimeError("the followers of %s did not all join the in-sync set: %s" %
+                           (stream, self.entry(None, stream)))
+
+    def fragment_node(self, conn, fragment):
+        key = "/entente/bench/catalog/queries/q"
+        v = self.etcd.get(key, conn=conn).get(key)
+        if not v:
+            return None
+        for f in json.loads(v)["fragments"]:
+            if f["name"] == fragment:
+                return f["node"]
+        return None
+
+    def run_query(self, pub, conn):
+        a = self.args
+        by_name = {n.name: n for n in self.nodes}
+        sub = Subscriber(self, self.nodes[0])
+        sub.start()
+        time.sleep(3)  # the baseline's rows, before any kill
+        wall = lambda: time.time() * 1000.0
+        parts = {"detection": [], "election": [], "restore": [], "takeover": []}
+        kill_walls = []
+        failed = 0
+        for k in range(a.kills):
+            self.wait_in_sync("q--c--state")
+            victim = by_name[self.fragment_node(conn, "c")]
+            if victim is self.nodes[0]:
+                raise RuntimeError("fragment c runs on n1, whose subscriber measures it")
+            time.sleep(0.5 + random.random() * 0.5)
+            t_kill = wall()
+            kill_walls.append(t_kill)
+            victim.kill()
+            t_gone = t_entry = t_row = None
+            deadline = t_kill + 30000
+            while wall() < deadline and (t_gone is None or t_entry is None or t_row is None):
+                if t_gone is None and not self.etcd.get("/entente/bench/alive/" + victim.name, conn=conn):
+                    t_gone = wall()
+                if t_entry is None:
+                    cur = self.entry(conn, "q--c--state")
+                    if cur and cur["node"] != victim.name:
+                        t_entry = wall()
+                if t_row is None:
+                    t_row = sub.first_window_after(t_kill)
+                time.sleep(0.005)
+            if t_row is None or t_entry is None or t_gone is None:
+                failed += 1
+                print("kill %d of %s: no new output within 30 s" % (k + 1, victim.name), file=sys.stderr)
+            else:
+                parts["detection"].append(t_gone - t_kill)
+                parts["election"].append(max(0.0, t_entry - t_gone))
+                parts["restore"].append(max(0.0, t_row - t_entry))
+                parts["takeover"].append(t_row - t_kill)
+            victim.start()
+        pub.stop = True
+        pub.join()
+        # The end marker: an hour later, closes every window.
+        marker = json.dumps([{"auction": -1, "price": 0, "date_time": int(wall()) + 3600000}])
+        for _ in range(100):
+            live = [n for n in self.nodes if n.alive()]
+            try:
+                status, _ = live[0].request("POST", "/v1/streams/bids/tuples?producer_id=end&producer_seq=1", marker)
+                if status == 200:
+                    break
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.1)
+        # Quiet for 3 s: everything is out.
+        last, since = -1, wall()
+        while wall() - since < 3000:
+            with sub.lock:
+                n = len(sub.rows)
+            if n != last:
+                last, since = n, wall()
+            time.sleep(0.1)
+        sub.stop = True
+        with sub.lock:
+            rows = [r for _, r in sub.rows]
+            arrivals = list(sub.rows)
+        base = [at - r["window_start"] for at, r in arrivals
+                if all(abs(r["window_start"] - t) > 3000 for t in kill_walls) and r["window_start"] > 0]
+        for name, xs in parts.items():
+            if xs:
+                print(json.dumps({"bench": "failover_query_ms", "part": name, "kills": len(xs),
+                                  "p50": round(statistics.median(xs), 1), "max": round(max(xs), 1),
+                                  "lease_ttl_s": a.lease_ttl, "factor": a.factor}))
+        if base:
+            print(json.dumps({"bench": "failover_query_ms", "part": "baseline_window_start_to_row",
+                              "rows": len(base), "p50": round(statistics.median(base), 1),
+                              "max": round(max(base), 1), "window_ms": 100}))
+        seqs = [r["_seq"] for r in rows]
+        gaps_or_repeats = sum(1 for i, x in enumerate(seqs) if x != i + 1)
+        counted = sum(r["n"] for r in rows if r["bucket"] >= 0)
+        want = len(pub.acked) * ROWS
+        print(json.dumps({"bench": "failover_query_check", "kills": a.kills, "output_rows": len(rows),
+                          "gaps_or_repeats": gaps_or_repeats, "counted_tuples": counted,
+                          "acknowledged_tuples": want, "publisher_retries": pub.errors}))
+        return 1 if failed or gaps_or_repeats or counted != want else 0
 
     def controller(self, conn):
         return self.etcd.get("/entente/bench/controller", conn=conn).get("/entente/bench/controller", "")
@@ -336,15 +520,25 @@ class Bench:
                 pass
             time.sleep(0.1)
         schema = [{"name": "auction", "type": "int64"}, {"name": "price", "type": "int64"}]
-        status, text = self.nodes[1].request("POST", "/v1/streams", json.dumps(
-            {"name": "bids", "schema": schema, "node": "n1", "replication": a.factor}))
+        spec = {"name": "bids", "schema": schema, "node": "n1", "replication": a.factor}
+        if a.query:
+            spec["schema"] = cut_query()["inputs"][0]["schema"]
+            spec["event_time"] = "date_time"
+        status, text = self.nodes[1].request("POST", "/v1/streams", json.dumps(spec))
         if status != 201:
             raise RuntimeError("creating bids: %d %s" % (status, text))
         self.wait_in_sync()
+        if a.query:
+            status, text = self.nodes[0].request("POST", "/v1/queries", json.dumps(cut_query()), timeout=30)
+            if status != 201:
+                raise RuntimeError("deploying the cut query: %d %s" % (status, text))
+            self.wait_in_sync("q--c--state")
         pub = Publisher(self)
         pub.start()
         time.sleep(1)
         conn = http.client.HTTPConnection(self.etcd.endpoint, timeout=2)
+        if a.query:
+            return self.run_query(pub, conn)
         parts = {"detection": [], "election": [], "restore": [], "takeover": []}
         failed = 0
         faults = {}
@@ -439,6 +633,9 @@ def main():
     p.add_argument("--lease-ttl", type=int, default=1, help="seconds")
     p.add_argument("--durability", default="process", choices=["process", "fsync"])
     p.add_argument("--pause-ms", type=float, default=2.0, help="between acknowledged batches")
+    p.add_argument("--checkpoint-interval", type=int, default=1, help="seconds")
+    p.add_argument("--query", action="store_true",
+                   help="kill the node running a query's stateful fragment instead of the stream's leader")
     p.add_argument("--build", default=os.environ.get("BUILD_DIR", "build"))
     args = p.parse_args()
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))

@@ -2,21 +2,40 @@
 # Installs what is missing, builds, and runs the main job:
 #   1. NEXMark on the engine: throughput, checked row for row against
 #      hand-written references;
-#   2. two domains on loopback, acme and beta, one broker node each, linked
-#      by mutually authenticated TLS with certificates made by `entente
-#      certs`: the two admins negotiate a stream contract over their own
-#      brokers' REST APIs (propose, counter, accept; both sign it); acme
-#      ingests the NEXMark bids into its stream `bids`; beta runs the
-#      hot-items query (NEXMark q5) on `acme/bids`, fed across the link under
-#      the contract, and its results arrive on beta over a WebSocket
-#      subscription; acme meters what crossed.
+#   2. two domains on loopback, linked by mutually authenticated TLS with
+#      certificates made by `entente certs`: acme, three broker nodes n1, n2,
+#      n3 sharing their own etcd, and beta, one node. acme's stream `bids` is
+#      led by n1 and copied by a follower (replication factor 2). The two
+#      admins negotiate a stream contract over their own brokers' REST APIs
+#      (propose, counter, accept; both sign it); under it beta imports
+#      acme/bids and runs the hot-items query (NEXMark q5) on it;
+#   3. acme runs the same query on its own bids, cut across its nodes: the
+#      stateful sliding-window count (`counts`) on n1 next to `bids`, the
+#      rest (`hot`) on n2, its output read over WebSocket through n3. The
+#      NEXMark bids are published to acme over HTTP; once a third of them
+#      are in, n1 is killed with SIGKILL (it leads `bids`, runs `counts`, and
+#      is usually the controller): its follower takes `bids` over and runs
+#      `counts` from its replicated checkpoint and journal. The demo prints
+#      how long the publisher and the subscriber waited: for the first
+#      acknowledgement, and for the first row that needed bids sent after the
+#      kill. In the end the subscriber's rows are checked: numbered without a
+#      gap or a duplicate, and equal to beta's (the same query, away from the
+#      fault) and to the engine's own q5 over the same bids. The demo exits 1
+#      when they are not.
+# Environment: EVENTS (NEXMark events, default 1000000; 92 % are bids),
+# FAILOVER (0: no kill in part 3; default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$EPOCHREALTIME
+# since: seconds since the demo started, for the timings it prints.
+since() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }'; }
 scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target nexmark entente
+echo "(built at $(since))"
 
 events=${EVENTS:-1000000}
+failover=${FAILOVER:-1}
 out=out/demo
 entente=build/broker/entente
 rm -rf "$out"
@@ -26,85 +45,141 @@ echo "== 1. NEXMark on the engine ($events events)"
 build/bench/nexmark --events "$events" --dump "$out/nexmark"
 
 echo
-echo "== 2. Two domains: acme owns the bids, beta runs the query on them"
+echo "== 2. Two domains: acme (three nodes) owns the bids, beta (one node) runs the query on them ($(since))"
 token=demo-admin-token
 # api [curl options] URL: one call to a node's API, failing the demo on an error.
 api() { curl -sS -f --max-time 30 -H "Authorization: Bearer $token" "$@"; }
 
 echo "-- certificates: a CA per domain, a node certificate per node (entente certs)"
-for d in acme beta; do
-  "$entente" certs init-domain "$d" --out "$out/certs/$d-ca" >/dev/null
-  "$entente" certs issue-node "$d" n1 --ca "$out/certs/$d-ca" --san 127.0.0.1,localhost \
-    --out "$out/certs/$d-n1" >/dev/null
-  "$entente" certs show "$out/certs/$d-n1/node.crt" | grep -E '^(identity|issuer|sha256)' | sed 's/^/   /'
+"$entente" certs init-domain acme --out "$out/certs/acme-ca" >/dev/null
+"$entente" certs init-domain beta --out "$out/certs/beta-ca" >/dev/null
+for dn in acme-n1 acme-n2 acme-n3 beta-n1; do
+  "$entente" certs issue-node "${dn%-*}" "${dn#*-}" --ca "$out/certs/${dn%-*}-ca" --san 127.0.0.1,localhost \
+    --out "$out/certs/$dn" >/dev/null
+  "$entente" certs show "$out/certs/$dn/node.crt" | grep -E '^(identity|issuer)' | tr '\n' ' ' | sed 's/^/   /'
+  echo
 done
 
-# The federation listeners need known ports, since each node's configuration
-# names the other's address.
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-acme_link=127.0.0.1:$(free_port)
-beta_link=127.0.0.1:$(free_port)
+pids=()  # every process started, in order: stopped in reverse order on exit
+stop_all() {
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
+  for _ in $(seq 100); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+}
+trap stop_all EXIT
 
-# node_config DOMAIN LISTEN PEER PEER_LISTEN: each node pins the other
-# domain's CA (no CA is shared between them) and lists its address. Nothing
-# is exported by configuration: the stream crosses under a contract.
+# The peer-link listeners need known ports, since each domain's
+# configuration names the other's nodes. A port below the ephemeral range,
+# so that no outgoing connection takes it meanwhile.
+free_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$((10000 + RANDOM % 22000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+  echo "no free port" >&2
+  return 1
+}
+
+echo "-- acme's etcd: where its nodes keep their membership, controller, catalog and contracts"
+# --election-timeout 500 lets etcd grant the 1 s leases the nodes ask for
+# (cluster.lease_ttl: how soon a dead node is declared down).
+etcd_client=127.0.0.1:$(free_port)
+etcd_peer=127.0.0.1:$(free_port)
+/usr/bin/etcd --name=acme --data-dir="$out/etcd" \
+  --listen-client-urls="http://$etcd_client" --advertise-client-urls="http://$etcd_client" \
+  --listen-peer-urls="http://$etcd_peer" --initial-advertise-peer-urls="http://$etcd_peer" \
+  --initial-cluster="acme=http://$etcd_peer" --initial-cluster-state=new \
+  --heartbeat-interval=50 --election-timeout=500 >"$out/etcd.log" 2>&1 &
+pids+=($!)
+etcd_up() { curl -sf "http://$etcd_client/health" 2>/dev/null | grep -q '"health":"true"'; }
+for _ in $(seq 150); do etcd_up && break; sleep 0.1; done
+etcd_up || { echo "etcd did not start; the end of $out/etcd.log:" >&2; tail -5 "$out/etcd.log" >&2; exit 1; }
+echo "   etcd on $etcd_client"
+
+declare -A link
+for dn in acme-n1 acme-n2 acme-n3 beta-n1; do link[$dn]=127.0.0.1:$(free_port); done
+
+# node_config DOMAIN NODE EXTRA PEER_DOMAIN PEER_NODES: each node pins the
+# other domain's CA (no CA is shared between them) and lists its nodes'
+# addresses. Nothing is exported by configuration: the stream crosses under
+# a contract. acme's nodes find each other through etcd (EXTRA, their
+# `cluster` section), not through `peers`.
 node_config() {
+  local nodes="" n
+  for n in $5; do nodes+="${nodes:+, }{\"node\": \"$n\", \"address\": \"${link[$4-$n]}\"}"; done
   cat <<JSON
 {
-  "domain": "$1", "node": "n1",
+  "domain": "$1", "node": "$2",$3
   "api": {"listen": "127.0.0.1:0", "tls": false},
-  "data_dir": "$1-data",
+  "data_dir": "$1-$2-data",
   "tokens": [{"name": "demo", "role": "admin", "sha256": "$("$entente" token-hash $token)"}],
   "checkpoint_interval": "1s",
   "federation": {
-    "listen": "$2",
-    "cert_file": "certs/$1-n1/node.crt", "key_file": "certs/$1-n1/node.key", "ca_file": "certs/$1-ca/ca.crt",
-    "peers": [{"domain": "$3", "ca_file": "certs/$3-ca/ca.crt", "nodes": [{"node": "n1", "address": "$4"}]}]
+    "listen": "${link[$1-$2]}",
+    "cert_file": "certs/$1-$2/node.crt", "key_file": "certs/$1-$2/node.key", "ca_file": "certs/$1-ca/ca.crt",
+    "peers": [{"domain": "$4", "ca_file": "certs/$4-ca/ca.crt", "nodes": [$nodes]}]
   }
 }
 JSON
 }
-node_config acme "$acme_link" beta "$beta_link" >"$out/acme.json"
-node_config beta "$beta_link" acme "$acme_link" >"$out/beta.json"
-echo "-- acme's federation section: its certificate, and beta's pinned CA and address"
-sed -n '/"federation"/,/^  }/p' "$out/acme.json"
+cluster="
+  \"cluster\": {\"etcd\": [\"http://$etcd_client\"], \"lease_ttl\": \"1s\", \"etcd_timeout\": \"500ms\"},"
+for n in n1 n2 n3; do node_config acme $n "$cluster" beta n1 >"$out/acme-$n.json"; done
+node_config beta n1 "" acme "n1 n2 n3" >"$out/beta-n1.json"
+echo "-- acme/n1's configuration: its etcd, its certificate, and beta's pinned CA and address"
+sed -n '/"cluster"/p; /"federation"/,/^  }/p' "$out/acme-n1.json"
+echo "-- beta's peers: acme's CA and its three nodes (any of them tells beta which node leads a stream)"
+grep '"peers"' "$out/beta-n1.json"
 
-pids=()
-stop_nodes() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for _ in $(seq 100); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap stop_nodes EXIT
+declare -A pid port url
 start_node() {
   "$entente" broker --config "$out/$1.json" >"$out/$1.out" 2>"$out/$1.err" &
   pids+=($!)
+  pid[$1]=$!
   for _ in $(seq 100); do grep -q 'listening on' "$out/$1.out" 2>/dev/null && break; sleep 0.1; done
   sed 's/^/   /' "$out/$1.out"
+  port[$1]=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$out/$1.out")
+  [[ -n ${port[$1]} ]] || { echo "$1 did not start:" >&2; cat "$out/$1.err" >&2; exit 1; }
+  url[$1]=http://127.0.0.1:${port[$1]}
 }
-api_port() { sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$out/$1.out"; }
-echo "-- start both nodes"
-start_node acme
-start_node beta
-acme_port=$(api_port acme)
-beta_port=$(api_port beta)
-acme=http://127.0.0.1:$acme_port
-beta=http://127.0.0.1:$beta_port
+echo "-- start acme's three nodes and beta's"
+for dn in acme-n1 acme-n2 acme-n3 beta-n1; do start_node $dn; done
+beta=${url[beta-n1]}
+# acme's admin talks to n3 (any node answers for the whole domain): n3 stays
+# up when n1 is killed.
+acme=${url[acme-n3]}
 
-echo "-- acme: register the stream 'bids'"
+echo "-- GET /v1/nodes on acme, once each node lists three nodes up"
+up3() { [[ $(api "${url[$1]}/v1/nodes" 2>/dev/null | grep -o '"state":"up"' | wc -l) -eq 3 ]]; }
+all_up() { up3 acme-n1 && up3 acme-n2 && up3 acme-n3; }
+for _ in $(seq 200); do all_up && break; sleep 0.1; done
+all_up || { echo "acme's nodes do not all see three nodes up; see $out/acme-n*.err" >&2; exit 1; }
+api "$acme/v1/nodes" | jq -r '"   controller: \(.controller)", (.nodes[] |
+  "   \(.node): \(.state), \(.role), api \(.api), peer link \(.peer)")'
+
+echo "-- acme: register the stream 'bids' on n1, copied by one follower (replication 2)"
 api -H 'Content-Type: application/json' "$acme/v1/streams" --data '{
-  "name": "bids", "event_time": "date_time",
+  "name": "bids", "event_time": "date_time", "node": "n1", "replication": 2,
   "schema": [{"name": "auction", "type": "int64"}, {"name": "bidder", "type": "int64"},
              {"name": "price", "type": "int64"}, {"name": "channel", "type": "string"},
              {"name": "url", "type": "string"}, {"name": "date_time", "type": "timestamp"},
-             {"name": "extra", "type": "string"}]}'
-echo
+             {"name": "extra", "type": "string"}]}' | jq -c '{name, node, durability, replication}' | sed 's/^/   /'
+# show_bids: who leads acme's bids, who copies it, and how far.
+show_bids() {
+  api "$acme/v1/streams/bids" | jq -r '"   bids: led by \(.node), next_seq \(.next_seq), \(.tuples) tuples; followers: " +
+    ([.replication.replicas[]? | "\(.node) (acked \(.acked), in sync: \(.in_sync))"] | join(", "))'
+}
+for _ in $(seq 100); do api "$acme/v1/streams/bids" | grep -q '"in_sync":true' && break; sleep 0.1; done
+show_bids
 
-echo "-- wait for the peer link (mutual TLS 1.3, each side checks the other against the CA it pinned)"
-for _ in $(seq 100); do
-  api "$beta/v1/peers" | grep -q '"state":"up"' && break
+echo "-- wait for the peer links (mutual TLS 1.3, each side checks the other against the CA it pinned)"
+for _ in $(seq 200); do
+  [[ $(api "$beta/v1/peers" | grep -o '"state":"up"' | wc -l) -ge 3 ]] && break
   sleep 0.1
 done
+api "$beta/v1/peers" | jq -r '.peers[] | "   beta - \(.identity): \(.state)"'
 
 # show_contract: one line with a contract's id, version and state, from a
 # node's JSON answer.
@@ -137,83 +212,170 @@ api "$beta/v1/contracts?state=proposed" | grep -o "\"$id\"" | sed 's/^/   receiv
 api -H 'Content-Type: application/json' "$beta/v1/contracts/$id/counter" \
   --data "{\"version\": 1, \"terms\": $(terms 3)}" | show_contract
 wait_version "$acme" "$id" 2
-echo "-- acme's admin accepts (signs with acme's node key); beta countersigns on receipt"
+echo "-- acme's admin accepts (signs with acme/n3's node key); beta countersigns on receipt"
 api -H 'Content-Type: application/json' "$acme/v1/contracts/$id/accept" --data '{"version": 2}' | show_contract
 wait_version "$beta" "$id" 4
-wait_version "$acme" "$id" 4
-for side in acme beta; do
-  url=$acme; [ $side = beta ] && url=$beta
-  c=$(api "$url/v1/contracts/$id")
+for side in acme-n1 acme-n2 acme-n3 beta-n1; do wait_version "${url[$side]}" "$id" 4; done
+for side in acme-n1 acme-n2 acme-n3 beta-n1; do
+  c=$(api "${url[$side]}/v1/contracts/$id")
   echo "   on $side: $(echo "$c" | show_contract | sed 's/^ *//'), $(echo "$c" | grep -o '"in_force":[a-z]*'), signed by: $(echo "$c" | grep -o '"domain":"[a-z0-9-]*"' | sort -u | sed 's/"domain":"\(.*\)"/\1/' | tr '\n' ' ')"
 done
-echo
 
-echo "-- beta: import acme/bids (acme checks the contract; beta keeps a mirror with acme's sequence numbers)"
+echo "-- beta: import acme/bids (acme's n1, which leads it, checks the contract; beta keeps a mirror with acme's sequence numbers)"
 api -H 'Content-Type: application/json' "$beta/v1/imports" --data '{"stream": "acme/bids"}' \
-  | sed -e 's/"schema":\[[^]]*\]/"schema":[...]/'
-echo
+  | jq -c 'del(.schema)' | sed 's/^/   /'
 echo "-- beta: deploy the hot-items query (NEXMark q5) on it: its input says \"stream\": \"acme/bids\""
-sed -e 's/"name": "nexmark-q5"/"name": "hot-items"/' -e 's/"name": "out"/"name": "hot_items"/' \
-  -e 's/{"name": "bids", "event_time"/{"name": "bids", "stream": "acme\/bids", "event_time"/' \
-  bench/nexmark/queries/q5.json >"$out/hot-items.json"
-api -H 'Content-Type: application/json' "$beta/v1/queries" --data @"$out/hot-items.json" | head -c 300
-echo " ..."
+jq '.name = "hot-items" | .outputs[0].name = "hot_items" | .inputs[0].stream = "acme/bids"' \
+  bench/nexmark/queries/q5.json >"$out/beta-hot-items.json"
+api -H 'Content-Type: application/json' "$beta/v1/queries" --data @"$out/beta-hot-items.json" \
+  | jq -c '{name, state, inputs, outputs}' | sed 's/^/   /'
 
-echo "-- beta: subscribe to 'hot_items' over WebSocket, and to the imported 'acme/bids' itself"
-ENTENTE_TOKEN=$token "$entente" subscribe --port "$beta_port" --from 1 --timeout-ms 4000 hot_items \
-  >"$out/hot_items.ndjson" &
-sub=$!
-ENTENTE_TOKEN=$token "$entente" subscribe --port "$beta_port" --from 1 --count 3 --timeout-ms 10000 acme/bids \
+echo
+echo "== 3. acme runs the query cut across its nodes; FAILOVER=$failover ($(since))"
+echo "-- acme: deploy the same query on its own bids, cut in two fragments: counts on n1 (next to bids), hot on n2"
+jq '.name = "hot-items" | .outputs[0].name = "hot_items" | .placement = {"fragments": [
+      {"name": "counts", "node": "n1", "boxes": ["counts"]},
+      {"name": "hot", "node": "n2", "boxes": ["hot"]}]}' \
+  bench/nexmark/queries/q5.json >"$out/acme-hot-items.json"
+api -H 'Content-Type: application/json' "$acme/v1/queries" --data @"$out/acme-hot-items.json" \
+  | jq -r '"   \(.name): \(.state)", (.fragments[] |
+    "   fragment \(.name) on \(.node): reads \(.runner.inputs), writes \(.runner.outputs)")'
+
+# The generator's dump is engine output: each row starts with its own _seq
+# and _time, which a publisher may not send (the node numbers tuples, and
+# bids' event time is date_time): drop them. One request per 20000 bids.
+sed -E 's/^\{"_seq":[0-9]+,"_time":-?[0-9]+,/{/' "$out/nexmark/bids.ndjson" | split -d -a 4 -l 20000 - "$out/chunk-"
+chunks=("$out"/chunk-*)
+n=$(wc -l <"$out/nexmark/bids.ndjson")
+time_of() { sed -n 's/.*"date_time":\([0-9]*\).*/\1/p' "$1" | tail -1; }  # of the last bid in file $1
+last_time=$(time_of "${chunks[-1]}")
+# The rows q5 emits once it has read every bid: the engine's own q5 output,
+# up to the windows the last bid's event time closes.
+expected=$(scripts/lib/demo_check.py expected "$out/nexmark/q5.ndjson" "$last_time")
+
+echo "-- subscribers (entente subscribe, WebSocket): acme's hot_items through n3 (n2 writes it), each row stamped on arrival; beta's hot_items; beta's acme/bids"
+stamp() { local line; while IFS= read -r line; do printf '%s\t%s\n' "$EPOCHREALTIME" "$line"; done; }
+# Each stops after the rows expected, or 30 s without a row.
+ENTENTE_TOKEN=$token "$entente" subscribe --port "${port[acme-n3]}" --from 1 --count "$expected" --timeout-ms 30000 \
+  hot_items | stamp >"$out/acme-hot-items.tsv" &
+sub_acme=$!
+ENTENTE_TOKEN=$token "$entente" subscribe --port "${port[beta-n1]}" --from 1 --count "$expected" --timeout-ms 30000 \
+  hot_items >"$out/beta-hot-items.ndjson" &
+sub_beta=$!
+ENTENTE_TOKEN=$token "$entente" subscribe --port "${port[beta-n1]}" --from 1 --count 3 --timeout-ms 30000 acme/bids \
   >"$out/acme-bids-on-beta.ndjson" &
 sub_bids=$!
 
-echo "-- acme: publish the NEXMark bids over HTTP, 20000 per request"
-# Each request names its batch (producer id and number), so that a retry
-# after a lost answer is stored once (docs/api.md, "Publishing exactly once").
-# The generator's dump is engine output: each row starts with its own _seq
-# and _time, which a publisher may not send (the node numbers tuples, and
-# bids' event time is date_time): drop them.
-sed -E 's/^\{"_seq":[0-9]+,"_time":-?[0-9]+,/{/' "$out/nexmark/bids.ndjson" | split -l 20000 - "$out/chunk-"
-start=$(date +%s.%N)
-n=0
-batch=0
-for f in "$out"/chunk-*; do
-  batch=$((batch + 1))
-  api --retry 5 --retry-all-errors --retry-delay 1 -H 'Content-Type: application/x-ndjson' \
-    -H "Entente-Producer-Id: demo-bids-$$" -H "Entente-Producer-Seq: $batch" \
-    --data-binary @"$f" "$acme/v1/streams/bids/tuples" >/dev/null
-  n=$((n + $(wc -l <"$f")))
-done
-end=$(date +%s.%N)
-rm -f "$out"/chunk-*
-secs=$(awk "BEGIN { printf \"%.2f\", $end - $start }")
-echo "published $n bids to acme in $secs s: $(awk "BEGIN { printf \"%.0f\", $n / $secs }") bids/s (durable, acknowledged)"
+# publish: sends the chunks in order, each request naming its batch
+# (producer id and number) so that a request sent again after a lost answer
+# is stored once (docs/api.md, "Publishing exactly once"). A request that
+# fails (the node died: no connection; or it cannot reach the leader:
+# 502/503) goes again to the next node of acme, since any node forwards to
+# whichever node leads bids now. Appends "BATCH TIME NODE" to
+# $out/published per acknowledged request, and each failure to
+# $out/publish-retries.
+publish() {
+  local batch=0 i=0 code tries nodes=(acme-n1 acme-n2 acme-n3)
+  for f in "${chunks[@]}"; do
+    batch=$((batch + 1))
+    tries=0
+    while :; do
+      rm -f "$out/publish-answer"
+      code=$(curl -sS -o "$out/publish-answer" -w '%{http_code}' --max-time 30 -H "Authorization: Bearer $token" \
+        -H 'Content-Type: application/x-ndjson' -H "Entente-Producer-Id: demo-bids-$$" \
+        -H "Entente-Producer-Seq: $batch" --data-binary @"$f" \
+        "${url[${nodes[i]}]}/v1/streams/bids/tuples" 2>"$out/publish-error") || true
+      [[ $code == 200 ]] && break
+      echo "batch $batch through ${nodes[i]}: $([[ $code == 000 ]] && cat "$out/publish-error" ||
+        { echo -n "$code "; jq -r .detail "$out/publish-answer" 2>/dev/null; })" >>"$out/publish-retries"
+      tries=$((tries + 1))
+      ((tries < 600)) || { echo "batch $batch was not stored after $tries tries" >&2; return 1; }
+      i=$(((i + 1) % 3))
+      sleep 0.1
+    done
+    echo "$batch $EPOCHREALTIME ${nodes[i]}" >>"$out/published"
+  done
+}
+touch "$out/published" "$out/publish-retries"
+echo "-- acme: publish the $n NEXMark bids over HTTP in ${#chunks[@]} requests, through n1 first ($(since))"
+start=$EPOCHREALTIME
+publish &
+publisher=$!
+pids+=($publisher $sub_acme $sub_beta $sub_bids)
 
-echo "-- wait until beta's mirror of acme/bids holds them all"
+if [[ $failover == 1 ]]; then
+  controller=$(api "$acme/v1/nodes" | jq -r .controller)
+  third=$((${#chunks[@]} / 3))
+  while (($(wc -l <"$out/published") < third)) && kill -0 $publisher 2>/dev/null; do sleep 0.01; done
+  kill -KILL "${pid[acme-n1]}"
+  kill_at=$EPOCHREALTIME
+  wait "${pid[acme-n1]}" 2>/dev/null || true
+  acked=$(wc -l <"$out/published")
+  # No request sent before the kill holds a bid later than those of the
+  # chunk after the last acknowledged one: a row of a window ending later
+  # is new.
+  closed_by=$(time_of "${chunks[$((acked < ${#chunks[@]} ? acked : acked - 1))]}")
+  echo "-- killed n1 with SIGKILL after $acked of ${#chunks[@]} requests were acknowledged: it leads bids and runs counts$([[ $controller == n1 ]] && echo ", and is acme's controller")"
+fi
+status=0
+wait $publisher || status=$?
+end=$EPOCHREALTIME
+secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+echo "   published $n bids to acme in $secs s: $(awk "BEGIN { printf \"%.0f\", $n / $secs }") bids/s (durable on the leader and its in-sync follower, acknowledged); $(wc -l <"$out/publish-retries") requests sent again"
+[[ $status == 0 ]] || { echo "FAIL: the publisher gave up" >&2; exit 1; }
+if [[ $failover == 1 ]]; then
+  awk -v k="$kill_at" '$2 > k { printf "   first acknowledgement after the kill: %.2f s after it, through %s\n", $2 - k, $3; exit }' \
+    "$out/published"
+  sed 's/^/   retried: /' "$out/publish-retries" | head -5
+fi
+
+echo "-- wait until acme's bids and beta's mirror of it hold every bid once ($(since))"
 for _ in $(seq 600); do
-  api "$beta/v1/imports/acme/bids" | grep -q "\"next_seq\":$((n + 1))[,}]" && break
+  api "$acme/v1/streams/bids" | grep -q "\"next_seq\":$((n + 1))[,}]" &&
+    api "$beta/v1/imports/acme/bids" | grep -q "\"next_seq\":$((n + 1))[,}]" && break
   sleep 0.1
 done
-api "$beta/v1/imports/acme/bids" | sed -e 's/"schema":\[[^]]*\]/"schema":[...]/'
+show_bids
+api "$beta/v1/imports/acme/bids" | jq -r '"   beta'"'"'s mirror of acme/bids: served by \(.owner), next_seq \(.next_seq), \(.tuples) tuples"'
+on_acme=$(api "$acme/v1/streams/bids" | jq -r '"\(.next_seq - 1) \(.tuples)"')
+on_beta=$(api "$beta/v1/imports/acme/bids" | jq -r '"\(.next_seq - 1) \(.tuples)"')
+
+echo "-- wait for the subscribers: $expected rows each, the query's rows once it has read every bid ($(since))"
+wait $sub_acme || true
+wait $sub_beta || true
+wait $sub_bids || true
+echo "   done ($(since))"
+echo "-- the first bids as beta's subscriber saw them (acme's sequence numbers):"
+cut -c1-150 "$out/acme-bids-on-beta.ndjson" | sed 's/$/.../'
+echo "-- beta's hot_items: $(wc -l <"$out/beta-hot-items.ndjson") rows; acme's hot_items through n3: $(wc -l <"$out/acme-hot-items.tsv") rows; the first three:"
+head -n 3 "$out/acme-hot-items.tsv" | cut -f2
+echo "-- acme's query, as n3 reports it:"
+api "$acme/v1/queries/hot-items" | jq -r '"   state \(.state)", (.fragments[] |
+  "   fragment \(.name) on \(.node): " + (if .runner then "\([.runner.boxes[] | "\(.id) \(.tuples_in) in, \(.tuples_out) out"] | join("; "))" else "not running: \(.error)" end))'
+echo "-- GET /v1/nodes on acme through n3:"
+api "$acme/v1/nodes" | jq -r '"   controller: \(.controller)", (.nodes[] |
+  "   \(.node): \(.state), \(.role), leads \(.streams_led), runs \(.fragments)")'
+echo "-- GET /v1/peers on beta:"
+api "$beta/v1/peers" | jq -r '.peers[] | "   \(.identity): \(.state), \(.tuples_in) tuples in, \(.connects) connects"'
+echo "-- acme's metering of the contract (each node counts what it sent; a dead node is not asked):"
+for node in acme-n1 acme-n2 acme-n3; do
+  kill -0 "${pid[$node]}" 2>/dev/null || continue
+  echo "   $node: $(api "${url[$node]}/v1/contracts/$id/usage")"
+done
 echo
 
-wait $sub_bids || true
-wait $sub || true
-echo
-echo "-- the first bids as beta's subscriber saw them (acme's sequence numbers):"
-cat "$out/acme-bids-on-beta.ndjson"
-echo "-- results on beta that arrived over the subscription: $(wc -l <"$out/hot_items.ndjson") rows; the first five:"
-head -n 5 "$out/hot_items.ndjson"
-echo "-- the query's boxes, as beta reports them:"
-api "$beta/v1/queries/hot-items" | grep -o '"boxes":\[[^]]*\]' | head -c 600
-echo
-for node in acme beta; do
-  base=$acme
-  [[ $node == beta ]] && base=$beta
-  echo "-- GET /v1/peers on $node:"
-  api "$base/v1/peers" | python3 -m json.tool
-done
-echo "-- acme's metering of the contract:"
-api "$acme/v1/contracts/$id/usage" | sed 's/^/   /'
-echo
-echo "-- all rows in $out/hot_items.ndjson; the nodes' data in $out/acme-data and $out/beta-data"
+echo "== check ($(since))"
+# A stream holding N tuples numbered 1..N holds each named batch once.
+if [[ $on_acme == "$n $n" && $on_beta == "$n $n" ]]; then
+  echo "bids: acme's stream and beta's mirror hold $n tuples each, numbered 1..$n: every bid once"
+else
+  echo "FAIL: bids: $n published; acme's stream holds ${on_acme#* } numbered up to ${on_acme% *}, beta's mirror ${on_beta#* } numbered up to ${on_beta% *}"
+  status=1
+fi
+check=(scripts/lib/demo_check.py check "$out/acme-hot-items.tsv" --reference "$out/beta-hot-items.ndjson"
+  --engine "$out/nexmark/q5.ndjson" --until "$last_time")
+[[ $failover == 1 ]] && check+=(--kill-at "$kill_at" --closed-by "$closed_by")
+echo "acme's hot_items, cut across n1 and n2, as the subscriber on n3 received them:"
+"${check[@]}" || status=1
+echo "-- rows in $out/acme-hot-items.tsv and $out/beta-hot-items.ndjson; the nodes' data and logs in $out (total $(since))"
+exit $status

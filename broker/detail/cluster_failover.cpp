@@ -145,9 +145,22 @@ void NodeImpl::reconcile_leadership() {
       // leader it copied from.
       const std::string mirror = replica_of(name);
       if (mirror.empty() || !find_stream(mirror)) continue;
+      // Fragments here reading the copy stop while it becomes the stream,
+      // and run again reading the stream (cluster_takeover.cpp).
+      std::vector<std::pair<QueryMeta, std::string>> readers;
+      for (const auto& q : list_queries()) {
+        const QueryMeta& m = q->meta();
+        if (m.fragment.empty() || std::find(m.inputs.begin(), m.inputs.end(), mirror) == m.inputs.end()) continue;
+        std::string body = fragment_body_of(m);
+        if (!body.empty() && detach_query(m.name).ok()) readers.emplace_back(m, std::move(body));
+      }
       // Nothing more from the old leader.
-      if (Status st = peering_->forget_import(mirror); !st.ok() && st.error().code != Errc::not_found) continue;
+      if (Status st = peering_->forget_import(mirror); !st.ok() && st.error().code != Errc::not_found) {
+        for (const auto& [m, body] : readers) rerun_fragment(m, body);
+        continue;
+      }
       auto s = adopt_replica(mirror, parsed->meta);
+      for (const auto& [m, body] : readers) rerun_fragment(m, body);
       if (s.ok()) confirm_leadership();  // acknowledges from now on
       if (!s.ok()) {
         std::fprintf(stderr, "entente: stream '%s': taking over from copy %s: %s\n", name.c_str(), mirror.c_str(),

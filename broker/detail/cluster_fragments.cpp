@@ -115,6 +115,8 @@ std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh
 
 namespace {
 
+std::string fragment_body(const engine::QueryCut& cut, const engine::FragmentPlan& f);
+
 // The catalog entry of a cut query: its fragments in pipeline order (the
 // order to deploy them in; deleted in reverse), the internal streams, the
 // query's outputs and a state.
@@ -128,7 +130,8 @@ std::string cut_entry_json(const std::string& query, const engine::QueryCut& cut
     const auto& p = cut.fragments[f];
     j.begin_object().key("name").str(p.name).key("node").str(p.node).key("boxes").begin_array();
     for (size_t i = 0; i < p.network.box_ids().size(); ++i) j.str(p.network.box_ids()[i]);
-    j.end_array().end_object();
+    // What a node taking the fragment over deploys (its PUT body).
+    j.end_array().key("body").raw(fragment_body(cut, p)).end_object();
   }
   j.end_array();
   j.key("arcs").begin_array();
@@ -354,6 +357,8 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
       rapidjson::Document e;
       e.Parse(entry.json.data(), entry.json.size());
       if (e.IsObject() && e.HasMember("arcs")) j.key("arcs").raw(text_of(e["arcs"]));
+      // Where fragments went after their nodes failed, and why.
+      if (e.IsObject() && e.HasMember("moves")) j.key("moves").raw(text_of(e["moves"]));
       j.key("outputs").begin_array();
       for (const auto& o : entry.outputs) j.str(o);
       j.end_array().end_object();
@@ -480,34 +485,73 @@ Result<FragmentRequest> read_fragment_request(std::string_view body) {
 void NodeImpl::put_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
   const std::string& query = params.at(0);
   const std::string& fragment = params.at(1);
-  const std::string runner = engine::fragment_network_name(query, fragment);
-  if (auto q = find_query(runner)) {
+  if (auto q = find_query(engine::fragment_network_name(query, fragment))) {
     // Deployed already (a retried PUT): the same answer.
     answer(http::Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
     return;
   }
-  auto f = read_fragment_request(req.body);
+  run_fragment(query, fragment, req.body, false,
+               [this, answer](Result<std::shared_ptr<QueryRunner>> q, bool bad_request) {
+                 if (!q.ok()) {
+                   answer(bad_request ? http::Response::problem(400, "Bad Request", q.error().message)
+                                      : problem_for(q.error()));
+                   return;
+                 }
+                 answer(http::Response::json(201, query_json(*q, config_.domain + "/" + config_.node,
+                                                             peering_.get())));
+               });
+}
+
+std::vector<std::string> NodeImpl::fragment_followers(const QueryMeta& meta) const {
+  std::vector<std::string> followers;
+  if (!peering_ || !membership_ || !catalog_) return followers;
+  // Next to the stream it reads: whoever takes that stream over can run
+  // the fragment, its input local again.
+  for (size_t i = 0; i < meta.inputs.size(); ++i) {
+    const bool internal = std::find(meta.internal_inputs.begin(), meta.internal_inputs.end(), i) !=
+                          meta.internal_inputs.end();
+    if (internal) continue;
+    if (auto e = catalog_->get(stream_key_of(meta.inputs[i]))) {
+      if (auto parsed = stream_entry_from_json(e->value); parsed.ok() && !parsed->replicas.empty())
+        return parsed->replicas;
+    }
+  }
+  if (choose_followers(0, membership_->view(), followers)) followers.clear();  // too few nodes up: none
+  return followers;
+}
+
+void NodeImpl::run_fragment(const std::string& query, const std::string& fragment, const std::string& body,
+                            bool takeover,
+                            std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done) {
+  const std::string runner = engine::fragment_network_name(query, fragment);
+  auto f = read_fragment_request(body);
   if (!f.ok()) {
-    answer(problem_for(f.error()));
+    done(f.error(), true);
     return;
   }
   Diagnostics diag;
   auto net = engine::QueryNetwork::parse(f->network_json, diag);
   if (!net.ok()) {
-    answer(http::Response::problem(400, "Bad Request", "$.network: " + diag.to_string()));
+    done(make_error(Errc::invalid_argument, "$.network: " + diag.to_string()), true);
     return;
   }
   if (net->name() != runner) {
-    answer(http::Response::problem(400, "Bad Request", "$.network.name: expected '" + runner + "' (the query's name, "
-                                                           "'--', the fragment's name)"));
+    done(make_error(Errc::invalid_argument,
+                    "$.network.name: expected '" + runner + "' (the query's name, '--', the fragment's name)"),
+         true);
     return;
   }
   auto ctx = std::make_shared<FragmentOf>();
   ctx->query = query;
   ctx->fragment = fragment;
   ctx->writes = f->writes;
+  ctx->takeover = takeover;
   std::vector<std::pair<std::string, std::string>> remote;  // stream, node
-  for (const auto& [stream, node] : f->reads) {
+  for (auto [stream, node] : f->reads) {
+    // Taken over: read each internal stream where it is led now.
+    if (takeover) {
+      if (auto leader = stream_leader(stream)) node = *leader;
+    }
     if (node == config_.node) {
       ctx->reads[stream] = stream;
     } else {
@@ -515,45 +559,73 @@ void NodeImpl::put_fragment_route(const http::Request& req, const PathParams& pa
       remote.emplace_back(stream, node);
     }
   }
-  auto deploy = [this, ctx, network = f->network_json, answer]() {
+  auto deploy = [this, ctx, network = f->network_json, done]() {
     Diagnostics diag;
     auto q = deploy_query(network, diag, ctx.get());
     if (!q.ok()) {
-      answer(diag.ok() ? problem_for(q.error())
-                       : http::Response::problem(400, "Bad Request", q.error().message + ": " + diag.to_string()));
+      if (diag.ok()) done(q.error(), false);
+      else done(make_error(Errc::invalid_argument, q.error().message + ": " + diag.to_string()), true);
       return;
     }
-    // The fragment's streams are led by this node.
+    if (ctx->takeover) {
+      done(std::move(q), false);
+      return;
+    }
+    // The fragment's streams are led by this node, copied by followers
+    // that can take it over (docs/cluster.md, "Failover of a query's
+    // fragments").
+    const QueryMeta& meta = (*q)->meta();
+    const std::vector<std::string> followers = fragment_followers(meta);
+    std::vector<std::string> streams = meta.outputs;
+    streams.push_back(state_stream_name(meta.name));
     int64_t last = 0;
-    for (const auto& o : (*q)->meta().outputs) {
-      if (auto s = find_stream(o)) {
-        if (auto rev = catalog_->create(stream_key_of(o), stream_catalog_entry(s->meta(), config_.node)); rev.ok())
-          last = std::max(last, *rev);
+    for (const auto& o : streams) {
+      StreamPtr s = find_stream(o);
+      if (!s) continue;
+      StreamEntry entry;
+      entry.node = config_.node;
+      entry.meta = s->meta();
+      entry.replicas = followers;
+      entry.in_sync = followers;  // they hold the whole (empty) log
+      entry.lease = membership_ ? membership_->lease_id() : 0;
+      if (!followers.empty()) {
+        // Held by the followers before it counts: a sync of its own would
+        // only add a disk flush to each step of the fragment.
+        entry.meta.durability = "replicated";
+        s->set_durability(store::Durability::buffered);
       }
+      if (auto rev = catalog_->create(stream_key_of(o), stream_catalog_entry(entry)); rev.ok())
+        last = std::max(last, *rev);
     }
     if (last != 0) catalog_->wait_for(last, config_.cluster.etcd_timeout_ms);
-    answer(http::Response::json(201, query_json(*q, config_.domain + "/" + config_.node, peering_.get())));
+    done(std::move(q), false);
   };
   if (remote.empty()) {
     deploy();
     return;
   }
   if (!peering_) {
-    answer(http::Response::problem(400, "Bad Request", "fragment " + fragment + " reads internal streams of other "
-                                                           "nodes, over peer links: this node has no federation section"));
+    done(make_error(Errc::invalid_argument, "fragment " + fragment + " reads internal streams of other nodes, over "
+                                            "peer links: this node has no federation section"),
+         true);
     return;
   }
   for (const auto& r : remote) {
     if (!net->input_index(r.first)) {
-      answer(http::Response::problem(400, "Bad Request", "$.reads: '" + r.first + "' is not an input of the network"));
+      done(make_error(Errc::invalid_argument, "$.reads: '" + r.first + "' is not an input of the network"), true);
       return;
     }
   }
-  auto joined = join_imports(remote.size(), [deploy, answer](const Status& st) {
+  auto joined = join_imports(remote.size(), [deploy, done](const Status& st) {
     if (st.ok()) deploy();
-    else answer(problem_for(st.error()));
+    else done(st.error(), false);
   });
   for (const auto& [stream, node] : remote) {
+    if (takeover && find_stream("@" + node + "/" + stream)) {
+      // Read already (another fragment here reads it too).
+      joined(Result<ImportInfo>(ImportInfo{}), "");
+      continue;
+    }
     (void)dial_domain_node(node);  // create_internal_import waits for the link
     peering_->create_internal_import(
         stream, node, engine::internal_stream_schema(*net->inputs()[*net->input_index(stream)].schema),
@@ -598,7 +670,7 @@ void NodeImpl::delete_fragment_route(const http::Request&, const PathParams& par
   }
   if (catalog_) {
     for (const auto& o : meta.outputs) (void)catalog_->erase(stream_key_of(o));
-    (void)catalog_->erase(stream_key_of(state_stream_name(runner)));
+    if (!meta.state_stream.empty()) (void)catalog_->erase(stream_key_of(meta.state_stream));
   }
   answer(http::Response{204, "application/json", "", {}});
 }

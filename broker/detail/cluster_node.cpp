@@ -120,7 +120,8 @@ Status NodeImpl::start_cluster() {
   cluster::NodeRecord self;
   self.node = config_.node;
   self.api_url = std::string(config_.tls ? "https://" : "http://") + host_port(c.advertise_host, port());
-  if (peering_) self.peer_address = host_port(c.advertise_host, peering_->port());
+  if (peering_)
+    self.peer_address = host_port(c.advertise_host, c.advertise_peer_port != 0 ? c.advertise_peer_port : peering_->port());
   self.version = kBuildVersion;
   self.started_ms = started_ms_;
   cluster::MembershipOptions mo;
@@ -129,16 +130,23 @@ Status NodeImpl::start_cluster() {
   // A contract version another node recorded reaches this node's ledger
   // as soon as the watch brings it (and at each tick otherwise).
   catalog_ = std::make_unique<cluster::Catalog>(*etcd_, c.prefix, [this](const std::vector<std::string>& keys) {
-    bool contracts = false, streams = false;
+    bool contracts = false, streams = false, queries = false;
     for (const auto& k : keys) {
       contracts |= k.starts_with("contracts/");
       streams |= k.starts_with("streams/");
+      queries |= k.starts_with("queries/");
     }
     if (contracts) reconcile_contracts();
     // A stream this node now leads, or is to follow, changes at once.
     if (streams) {
       reconcile_leadership();
       reconcile_replicas();
+    }
+    // And so does a fragment it is to run (a failover), or no longer.
+    if (streams || queries) {
+      if (membership_) take_over_fragments(membership_->view());
+      drop_superseded_fragments();
+      follow_moved_reads();
     }
   });
   share_ledger();
@@ -149,6 +157,10 @@ Status NodeImpl::start_cluster() {
         confirm_leadership();
         fail_over_streams(membership_->view());
         reconcile_leadership();
+        take_over_fragments(membership_->view());
+        drop_superseded_fragments();
+        follow_moved_reads();
+        run_placed_fragments();
         reconcile_streams();
         reconcile_contracts();
         reconcile_replicas();

@@ -191,9 +191,10 @@ class NodeImpl final : public http::Handler {
     std::string fragment;
     std::map<std::string, std::string> reads;  // internal stream -> local stream holding it
     std::set<std::string> writes;              // internal streams written
-    // Taken over from a node that is down (docs/cluster.md, "Failover of
-    // a query's fragments"): its outputs and state stream exist here
-    // already (adopted copies); the runner recovers from them.
+    // Taking the fragment over from a node that died: its outputs and its
+    // state stream are already here (copies this node held, made its
+    // own by the failover, producer "query:QUERY"); they are used as they
+    // are, and the runner recovers from the state stream before it starts.
     bool takeover = false;
   };
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
@@ -345,6 +346,51 @@ class NodeImpl final : public http::Handler {
                 std::function<void()> done);
   void get_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
   void delete_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
+  // Runs fragment `fragment` of `query` on this node from its PUT body
+  // (network, reads, writes): reads the internal streams other nodes lead
+  // over the peer links, then deploys it (FragmentOf). With `takeover` its
+  // streams are here already and it recovers from them. `done` gets the
+  // runner or why not.
+  void run_fragment(const std::string& query, const std::string& fragment, const std::string& body, bool takeover,
+                    std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done);
+  // The followers a new fragment's streams get: those of the stream it
+  // reads, so that the node taking the input over can run it; else the
+  // least loaded nodes. Empty in a domain of one node.
+  std::vector<std::string> fragment_followers(const QueryMeta& meta) const;
+  // --- failover of fragments (cluster_takeover.cpp)
+  // Runs here the fragments of nodes that are down whose state stream
+  // this node now leads (their outputs too): same deterministic replay as
+  // a restart, from the replicated checkpoint and journal.
+  void take_over_fragments(const cluster::MembershipView& view);
+  // A fragment reading an internal stream from a node that no longer
+  // leads it reads it from the new leader (Imports::redirect), or, when
+  // this node leads it now, is restarted reading it locally.
+  void follow_moved_reads();
+  // A fragment running here that the catalog places on another node (it
+  // was taken over while this node was away) is stopped and removed; its
+  // streams are copied afresh from the new leader as a follower's.
+  void drop_superseded_fragments();
+  // The PUT body the coordinator stored for fragment `meta` in the query's
+  // entry; empty when there is none.
+  std::string fragment_body_of(const QueryMeta& meta) const;
+  // Stops fragment `meta` and runs it again from its state stream,
+  // reading its internal inputs where they are led now.
+  void restart_fragment(const QueryMeta& meta, const std::string& why);
+  // The second half: runs detached fragment `meta` again from `body`.
+  void rerun_fragment(const QueryMeta& meta, const std::string& body);
+  // Runs the fragments the catalog places on this node whose state stream
+  // it leads and that do not run (a failed rerun or takeover).
+  void run_placed_fragments();
+  // Removes query `name`'s runner (stopped) and its record, keeping its
+  // streams: it runs again from them (run_fragment with takeover).
+  Status detach_query(const std::string& name);
+  // Removes a stream and its log whatever produced it (a copy superseded
+  // by a failover); conflict while a query here reads it.
+  Status discard_stream(const std::string& name);
+  std::mutex takeover_serial_mu_;  // one take-over look at a time
+  std::mutex takeover_mu_;         // guards what follows
+  std::set<std::string> takeover_waiting_;  // REQUIRES: takeover_mu_; logged once
+  std::set<std::string> rerunning_;  // REQUIRES: takeover_mu_; reruns under way
   // --- replicated stream logs (cluster_streams.cpp, docs/cluster.md)
   // Holds a replica of each stream whose catalog entry names this node a
   // follower, and drops the replicas no entry names any more.
@@ -556,12 +602,9 @@ http::Response problem_for(const Error& e);
 // node's copy of one ("@NODE/QUERY--..."): hidden from GET /v1/streams
 // unless it asks for them with ?internal=true.
 inline bool is_internal_stream(std::string_view name) { return name.find("--") != std::string_view::npos; }
-// The state stream of fragment runner `runner` ("QUERY--FRAGMENT"): its
-// journal and checkpoints (docs/cluster.md, "A fragment's state stream").
 // A node's own catalog keys (in the store's catalog family).
 inline std::string node_stream_key(std::string_view name) { return "stream/" + std::string(name); }
 inline std::string node_query_key(std::string_view name) { return "query/" + std::string(name); }
-inline std::string state_stream_name(std::string_view runner) { return std::string(runner) + "--state"; }
 inline bool list_internal_streams(const http::Request& req) {
   auto v = req.param("internal");
   return v && (*v == "true" || *v == "1");

@@ -271,6 +271,8 @@ Result<QueryMeta> query_meta_from_json(std::string_view json) {
   return m;
 }
 
+std::string state_stream_name(const std::string& runner) { return runner + "--state"; }
+
 Status StateCheckpoints::feed(const store::LogRecord& rec) {
   std::string_view in = rec.payload;
   auto b = engine::decode_batch(in);

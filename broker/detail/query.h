@@ -109,6 +109,8 @@ struct QueryMeta {
   std::string state_stream;
 };
 std::string query_meta_to_json(const QueryMeta& m);
+// The name of the state stream of the runner named `runner` (QUERY--FRAGMENT).
+std::string state_stream_name(const std::string& runner);
 // The schema of a state stream: kind, a, b, c, d (int64), data (string,
 // raw bytes: the engine's binary encoding carries any bytes). Row layout
 // above.

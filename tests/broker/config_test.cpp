@@ -689,12 +689,14 @@ TEST(Config, ClusterSection) {
   EXPECT_EQ(d.lease_ttl_ms, 5000);
   EXPECT_EQ(d.etcd_timeout_ms, 2000);
   EXPECT_EQ(d.advertise_host, "127.0.0.1");
+  EXPECT_EQ(d.advertise_peer_port, 0);
 
   auto full = parse_config(
       minimal(R"({"listen": "0.0.0.0:8443", "tls": {"cert": "api.crt", "key": "api.key"}})",
               R"(, "cluster": {"etcd": ["https://etcd-1.example:2379", "https://10.0.0.2:2379"],
                    "etcd_ca_file": "etcd-ca.crt", "prefix": "/acme/prod/", "lease_ttl": "3s",
-                   "etcd_timeout": "500ms", "advertise_host": "n1.acme.example", "api_ca_file": "acme-ca.crt"})"),
+                   "etcd_timeout": "500ms", "advertise_host": "n1.acme.example", "advertise_peer_port": 7443,
+                   "api_ca_file": "acme-ca.crt"})"),
       "/etc/entente");
   ASSERT_TRUE(full.ok()) << full.error().message;
   const ClusterConfig& f = full->cluster;
@@ -704,6 +706,7 @@ TEST(Config, ClusterSection) {
   EXPECT_EQ(f.lease_ttl_ms, 3000);
   EXPECT_EQ(f.etcd_timeout_ms, 500);
   EXPECT_EQ(f.advertise_host, "n1.acme.example");
+  EXPECT_EQ(f.advertise_peer_port, 7443);
   EXPECT_EQ(f.api_ca_file, "/etc/entente/acme-ca.crt");
 }
 
@@ -728,6 +731,10 @@ TEST(Config, ClusterErrorsNameTheKey) {
             "cluster.etcd_timeout: must be shorter than lease_ttl (2000 ms), or a slow etcd would cost the node its lease");
   EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "advertise_host": "not a host"})"),
             R"(cluster.advertise_host: expected an IP address or a DNS name, got "not a host")");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "advertise_peer_port": 0})"),
+            "cluster.advertise_peer_port: expected a port, 1 to 65535");
+  EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "advertise_peer_port": "7443"})"),
+            "cluster.advertise_peer_port: expected a port, 1 to 65535");
   EXPECT_EQ(cluster(R"({"etcd": ["http://a:1"], "leasettl": "2s"})"),
             "cluster.leasettl: unknown key (did you mean lease_ttl?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "0.0.0.0:8443", "tls": {"cert": "a", "key": "b"}})",

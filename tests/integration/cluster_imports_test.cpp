@@ -5,7 +5,9 @@
 // node whose configuration lists acme/n2 alone. acme/bids is led by n1:
 // n2 answers beta's OPEN with RESET moved, beta dials n1 at the address the
 // catalog gives and imports from it. Every tuple arrives once, and GET
-// /v1/imports shows the import served by n1. And a moved grants no trust: a
+// /v1/imports shows the import served by n1. The import follows bids to a
+// new leader when n1 is killed, whether beta reached n1 by a move or lists
+// it itself (ClusterImportsAllNodesListed). And a moved grants no trust: a
 // node that names an address where an impostor listens gets its importer
 // nowhere.
 #include <gtest/gtest.h>
@@ -53,11 +55,13 @@ class ClusterImports : public ::testing::Test {
       n.config_extra(R"("checkpoint_interval": "200ms", )" + cluster_section(*etcd_));
       acme_.push_back(&n);
     }
-    // beta knows one node of acme: n2.
-    beta_->pins(*acme_[1]);
+    pin_acme();
     ASSERT_TRUE(fed_.start_all()) << fed_.last_error();
     ASSERT_TRUE(eventually(20s, [&] { return all_up(); })) << "acme's nodes do not all see each other up";
   }
+
+  // The nodes of acme beta's configuration lists: n2 alone here.
+  virtual void pin_acme() { beta_->pins(*acme_[1]); }
 
   FedNode& acme(int i) { return *acme_.at(static_cast<size_t>(i - 1)); }
 
@@ -91,6 +95,8 @@ class ClusterImports : public ::testing::Test {
     return false;
   }
 
+  void import_follows_a_failover();
+
   std::unique_ptr<EtcdProcess> etcd_;
   Federation fed_;
   FedNode* beta_ = nullptr;
@@ -102,7 +108,10 @@ class ClusterImports : public ::testing::Test {
 // asks the node it knows again, is told where the stream is now, and
 // resumes after the last tuple it holds. At the end beta's mirror is the
 // new leader's log row for row: nothing lost, nothing twice.
-TEST_F(ClusterImports, AnImportFollowsTheStreamToItsNewLeaderAfterAFailover) {
+// Kills n1, the leader of bids (factor 3), after a third of the batches
+// published through acme's nodes in turn, and checks that beta's mirror
+// ends up the new leader's log row for row, imported from it.
+void ClusterImports::import_follows_a_failover() {
   auto created = acme(2).process().request(
       "POST", "/v1/streams",
       R"({"name":"bids","event_time":"date_time","node":"n1","replication":3,"schema":)" + std::string(kBidsSchema) +
@@ -145,6 +154,23 @@ TEST_F(ClusterImports, AnImportFollowsTheStreamToItsNewLeaderAfterAFailover) {
     ASSERT_EQ(got.tuples[i].seq, i + 1);
     ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "position " << i;
   }
+}
+
+TEST_F(ClusterImports, AnImportFollowsTheStreamToItsNewLeaderAfterAFailover) { import_follows_a_failover(); }
+
+// beta lists every node of acme, n1 first: its import of bids is served by
+// n1 without a move. When n1 dies the import must not wait for n1's link
+// to come back (it never does): it asks the other configured nodes, whose
+// links are up, and follows the stream to its new leader.
+class ClusterImportsAllNodesListed : public ClusterImports {
+ protected:
+  void pin_acme() override {
+    for (FedNode* n : acme_) beta_->pins(*n);
+  }
+};
+
+TEST_F(ClusterImportsAllNodesListed, AnImportServedByAConfiguredNodeFollowsTheStreamWhenThatNodeDies) {
+  import_follows_a_failover();
 }
 
 TEST_F(ClusterImports, AnImportReachesTheStreamsLeaderThroughANodeThatDoesNotLeadIt) {

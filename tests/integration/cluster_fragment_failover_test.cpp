@@ -1,0 +1,184 @@
+// Failover of a query's fragments (docs/cluster.md, "Failover of a query's
+// fragments"): a query cut into three fragments on the three nodes of a
+// domain, the last one stateful (a tumbling count per auction). Its node is
+// killed with SIGKILL mid-stream and stays down: the node that followed the
+// fragment's state stream and outputs takes them over and runs the fragment
+// from the replicated checkpoint and journal. The same query runs whole on
+// a node that is never killed: at the end the cut query's output must equal
+// it row for row (values, event times, sequence numbers), with no gap and no
+// repeat, and the query's entry must show the move. When the killed node
+// comes back it removes its own stale run of the fragment.
+// Real processes: one etcd, three brokers with certificates from `entente
+// certs`, leases of 2 s.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "tests/integration/support/domain.h"
+#include "tests/integration/support/ws_reader.h"
+
+namespace entente::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kBatches = 120;
+constexpr int kRowsPerBatch = 20;
+constexpr int kAuctions = 7;
+
+const char* kSchema =
+    R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  return d;
+}
+
+// bids → keep (filter) → cents (map) → counts (1 s tumbling count per
+// auction) → output.
+std::string query(const std::string& name, const std::string& output, const std::string& placement) {
+  return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
+         std::string(kSchema) +
+         R"(}],"boxes":[)"
+         R"({"id":"keep","type":"filter","options":{"predicates":["price >= 0"],"drop_unmatched":true}},)"
+         R"({"id":"cents","type":"map","options":{"fields":[{"name":"auction","expr":"auction"},)"
+         R"({"name":"cents","expr":"price * 100"}]}},)"
+         R"({"id":"counts","type":"aggregate","options":{"group_by":["auction"],)"
+         R"("window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]}}],)"
+         R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"cents"},{"from":"cents","to":"counts"}],)"
+         R"("outputs":[{"name":")" +
+         output + R"(","from":"counts"}],"placement":)" + placement + "}";
+}
+
+// Batch b: kRowsPerBatch bids 100 ms of event time after batch b-1's, or
+// the end marker (b = 0): an hour later, auction -1, which closes every
+// window.
+std::string batch(int b) {
+  if (b == 0) return R"([{"auction":-1,"price":0,"date_time":)" + std::to_string(3'600'000 + kBatches * 100) + "}]";
+  std::string body = "[";
+  for (int k = 0; k < kRowsPerBatch; ++k) {
+    if (k) body += ",";
+    body += R"({"auction":)" + std::to_string((b * 31 + k) % kAuctions) + R"(,"price":)" + std::to_string(k) +
+            R"(,"date_time":)" + std::to_string(b * 100 + k) + "}";
+  }
+  return body + "]";
+}
+
+class ClusterFragmentFailover : public ThreeNodeDomain {
+ protected:
+  ClusterFragmentFailover() : ThreeNodeDomain("etcd-fragment-failover", R"("checkpoint_interval": "200ms", )") {}
+
+  // Publishes batch b through the nodes that are up, from `start` on,
+  // until one answers 200 (the producer's number makes a resend safe).
+  void publish(int b, size_t start) {
+    const std::string problem = post_through_any(
+        processes(), start,
+        "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b == 0 ? kBatches + 1 : b), batch(b));
+    if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
+  }
+
+  // Where GET /v1/queries/cut through node `via` places fragment `name`.
+  std::string fragment_node(int via, const std::string& name) {
+    auto r = node(via).try_request("GET", "/v1/queries/cut", {}, kReaderToken);
+    if (!r.ok() || r->status != 200) return {};
+    auto d = parse(r->body);
+    if (!d.IsObject() || !d.HasMember("fragments")) return {};
+    for (const auto& f : d["fragments"].GetArray())
+      if (name == f["name"].GetString()) return f["node"].GetString();
+    return {};
+  }
+};
+
+TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDiesAndItsOutputStaysExact) {
+  auto created = node(1).request("POST", "/v1/streams",
+                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kSchema) +
+                                     "}");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  // The reference runs whole on n1, which is never killed.
+  auto whole = node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})"));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  auto cut = node(2).request(
+      "POST", "/v1/queries",
+      query("cut", "counts-cut",
+            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
+            R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+
+  // The stateful fragment's streams have a follower, in sync.
+  {
+    auto r = node(3).request("GET", "/v1/streams/cut--c--state", {}, kReaderToken);
+    ASSERT_EQ(r.status, 200u) << r.body;
+    auto d = parse(r.body);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("replication")) << r.body;
+    EXPECT_EQ(d["replication"]["factor"].GetUint64(), 2u) << r.body;
+  }
+
+  for (int b = 1; b <= kBatches; ++b) {
+    if (b == 60) {
+      // Mid-stream, with state in the window counts: n3 dies for good.
+      ASSERT_TRUE(eventually(30s, [&] { return next_seq(node(1), "counts-cut") > 1; }))
+          << "no output from the cut query before the kill";
+      nodes_[2]->process().kill();
+    }
+    publish(b, static_cast<size_t>(b % 2));
+    if (HasFatalFailure()) return;
+  }
+  publish(0, 0);
+
+  // The fragment moved to n1 or n2, and the entry says why.
+  std::string moved_to;
+  ASSERT_TRUE(eventually(30s, [&] {
+    moved_to = fragment_node(1, "c");
+    return moved_to == "n1" || moved_to == "n2";
+  })) << "fragment c is still placed on " << moved_to;
+  {
+    auto r = node(1).request("GET", "/v1/queries/cut", {}, kReaderToken);
+    auto d = parse(r.body);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("moves") && d["moves"].IsArray() && d["moves"].Size() >= 1) << r.body;
+    EXPECT_STREQ(d["moves"][0]["from"].GetString(), "n3") << r.body;
+    EXPECT_NE(std::string(d["moves"][0]["reason"].GetString()).find("n3 is down"), std::string::npos) << r.body;
+  }
+
+  uint64_t rows = 0;
+  ASSERT_TRUE(eventually(60s, [&] {
+    rows = next_seq(node(1), "counts-whole") - 1;
+    return rows > 0 && next_seq(node(1), "counts-cut") - 1 >= rows;
+  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
+  std::this_thread::sleep_for(500ms);  // nothing more may come
+  rows = next_seq(node(1), "counts-whole") - 1;
+  ASSERT_EQ(next_seq(node(1), "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
+  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 60'000);
+  const ReadResult got = read_stream(node(2), "counts-cut", 1, rows, 60'000);
+  ASSERT_EQ(want.tuples.size(), rows) << want.error;
+  ASSERT_EQ(got.tuples.size(), rows) << got.error;
+  int64_t total = 0;
+  for (uint64_t i = 0; i < rows; ++i) {
+    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
+    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
+    auto d = parse(got.tuples[i].line);
+    ASSERT_TRUE(d.IsObject() && d.HasMember("n")) << got.tuples[i].line;
+    if (d["auction"].GetInt64() >= 0) total += d["n"].GetInt64();
+  }
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+
+  // n3 comes back: its stale run of the fragment goes, the fragment stays
+  // where it moved, and the query reads as running through n3.
+  ASSERT_TRUE(nodes_[2]->start()) << nodes_[2]->last_error();
+  ASSERT_TRUE(eventually(30s, [&] {
+    auto r = node(3).try_request("GET", "/v1/queries/cut/fragments/c", {}, kReaderToken);
+    return r.ok() && r->status == 404;
+  })) << "n3 still runs its own fragment c";
+  EXPECT_EQ(fragment_node(3, "c"), moved_to);
+  ASSERT_TRUE(eventually(30s, [&] {
+    auto r = node(3).try_request("GET", "/v1/queries/cut", {}, kReaderToken);
+    return r.ok() && r->status == 200 && r->body.find(R"("state":"running")") != std::string::npos;
+  }));
+}
+
+}  // namespace
+}  // namespace entente::testing
