@@ -600,7 +600,17 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
     if (last != 0) catalog_->wait_for(last, config_.cluster.etcd_timeout_ms);
     done(std::move(q), false);
   };
-  if (remote.empty()) {
+  // Streams of other domains it reads that this node does not import yet
+  // (a fragment taken over from a node that imported them): imported here,
+  // from the first tuple the owner still holds, which its retention keeps
+  // from what the domain has not acknowledged.
+  std::vector<std::pair<std::string, engine::SchemaPtr>> imported;
+  if (peering_) {
+    for (const auto& in : net->inputs())
+      if (!in.stream.empty() && peering_->is_remote(in.stream) && !find_stream(in.stream))
+        imported.emplace_back(in.stream, in.schema);
+  }
+  if (remote.empty() && imported.empty()) {
     deploy();
     return;
   }
@@ -616,10 +626,15 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
       return;
     }
   }
-  auto joined = join_imports(remote.size(), [deploy, done](const Status& st) {
+  auto joined = join_imports(remote.size() + imported.size(), [deploy, done](const Status& st) {
     if (st.ok()) deploy();
     else done(st.error(), false);
   });
+  for (const auto& [stream, schema] : imported) {
+    peering_->create_import(stream, schema, [joined, what = "importing " + stream](Result<ImportInfo> r) {
+      joined(std::move(r), what);
+    });
+  }
   for (const auto& [stream, node] : remote) {
     if (takeover && find_stream("@" + node + "/" + stream)) {
       // Read already (another fragment here reads it too).

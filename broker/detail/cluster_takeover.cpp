@@ -41,6 +41,9 @@ std::string to_text(const rapidjson::Value& v) {
   return {sb.GetString(), sb.GetSize()};
 }
 
+// How often a fragment that failed on its state stream is run again.
+constexpr int64_t kRestartFailedMs = 5'000;
+
 bool member_up(const cluster::MembershipView& view, const std::string& node) {
   for (const auto& m : view.members)
     if (m.record.node == node) return m.up;
@@ -248,9 +251,25 @@ void NodeImpl::run_placed_fragments() {
       // Placed here, not running, its state here: a restart or a takeover
       // that failed, or a run removed on a stale copy of the catalog. (A
       // fragment being deleted has lost its state stream already.)
-      if (find_query(meta.name) || !find_stream(state_stream_name(meta.name)) ||
+      if (!find_stream(state_stream_name(meta.name)) ||
           stream_leader(state_stream_name(meta.name)).value_or("") != config_.node)
         continue;
+      if (auto q = find_query(meta.name)) {
+        // Failed on its state stream (etcd away longer than the runner
+        // waits, a follower's answer lost): run again from it, at most
+        // every kRestartFailedMs, once etcd answers.
+        const std::string state = q->info().state;
+        if (!state.starts_with("failed: state stream") || etcd_problem()) continue;
+        const int64_t now = now_ms();
+        {
+          std::lock_guard lock(takeover_mu_);
+          int64_t& last = failed_restarts_[meta.name];
+          if (now - last < kRestartFailedMs) continue;
+          last = now;
+        }
+        restart_fragment(q->meta(), "it " + state.substr(0, 200));
+        continue;
+      }
       {
         std::lock_guard lock(takeover_mu_);
         if (!rerunning_.insert(meta.name).second) continue;  // under way

@@ -391,6 +391,7 @@ class NodeImpl final : public http::Handler {
   std::mutex takeover_mu_;         // guards what follows
   std::set<std::string> takeover_waiting_;  // REQUIRES: takeover_mu_; logged once
   std::set<std::string> rerunning_;  // REQUIRES: takeover_mu_; reruns under way
+  std::map<std::string, int64_t> failed_restarts_;  // REQUIRES: takeover_mu_; last, wall ms
   // --- replicated stream logs (cluster_streams.cpp, docs/cluster.md)
   // Holds a replica of each stream whose catalog entry names this node a
   // follower, and drops the replicas no entry names any more.

@@ -180,5 +180,54 @@ TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDie
   }));
 }
 
+// etcd away for longer than the nodes' leases, mid-stream: no node can
+// confirm that it still leads, so the fragments' outputs wait (their state
+// stream appends are refused as unavailable and asked again) and the
+// publisher is answered 503; when etcd is back everything goes on, and the
+// output is still exactly the whole query's.
+TEST_F(ClusterFragmentFailover, AnEtcdOutageLongerThanTheLeasesPausesTheFragmentsAndLosesNothing) {
+  auto created = node(1).request("POST", "/v1/streams",
+                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kSchema) +
+                                     "}");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  auto whole = node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})"));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  auto cut = node(2).request(
+      "POST", "/v1/queries",
+      query("cut", "counts-cut",
+            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
+            R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+  for (int b = 1; b <= kBatches; ++b) {
+    if (b == 40) {
+      ASSERT_TRUE(eventually(30s, [&] { return next_seq(node(1), "counts-cut") > 1; }));
+      etcd_->pause();  // SIGSTOP: connections hang rather than being refused
+      std::this_thread::sleep_for(4s);  // twice the nodes' 2 s leases
+      etcd_->resume();
+    }
+    publish(b, static_cast<size_t>(b % 3));
+    if (HasFatalFailure()) return;
+  }
+  publish(0, 0);
+  uint64_t rows = 0;
+  ASSERT_TRUE(eventually(90s, [&] {
+    rows = next_seq(node(1), "counts-whole") - 1;
+    return rows > 0 && next_seq(node(1), "counts-cut") - 1 >= rows;
+  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
+  std::this_thread::sleep_for(500ms);
+  rows = next_seq(node(1), "counts-whole") - 1;
+  ASSERT_EQ(next_seq(node(1), "counts-cut") - 1, rows);
+  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 60'000);
+  const ReadResult got = read_stream(node(2), "counts-cut", 1, rows, 60'000);
+  ASSERT_EQ(want.tuples.size(), rows) << want.error;
+  ASSERT_EQ(got.tuples.size(), rows) << got.error;
+  for (uint64_t i = 0; i < rows; ++i) {
+    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
+    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
+  }
+  auto q = node(3).request("GET", "/v1/queries/cut", {}, kReaderToken);
+  EXPECT_NE(q.body.find(R"("state":"running")"), std::string::npos) << q.body;
+}
+
 }  // namespace
 }  // namespace entente::testing
