@@ -193,6 +193,15 @@ QueryRunner::Env NodeImpl::runner_env() {
       release(Status::Ok());
       return;
     }
+    // Led by another node now (a failover while this node was away): the
+    // fragment runs there, and this run stops at once rather than asking
+    // again as it does while the catalog is unread.
+    if (catalog_ && catalog_->revision() != 0) {
+      if (auto leader = stream_leader(stream); leader && *leader != config_.node) {
+        release(Error{Errc::conflict, "stream '" + stream + "' is led by " + *leader + " now, not by " + config_.node});
+        return;
+      }
+    }
     when_replicated(stream, last, std::move(release));
   };
   return env;

@@ -303,7 +303,12 @@ class Subscriber(threading.Thread):
         env = dict(os.environ, ENTENTE_TOKEN=TOKEN)
         nxt = 1
         while not self.stop:
-            p = subprocess.Popen([self.bench.entente, "subscribe", "--port", str(self.via.port), "--from", str(nxt),
+            # Through n1 unless it is down (a chaos round), then any node up.
+            via = self.via if self.via.alive() else next((n for n in self.bench.nodes if n.alive()), None)
+            if via is None:
+                time.sleep(0.05)
+                continue
+            p = subprocess.Popen([self.bench.entente, "subscribe", "--port", str(via.port), "--from", str(nxt),
                                   "--timeout-ms", "2000", "counts"], stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, text=True, env=env)
             for line in p.stdout:
@@ -349,7 +354,7 @@ class Bench:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             e = self.entry(None, stream)
-            if e and len(e.get("in_sync", [])) == len(e.get("replicas", [])) and e["replicas"]:
+            if e and len(e.get("in_sync", [])) == len(e.get("replicas", [])):
                 return e
             time.sleep(0.05)
         raise RuntimeError("the followers of %s did not all join the in-sync set: %s" %
@@ -375,11 +380,17 @@ class Bench:
         parts = {"detection": [], "election": [], "restore": [], "takeover": []}
         kill_walls = []
         failed = 0
+        faults = {}
+        for k in range(a.chaos):
+            kill_walls.append(wall())
+            kind = self.chaos_round(conn)
+            faults[kind] = faults.get(kind, 0) + 1
+        if a.chaos:
+            print(json.dumps({"bench": "failover_query_chaos", "faults": a.chaos, "by_kind": faults,
+                              "factor": a.factor, "lease_ttl_s": a.lease_ttl}))
         for k in range(a.kills):
             self.wait_in_sync("q--c--state")
             victim = by_name[self.fragment_node(conn, "c")]
-            if victim is self.nodes[0]:
-                raise RuntimeError("fragment c runs on n1, whose subscriber measures it")
             time.sleep(0.5 + random.random() * 0.5)
             t_kill = wall()
             kill_walls.append(t_kill)
@@ -462,11 +473,20 @@ class Bench:
         leader = by_name[e["node"]]
         followers = [by_name[r] for r in e["replicas"]]
         ctl = by_name.get(self.controller(conn))
-        kind = random.choice(["kill_leader", "kill_leader", "kill_follower", "kill_controller", "stop_any",
-                              "stop_leader_past_lease"])
+        kinds = ["kill_leader", "kill_leader", "kill_follower", "kill_controller", "stop_any",
+                 "stop_leader_past_lease"]
+        fragment = None
+        if self.args.query:
+            # The node running the stateful fragment, once its state
+            # stream's followers are in sync too.
+            self.wait_in_sync("q--c--state")
+            fragment = by_name.get(self.fragment_node(conn, "c"))
+            kinds += ["kill_fragment", "kill_fragment", "stop_fragment_past_lease"]
+        kind = random.choice(kinds)
         victim = {"kill_leader": leader, "kill_follower": random.choice(followers),
                   "kill_controller": ctl or leader, "stop_any": random.choice(self.nodes),
-                  "stop_leader_past_lease": leader}[kind]
+                  "stop_leader_past_lease": leader, "kill_fragment": fragment,
+                  "stop_fragment_past_lease": fragment}[kind]
         time.sleep(random.random() * 0.5)
         if kind.startswith("kill"):
             victim.kill()

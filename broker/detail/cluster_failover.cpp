@@ -33,6 +33,37 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+// The node a fragment's streams (`members`) move to from `down`: one that
+// already leads some of them since (a pass that moved only part of them),
+// else the first node up in the in-sync set of every member `down` leads;
+// empty when there is none (they wait together).
+std::string group_successor(const std::vector<std::string>& members, const std::map<std::string, StreamEntry>& by_name,
+                            const std::set<std::string>& up, const std::string& down) {
+  std::vector<const StreamEntry*> left;
+  for (const auto& m : members) {
+    auto it = by_name.find(m);
+    if (it == by_name.end()) return {};  // not all there yet
+    if (it->second.node != down && up.count(it->second.node)) {
+      const std::string& moved = it->second.node;
+      // Moved already: the rest follow if they can.
+      for (const auto& other : members) {
+        const StreamEntry& o = by_name.at(other);
+        if (o.node == down && !contains(o.in_sync, moved)) return {};
+      }
+      return moved;
+    }
+    if (it->second.node == down) left.push_back(&it->second);
+  }
+  if (left.empty()) return {};
+  for (const auto& n : left.back()->in_sync) {
+    if (!up.count(n)) continue;
+    bool everywhere = true;
+    for (const StreamEntry* e : left) everywhere &= contains(e->in_sync, n);
+    if (everywhere) return n;
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<Error> NodeImpl::leadership_fence(const std::string& stream) const {
@@ -88,16 +119,30 @@ void NodeImpl::fail_over_streams(const cluster::MembershipView& view) {
   std::set<std::string> up;
   for (const auto& m : view.members)
     if (m.up) up.insert(m.record.node);
-  for (const auto& e : catalog_->list("streams/")) {
+  const auto entries = catalog_->list("streams/");
+  std::map<std::string, StreamEntry> by_name;
+  for (const auto& e : entries) {
+    auto parsed = stream_entry_from_json(e.value);
+    if (parsed.ok()) by_name[parsed->meta.name] = *parsed;
+  }
+  // A fragment's streams move together: the node that takes them over
+  // runs the fragment, and its copy of the state stream must be the one
+  // that holds the journal of its copies of the outputs.
+  const auto groups = fragment_stream_groups();
+  for (const auto& e : entries) {
     auto parsed = stream_entry_from_json(e.value);
     if (!parsed.ok() || parsed->replicas.empty() || up.count(parsed->node)) continue;
     const std::string& name = parsed->meta.name;
     std::string chosen;
-    for (const auto& n : parsed->in_sync)
-      if (up.count(n)) {
-        chosen = n;
-        break;
-      }
+    if (auto g = groups.find(name); g != groups.end()) {
+      chosen = group_successor(g->second, by_name, up, parsed->node);
+    } else {
+      for (const auto& n : parsed->in_sync)
+        if (up.count(n)) {
+          chosen = n;
+          break;
+        }
+    }
     if (chosen.empty()) {
       // Only a member of the in-sync set is sure to hold every
       // acknowledged tuple: the stream waits for its leader.

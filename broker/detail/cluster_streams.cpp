@@ -711,6 +711,16 @@ void NodeImpl::reconcile_replicas() {
     if (StreamPtr copy = find_stream(mirror)) {
       // Durable on the follower as the stream asks: synced for "fsync".
       copy->set_durability(durability_of(parsed->meta.durability));
+      // Fallen behind what the leader keeps (a fragment's state stream is
+      // trimmed to its last checkpoint): this copy can never catch up, so
+      // it is copied afresh from the first tuple the leader holds.
+      auto info = peering_->import_info(mirror);
+      if (info && info->state == "refused" && info->reason.find("no longer retained") != std::string::npos &&
+          readers_of(mirror).empty()) {
+        std::fprintf(stderr, "entente: replica %s: %s; copied again from the first tuple the leader holds\n",
+                     mirror.c_str(), info->reason.c_str());
+        (void)delete_import(mirror);
+      }
       continue;
     }
     (void)dial_domain_node(parsed->node);

@@ -91,6 +91,26 @@ std::vector<std::string> user_inputs_of(const rapidjson::Value& body, const std:
 
 }  // namespace
 
+std::map<std::string, std::vector<std::string>> NodeImpl::fragment_stream_groups() const {
+  std::map<std::string, std::vector<std::string>> groups;
+  if (!catalog_) return groups;
+  for (const auto& e : catalog_->list("queries/")) {
+    rapidjson::Document d;
+    d.Parse(e.value.data(), e.value.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray() ||
+        !d.HasMember("query") || !d["query"].IsString())
+      continue;
+    const std::string query = d["query"].GetString();
+    for (const auto& f : d["fragments"].GetArray()) {
+      if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || !f.HasMember("body")) continue;
+      std::vector<std::string> members = outputs_of(f["body"]);
+      members.push_back(state_stream_name(engine::fragment_network_name(query, f["name"].GetString())));
+      for (const auto& m : members) groups[m] = members;
+    }
+  }
+  return groups;
+}
+
 void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
   if (!catalog_ || !catalog_->synced() || !peering_) return;
   std::lock_guard serial(takeover_serial_mu_);
@@ -114,7 +134,10 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         continue;
       const std::string name = f["name"].GetString();
       const std::string from = f["node"].GetString();
-      if (from == config_.node || up.count(from)) continue;
+      // A fragment runs where its state stream is led: this node, after a
+      // failover that moved the stream while its node was down (it may be
+      // back by now, as a follower of the streams it led).
+      if (from == config_.node) continue;
       const std::string runner = engine::fragment_network_name(query, name);
       const std::string state = state_stream_name(runner);
       // The node leading the fragment's state stream now runs it, once it
@@ -143,7 +166,8 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         d.RemoveMember("moves");
         d.AddMember("moves", rapidjson::Value(rapidjson::kArrayType), alloc);
       }
-      const std::string why = from + " is down (its etcd lease expired)";
+      const std::string why = up.count(from) ? from + " was down (its etcd lease expired) and its streams failed over"
+                                             : from + " is down (its etcd lease expired)";
       rapidjson::Value move(rapidjson::kObjectType);
       move.AddMember("fragment", rapidjson::Value(name.c_str(), alloc), alloc);
       move.AddMember("from", rapidjson::Value(from.c_str(), alloc), alloc);
@@ -342,8 +366,18 @@ void NodeImpl::drop_superseded_fragments() {
     streams.push_back(state_stream_name(meta.name));
     for (const auto& s : streams) {
       if (stream_leader(s).value_or(config_.node) == config_.node) continue;
+      // Fragments here reading the old log stop, and run again reading the
+      // stream where it is led (or this node's copy of it).
+      std::vector<std::pair<QueryMeta, std::string>> readers;
+      for (const auto& r : readers_of(s)) {
+        const QueryMeta& m = r->meta();
+        if (m.fragment.empty()) continue;
+        std::string body = fragment_body_of(m);
+        if (!body.empty() && detach_query(m.name).ok()) readers.emplace_back(m, std::move(body));
+      }
       if (Status st = discard_stream(s); !st.ok() && st.error().code != Errc::not_found)
         log_line("stream '" + s + "' is led elsewhere now; discarding this node's old log: " + st.error().message);
+      for (const auto& [m, body] : readers) rerun_fragment(m, body);
     }
     for (auto i : meta.internal_inputs)
       if (meta.inputs[i].starts_with("@")) (void)delete_import(meta.inputs[i]);

@@ -362,6 +362,9 @@ class NodeImpl final : public http::Handler {
   // this node now leads (their outputs too): same deterministic replay as
   // a restart, from the replicated checkpoint and journal.
   void take_over_fragments(const cluster::MembershipView& view);
+  // Each stream a fragment writes (its outputs and its state stream) ->
+  // all of them: they fail over together, to one node (cluster_failover.cpp).
+  std::map<std::string, std::vector<std::string>> fragment_stream_groups() const;
   // A fragment reading an internal stream from a node that no longer
   // leads it reads it from the new leader (Imports::redirect), or, when
   // this node leads it now, is restarted reading it locally.
