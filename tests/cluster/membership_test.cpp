@@ -174,6 +174,8 @@ TEST_F(MembershipTest, TwoDomainsUnderTwoPrefixesDoNotSeeEachOther) {
   a->membership->start();
   b->membership->start();
   ASSERT_TRUE(eventually([&] { return a->membership->is_controller() && b->membership->is_controller(); }));
+  // The role can be won before the view of the members is first read.
+  ASSERT_TRUE(eventually([&] { return !a->membership->view().members.empty(); }));
   EXPECT_EQ(a->membership->view().members.size(), 1u);
   a->membership->stop(true);
   b->membership->stop(true);
