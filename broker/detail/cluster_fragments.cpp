@@ -520,6 +520,35 @@ std::vector<std::string> NodeImpl::fragment_followers(const QueryMeta& meta) con
   return followers;
 }
 
+void NodeImpl::replicate_fragment_streams(const QueryMeta& meta) {
+  // The fragment's streams are led by this node, copied by followers
+  // that can take it over (docs/cluster.md, "Failover of a query's
+  // fragments").
+  const std::vector<std::string> followers = fragment_followers(meta);
+  std::vector<std::string> streams = meta.outputs;
+  streams.push_back(state_stream_name(meta.name));
+  int64_t last = 0;
+  for (const auto& o : streams) {
+    StreamPtr s = find_stream(o);
+    if (!s) continue;
+    StreamEntry entry;
+    entry.node = config_.node;
+    entry.meta = s->meta();
+    entry.replicas = followers;
+    entry.in_sync = followers;  // they hold the whole (empty) log
+    entry.lease = membership_ ? membership_->lease_id() : 0;
+    if (!followers.empty()) {
+      // Held by the followers before it counts: a sync of its own would
+      // only add a disk flush to each step of the fragment.
+      entry.meta.durability = "replicated";
+      s->set_durability(store::Durability::buffered);
+    }
+    if (auto rev = catalog_->create(stream_key_of(o), stream_catalog_entry(entry)); rev.ok())
+      last = std::max(last, *rev);
+  }
+  if (last != 0) catalog_->wait_for(last, config_.cluster.etcd_timeout_ms);
+}
+
 void NodeImpl::run_fragment(const std::string& query, const std::string& fragment, const std::string& body,
                             bool takeover,
                             std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done) {
@@ -571,33 +600,7 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
       done(std::move(q), false);
       return;
     }
-    // The fragment's streams are led by this node, copied by followers
-    // that can take it over (docs/cluster.md, "Failover of a query's
-    // fragments").
-    const QueryMeta& meta = (*q)->meta();
-    const std::vector<std::string> followers = fragment_followers(meta);
-    std::vector<std::string> streams = meta.outputs;
-    streams.push_back(state_stream_name(meta.name));
-    int64_t last = 0;
-    for (const auto& o : streams) {
-      StreamPtr s = find_stream(o);
-      if (!s) continue;
-      StreamEntry entry;
-      entry.node = config_.node;
-      entry.meta = s->meta();
-      entry.replicas = followers;
-      entry.in_sync = followers;  // they hold the whole (empty) log
-      entry.lease = membership_ ? membership_->lease_id() : 0;
-      if (!followers.empty()) {
-        // Held by the followers before it counts: a sync of its own would
-        // only add a disk flush to each step of the fragment.
-        entry.meta.durability = "replicated";
-        s->set_durability(store::Durability::buffered);
-      }
-      if (auto rev = catalog_->create(stream_key_of(o), stream_catalog_entry(entry)); rev.ok())
-        last = std::max(last, *rev);
-    }
-    if (last != 0) catalog_->wait_for(last, config_.cluster.etcd_timeout_ms);
+    replicate_fragment_streams((*q)->meta());
     done(std::move(q), false);
   };
   // Streams of other domains it reads that this node does not import yet

@@ -357,6 +357,9 @@ class NodeImpl final : public http::Handler {
   // reads, so that the node taking the input over can run it; else the
   // least loaded nodes. Empty in a domain of one node.
   std::vector<std::string> fragment_followers(const QueryMeta& meta) const;
+  // Records a new fragment's outputs and state stream in the catalog, led
+  // here and copied by fragment_followers(meta).
+  void replicate_fragment_streams(const QueryMeta& meta);
   // --- failover of fragments (cluster_takeover.cpp)
   // Runs here the fragments of nodes that are down whose state stream
   // this node now leads (their outputs too): same deterministic replay as
