@@ -389,7 +389,9 @@ class Bench:
             print(json.dumps({"bench": "failover_query_chaos", "faults": a.chaos, "by_kind": faults,
                               "factor": a.factor, "lease_ttl_s": a.lease_ttl}))
         for k in range(a.kills):
+            # The fragment's streams fail over together, once all are in sync.
             self.wait_in_sync("q--c--state")
+            self.wait_in_sync("counts")
             victim = by_name[self.fragment_node(conn, "c")]
             time.sleep(0.5 + random.random() * 0.5)
             t_kill = wall()
