@@ -111,7 +111,11 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         continue;
       const std::string name = f["name"].GetString();
       const std::string from = f["node"].GetString();
-      if (from == config_.node || up.count(from)) continue;
+      // A node that is up again (restarted, or woken from a stop) after
+      // its lease expired no longer leads the fragment's streams (a
+      // failover moved them here): it cannot run the fragment, its appends
+      // are fenced, so the fragment is taken over all the same.
+      if (from == config_.node) continue;
       const std::string runner = engine::fragment_network_name(query, name);
       const std::string state = state_stream_name(runner);
       // The node leading the fragment's state stream now runs it, once it
@@ -128,7 +132,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       if (!missing.empty()) {
         std::lock_guard lock(takeover_mu_);
         if (takeover_waiting_.insert(runner + "#" + missing).second)
-          log_line("fragment " + name + " of query '" + query + "' (on " + from + ", which is down) waits for " +
+          log_line("fragment " + name + " of query '" + query + "' (on " + from + (up.count(from) ? "" : ", which is down") + ") waits for " +
                    config_.node + " to lead stream '" + missing + "' before running here");
         continue;
       }
@@ -140,7 +144,8 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         d.RemoveMember("moves");
         d.AddMember("moves", rapidjson::Value(rapidjson::kArrayType), alloc);
       }
-      const std::string why = from + " is down (its etcd lease expired)";
+      const std::string why = up.count(from) ? from + " no longer leads the fragment's streams (its etcd lease expired)"
+                                             : from + " is down (its etcd lease expired)";
       rapidjson::Value move(rapidjson::kObjectType);
       move.AddMember("fragment", rapidjson::Value(name.c_str(), alloc), alloc);
       move.AddMember("from", rapidjson::Value(from.c_str(), alloc), alloc);
