@@ -19,8 +19,10 @@
 namespace entente::testing {
 
 // The local ports of the TCP sockets `pid` has open (listening, connected
-// or connecting); empty when the process is gone.
-inline std::set<uint16_t> local_tcp_ports_of(pid_t pid) {
+// or connecting); with `remote_port`, only of those connected (or
+// connecting) to that port: a source port may be reused towards another
+// destination by another process. Empty when the process is gone.
+inline std::set<uint16_t> local_tcp_ports_of(pid_t pid, uint16_t remote_port = 0) {
   std::set<uint64_t> inodes;
   std::error_code ec;
   const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
@@ -46,7 +48,9 @@ inline std::set<uint16_t> local_tcp_ports_of(pid_t pid) {
         continue;
       if (inodes.count(inode) == 0) continue;
       const size_t colon = local.rfind(':');
-      if (colon == std::string::npos) continue;
+      const size_t rcolon = remote.rfind(':');
+      if (colon == std::string::npos || rcolon == std::string::npos) continue;
+      if (remote_port != 0 && std::stoul(remote.substr(rcolon + 1), nullptr, 16) != remote_port) continue;
       ports.insert(static_cast<uint16_t>(std::stoul(local.substr(colon + 1), nullptr, 16)));
     }
   }
