@@ -3,8 +3,9 @@
 // query cut over the three nodes runs, then a checker that compares
 // everything with what a domain that saw no fault computed.
 //
-// acme: three real brokers and one real etcd (leases of 1 s: etcd runs with
-// fast heartbeats). Each node's peer listener sits behind a TcpProxy and
+// acme: three real brokers and one real etcd (leases of 4 s by default, of
+// 1 s with ENTENTE_CHAOS_KINDS=all: etcd then runs with fast heartbeats;
+// see kDefaultKinds). Each node's peer listener sits behind a TcpProxy and
 // the node advertises the proxy's port (`cluster.advertise_peer_port`), so
 // every peer link to it, from acme's nodes and from beta, crosses its
 // proxy. `bids` (NEXMark's bid: auction, bidder, price, date_time) is led
@@ -24,11 +25,14 @@
 // (ENTENTE_CHAOS_SEED reproduces a run's choices; the seed is printed):
 // SIGKILL of the leader of bids, of the node running the stateful
 // fragment, of the controller, of a follower or of any node, restarted
-// 0 to 3 s later; SIGSTOP of a node for 2 s; a node's peer links cut for
-// 2 s in both directions (its proxy cuts and refuses every connection, the
-// other proxies those the node dialed; it keeps etcd and its API); and,
-// one time in three, a second fault on another node while the domain
-// recovers from the first. The last fault is a kill with no restart.
+// 0 to 1 s later (0 to 3 s in the full mix); SIGSTOP of a node for 2 s; a
+// node's peer links cut for 2 s in both directions (its proxy cuts and
+// refuses every connection, the other proxies those the node dialed; it
+// keeps etcd and its API); and, one time in three, a second fault on
+// another node while the domain recovers from the first (a link cut; also
+// a SIGSTOP or a kill in the full mix). The last fault is a kill with no
+// restart: the domain carries on with two nodes, the bids and the
+// fragments the dead node led taken over by the others.
 //
 // The checker, after an end-marker batch that closes every window: acme's
 // bids holds every acknowledged batch exactly once, in acknowledgement
@@ -38,7 +42,9 @@
 // equal the windows the test computes from the acknowledged batches.
 //
 // ENTENTE_CHAOS_FAULTS (default 20) sets the number of restarted faults;
-// ENTENTE_CHAOS_LEASE_TTL (default 1) the lease in seconds.
+// ENTENTE_CHAOS_KINDS the fault kinds (kDefaultKinds, or "all");
+// ENTENTE_CHAOS_LEASE_TTL the lease in seconds. About 90 s on a loaded
+// 2-core VM by default.
 #include <gtest/gtest.h>
 
 #include <signal.h>
