@@ -553,7 +553,14 @@ void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
     if (!state || state->closed()) continue;
     StateTrim& t = seen[state->meta().name];
     if (auto it = trims.find(state->meta().name); it != trims.end()) t = it->second;
-    erase(state, q->state_trim_before(), t);
+    uint64_t before = q->state_trim_before();
+    // A follower that was away (killed, stopped, cut off) resumes its copy
+    // after the last record it acknowledged: those stay until it has them,
+    // as any stream's do, or it could never be in sync again.
+    if (peering_) {
+      if (auto need = peering_->retention_pin(state->meta().name)) before = std::min(before, *need);
+    }
+    erase(state, before, t);
   }
   // A follower's copy (@LEADER/QUERY--FRAGMENT--state): up to the last
   // checkpoint it holds whole, read as it grows (each record once).

@@ -3,7 +3,10 @@
 // each accepted connection and a target port, and can freeze (stop
 // forwarding but keep connections open: a silent peer), cut (close every
 // connection: a broken link) and block (close new connections at once: a
-// peer that is unreachable). Runs its own io thread; header-only, for tests.
+// peer that is unreachable), for every connection or only for those whose
+// client (the dialer) matches a predicate on its source port (see
+// tests/support/tcp_owner.h to tell which process a port belongs to). Runs
+// its own io thread; header-only, for tests.
 
 // GCC 12 misreports Asio's coroutine-frame allocator as a mismatched
 // new/delete (see federation/link.cpp); scoped to this header.
@@ -26,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
@@ -64,6 +68,28 @@ class TcpProxy {
   // While blocked, new connections are closed as soon as they arrive.
   void block(bool on) { blocked_ = on; }
 
+  // The client's source port (127.0.0.1:PORT, the dialer's end) of a
+  // connection, for the predicates below.
+  using ClientFilter = std::function<bool(uint16_t client_port)>;
+  // Closes the open connections whose client matches `match`.
+  void cut_clients(ClientFilter match) {
+    run_on_io([this, &match] {
+      for (auto& weak : pairs_) {
+        auto p = weak.lock();
+        if (!p || !match(p->client_port)) continue;
+        boost::system::error_code ignored;
+        p->client.close(ignored);
+        p->server.close(ignored);
+      }
+    });
+  }
+  // While set, a new connection whose client matches `match` is closed as
+  // soon as it arrives (called on the proxy's thread, once per connection);
+  // an empty filter lets every one through again.
+  void refuse_clients(ClientFilter match) {
+    run_on_io([this, &match] { refuse_ = std::move(match); });
+  }
+
   void stop() {
     if (!thread_.joinable()) return;
     run_on_io([this] {
@@ -82,6 +108,7 @@ class TcpProxy {
     explicit Pair(boost::asio::io_context& io) : client(io), server(io) {}
     Socket client;
     Socket server;
+    uint16_t client_port = 0;
   };
 
   template <class F>
@@ -114,6 +141,9 @@ class TcpProxy {
       auto [ec] = co_await acceptor_.async_accept(p->client, use_tuple);
       if (ec) co_return;
       if (blocked_ || stopping_) continue;  // `p` goes: the connection closes
+      boost::system::error_code rec;
+      p->client_port = p->client.remote_endpoint(rec).port();
+      if (rec || (refuse_ && refuse_(p->client_port))) continue;
       auto [cec] = co_await p->server.async_connect(
           tcp::endpoint(net::ip::make_address("127.0.0.1"), target_), use_tuple);
       if (cec) continue;
@@ -161,6 +191,7 @@ class TcpProxy {
   std::atomic<bool> blocked_{false};
   bool stopping_ = false;  // io thread
   std::vector<std::weak_ptr<Pair>> pairs_;  // io thread
+  ClientFilter refuse_;                     // io thread
 };
 
 }  // namespace entente::testing
