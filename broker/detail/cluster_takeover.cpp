@@ -134,16 +134,9 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         continue;
       const std::string name = f["name"].GetString();
       const std::string from = f["node"].GetString();
-<<<<<<< HEAD
       // A fragment runs where its state stream is led: this node, after a
       // failover that moved the stream while its node was down (it may be
       // back by now, as a follower of the streams it led).
-=======
-      // A node that is up again (restarted, or woken from a stop) after
-      // its lease expired no longer leads the fragment's streams (a
-      // failover moved them here): it cannot run the fragment, its appends
-      // are fenced, so the fragment is taken over all the same.
->>>>>>> chaos
       if (from == config_.node) continue;
       const std::string runner = engine::fragment_network_name(query, name);
       const std::string state = state_stream_name(runner);
@@ -173,11 +166,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         d.RemoveMember("moves");
         d.AddMember("moves", rapidjson::Value(rapidjson::kArrayType), alloc);
       }
-<<<<<<< HEAD
       const std::string why = up.count(from) ? from + " was down (its etcd lease expired) and its streams failed over"
-=======
-      const std::string why = up.count(from) ? from + " no longer leads the fragment's streams (its etcd lease expired)"
->>>>>>> chaos
                                              : from + " is down (its etcd lease expired)";
       rapidjson::Value move(rapidjson::kObjectType);
       move.AddMember("fragment", rapidjson::Value(name.c_str(), alloc), alloc);
