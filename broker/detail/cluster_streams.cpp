@@ -469,14 +469,15 @@ void NodeImpl::reconcile_streams() {
   for (const auto& e : catalog_->list("streams/")) {
     auto parsed = stream_entry_from_json(e.value);
     if (!parsed.ok() || parsed->node != config_.node || find_stream(parsed->meta.name)) continue;
+    // Led here since a failover, its copy not adopted yet
+    // (reconcile_leadership): not an entry left behind. (Erasing it would
+    // have it created again without its followers.)
+    if (parsed->epoch > 1 || !replica_of(parsed->meta.name).empty()) continue;
     if (parsed->meta.producer != "api") {
       // The output of a query deleted here while etcd could not be told.
       (void)catalog_->erase(e.key, e.mod_revision);
       continue;
     }
-    // Taken over from a copy (reconcile_leadership), not created: an empty
-    // log would lose what the copy holds.
-    if (parsed->epoch > 1 || !replica_of(parsed->meta.name).empty()) continue;
     // In the catalog as led here, but not here: this node stopped between
     // the two writes of its creation.
     auto s = create_stream(parsed->meta);
