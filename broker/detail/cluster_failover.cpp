@@ -175,6 +175,48 @@ void NodeImpl::fail_over_streams(const cluster::MembershipView& view) {
                  {{"stream", name}})
         .inc();
   }
+  join_split_groups(groups, by_name, up);
+}
+
+void NodeImpl::join_split_groups(const std::map<std::string, std::vector<std::string>>& groups,
+                                 const std::map<std::string, StreamEntry>& by_name, const std::set<std::string>& up) {
+  // A fragment's streams led by two nodes (a failover moved some while
+  // the others' follower was out of their in-sync set, and their leader
+  // came back): the fragment runs where its state stream is led, so the
+  // others move there once that node is in their in-sync set again. Their
+  // leader is up: it is deposed as a failover would (epoch + 1), and its
+  // run of the fragment, fenced already, gives them up.
+  std::set<std::string> seen;
+  for (const auto& [stream, members] : groups) {
+    const std::string& state = members.back();
+    if (!seen.insert(state).second) continue;
+    auto s = by_name.find(state);
+    if (s == by_name.end() || !up.count(s->second.node)) continue;
+    const std::string& target = s->second.node;
+    for (const auto& m : members) {
+      auto it = by_name.find(m);
+      if (it == by_name.end() || it->second.node == target || !up.count(it->second.node) ||
+          !contains(it->second.in_sync, target))
+        continue;
+      auto e = catalog_->get("streams/" + m);
+      if (!e) continue;
+      auto parsed = stream_entry_from_json(e->value);
+      if (!parsed.ok() || parsed->node != it->second.node) continue;
+      StreamEntry next = *parsed;
+      next.node = target;
+      next.epoch = parsed->epoch + 1;
+      next.lease = 0;
+      next.replicas.clear();
+      for (const auto& r : parsed->replicas)
+        if (r != target) next.replicas.push_back(r);
+      next.replicas.push_back(parsed->node);
+      next.in_sync.clear();
+      if (!catalog_->update(e->key, stream_catalog_entry(next), e->mod_revision).ok()) continue;
+      std::fprintf(stderr, "entente: stream '%s': %s leads it from epoch %llu, with the rest of its fragment's "
+                           "streams (%s led it)\n", m.c_str(), target.c_str(),
+                   static_cast<unsigned long long>(next.epoch), parsed->node.c_str());
+    }
+  }
 }
 
 void NodeImpl::reconcile_leadership() {

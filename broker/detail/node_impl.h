@@ -109,6 +109,8 @@ struct QueryPlacement {
   std::string network_json;
 };
 
+struct StreamEntry;
+
 class NodeImpl final : public http::Handler {
  public:
   explicit NodeImpl(NodeConfig config);
@@ -368,6 +370,10 @@ class NodeImpl final : public http::Handler {
   // Each stream a fragment writes (its outputs and its state stream) ->
   // all of them: they fail over together, to one node (cluster_failover.cpp).
   std::map<std::string, std::vector<std::string>> fragment_stream_groups() const;
+  // The controller: moves a fragment's streams led apart from its state
+  // stream to that stream's leader, once it is in their in-sync sets.
+  void join_split_groups(const std::map<std::string, std::vector<std::string>>& groups,
+                         const std::map<std::string, StreamEntry>& by_name, const std::set<std::string>& up);
   // A fragment reading an internal stream from a node that no longer
   // leads it reads it from the new leader (Imports::redirect), or, when
   // this node leads it now, is restarted reading it locally.
