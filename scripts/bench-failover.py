@@ -421,19 +421,22 @@ class Bench:
         pub.stop = True
         pub.join()
         # The end marker: an hour later, closes every window.
-        marker = json.dumps([{"auction": -1, "price": 0, "date_time": int(wall()) + 3600000}])
-        for _ in range(100):
+        last_event = int(wall())
+        marker = json.dumps([{"auction": -1, "price": 0, "date_time": last_event + 3600000}])
+        marker_acked = False
+        for _ in range(300):
             live = [n for n in self.nodes if n.alive()]
             try:
                 status, _ = live[0].request("POST", "/v1/streams/bids/tuples?producer_id=end&producer_seq=1", marker)
                 if status == 200:
+                    marker_acked = True
                     break
             except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.1)
-        # Quiet for 3 s: everything is out.
+        # Quiet for 10 s: everything is out (a fragment may be catching up).
         last, since = -1, wall()
-        while wall() - since < 3000:
+        while wall() - since < 10000:
             with sub.lock:
                 n = len(sub.rows)
             if n != last:
@@ -460,7 +463,9 @@ class Bench:
         want = len(pub.acked) * ROWS
         print(json.dumps({"bench": "failover_query_check", "kills": a.kills, "output_rows": len(rows),
                           "gaps_or_repeats": gaps_or_repeats, "counted_tuples": counted,
-                          "acknowledged_tuples": want, "publisher_retries": pub.errors}))
+                          "acknowledged_tuples": want, "end_marker_acknowledged": marker_acked,
+                          "last_window_start": max((r["window_start"] for r in rows), default=0) - last_event,
+                          "publisher_retries": pub.errors}))
         return 1 if failed or gaps_or_repeats or counted != want else 0
 
     def controller(self, conn):
