@@ -106,6 +106,10 @@ std::map<std::string, std::vector<std::string>> NodeImpl::fragment_stream_groups
       std::vector<std::string> members = outputs_of(f["body"]);
       members.push_back(state_stream_name(engine::fragment_network_name(query, f["name"].GetString())));
       for (const auto& m : members) groups[m] = members;
+      // The query input it reads, after the state stream: where the group
+      // belongs (join_split_groups).
+      const auto inputs = user_inputs_of(f["body"], config_.domain);
+      if (!inputs.empty()) groups[members.back()].push_back(inputs.front());
     }
   }
   return groups;

@@ -367,8 +367,10 @@ class NodeImpl final : public http::Handler {
   // this node now leads (their outputs too): same deterministic replay as
   // a restart, from the replicated checkpoint and journal.
   void take_over_fragments(const cluster::MembershipView& view);
-  // Each stream a fragment writes (its outputs and its state stream) ->
+  // Each stream a fragment writes (its outputs, then its state stream) ->
   // all of them: they fail over together, to one node (cluster_failover.cpp).
+  // The state stream's own list ends with the query input the fragment
+  // reads, if any: the group belongs where that input is led.
   std::map<std::string, std::vector<std::string>> fragment_stream_groups() const;
   // The controller: moves a fragment's streams led apart from its state
   // stream to that stream's leader, once it is in their in-sync sets.
