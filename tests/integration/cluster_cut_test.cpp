@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "rapidjson/document.h"
+#include "tests/integration/support/cut_query.h"
 #include "tests/integration/support/domain.h"
 #include "tests/integration/support/ws_reader.h"
 #include "tests/support/etcd_process.h"
@@ -34,48 +35,18 @@ constexpr int kBatches = 150;
 constexpr int kRowsPerBatch = 20;
 constexpr int kAuctions = 7;
 
-const char* kSchema =
-    R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
-
 rapidjson::Document parse(const std::string& body) {
   rapidjson::Document d;
   d.Parse(body.c_str());
   return d;
 }
 
-// bids → keep (filter) → cents (map) → counts (1 s tumbling count per
-// auction) → output; `placement` as given.
-std::string query(const std::string& name, const std::string& output, const std::string& placement) {
-  return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
-         std::string(kSchema) +
-         R"(}],"boxes":[)"
-         R"({"id":"keep","type":"filter","options":{"predicates":["price >= 0"],"drop_unmatched":true}},)"
-         R"({"id":"cents","type":"map","options":{"fields":[{"name":"auction","expr":"auction"},)"
-         R"({"name":"cents","expr":"price * 100"}]}},)"
-         R"({"id":"counts","type":"aggregate","options":{"group_by":["auction"],)"
-         R"("window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]}}],)"
-         R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"cents"},{"from":"cents","to":"counts"}],)"
-         R"("outputs":[{"name":")" +
-         output + R"(","from":"counts"}],"placement":)" + placement + "}";
-}
-
 class ClusterCut : public ThreeNodeDomain {
  protected:
   ClusterCut() : ThreeNodeDomain("etcd-cut", R"("checkpoint_interval": "200ms", )") {}
 
-  // Batch b: kRowsPerBatch bids 100 ms of event time after batch b-1's,
-  // or the end marker (b = 0): an hour later, auction -1, which closes
-  // every window.
-  static std::string batch(int b) {
-    if (b == 0) return R"([{"auction":-1,"price":0,"date_time":)" + std::to_string(3'600'000 + kBatches * 100) + "}]";
-    std::string body = "[";
-    for (int k = 0; k < kRowsPerBatch; ++k) {
-      if (k) body += ",";
-      body += R"({"auction":)" + std::to_string((b * 31 + k) % kAuctions) + R"(,"price":)" + std::to_string(k) +
-              R"(,"date_time":)" + std::to_string(b * 100 + k) + "}";
-    }
-    return body + "]";
-  }
+  // Batch b (support/cut_query.h); b = 0: the end marker.
+  static std::string batch(int b) { return cut_bid_batch(b, kBatches, kRowsPerBatch, kAuctions); }
 
   // Publishes batch b (producer "p", number b; the end marker kBatches + 1) through n1, n2, n3 in
   // turn from `start` until one answers 200: a 502 or 503 while a node is
@@ -108,14 +79,14 @@ class ClusterCut : public ThreeNodeDomain {
 
 TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfEachNode) {
   auto created = node(2).request("POST", "/v1/streams",
-                                 R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}");
+                                 R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}");
   ASSERT_EQ(created.status, 201u) << created.body;
-  auto whole = node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})"));
+  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
   ASSERT_EQ(whole.status, 201u) << whole.body;
   // Deployed through n3; each fragment on its node, producers first.
   auto cut = node(3).request(
       "POST", "/v1/queries",
-      query("cut", "counts-cut",
+      cut_count_query("cut", "counts-cut",
             R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
             R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
   ASSERT_EQ(cut.status, 201u) << cut.body;
@@ -227,13 +198,13 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
 // the whole query's, row for row, and the checkpoints go on from the
 // recovered one.
 TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAKillNineRecoversFrom) {
-  ASSERT_EQ(node(1).request("POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}")
+  ASSERT_EQ(node(1).request("POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}")
                 .status,
             201u);
-  ASSERT_EQ(node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})")).status, 201u);
+  ASSERT_EQ(node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})")).status, 201u);
   auto cut = node(1).request(
       "POST", "/v1/queries",
-      query("cut", "counts-cut",
+      cut_count_query("cut", "counts-cut",
             R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
             R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
   ASSERT_EQ(cut.status, 201u) << cut.body;
@@ -358,13 +329,13 @@ TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAK
 // reads the producer's internal stream directly) and one on another; the
 // fragment without a node runs next to the stream it reads (n1).
 TEST_F(ClusterCut, FragmentsSharingANodeReadTheirArcLocally) {
-  ASSERT_EQ(node(1).request("POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}")
+  ASSERT_EQ(node(1).request("POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}")
                 .status,
             201u);
-  ASSERT_EQ(node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})")).status, 201u);
+  ASSERT_EQ(node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})")).status, 201u);
   auto cut = node(2).request(
       "POST", "/v1/queries",
-      query("cut", "counts-cut",
+      cut_count_query("cut", "counts-cut",
             R"({"fragments":[{"name":"a","boxes":["keep"]},{"name":"b","node":"n1","boxes":["cents"]},)"
             R"({"name":"c","node":"n2","boxes":["counts"]}]})"));
   ASSERT_EQ(cut.status, 201u) << cut.body;
@@ -401,26 +372,26 @@ TEST_F(ClusterCut, FragmentsSharingANodeReadTheirArcLocally) {
 
 TEST_F(ClusterCut, BadCutsAreRefusedAndLeaveNothing) {
   auto created = node(1).request("POST", "/v1/streams",
-                                 R"({"name":"bids","node":"n1","schema":)" + std::string(kSchema) + "}");
+                                 R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}");
   ASSERT_EQ(created.status, 201u) << created.body;
   // The fragment reading bids is not on bids' node.
   auto far = node(1).request(
       "POST", "/v1/queries",
-      query("far", "far-out",
+      cut_count_query("far", "far-out",
             R"({"fragments":[{"name":"a","node":"n2","boxes":["keep"]},{"name":"b","node":"n3","boxes":["cents","counts"]}]})"));
   EXPECT_EQ(far.status, 409u) << far.body;
   EXPECT_NE(far.body.find("leads"), std::string::npos) << far.body;
   // An unknown node.
   auto unknown = node(1).request(
       "POST", "/v1/queries",
-      query("unk", "unk-out",
+      cut_count_query("unk", "unk-out",
             R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n9","boxes":["cents","counts"]}]})"));
   EXPECT_EQ(unknown.status, 400u) << unknown.body;
   EXPECT_NE(unknown.body.find("$.placement.fragments[1].node"), std::string::npos) << unknown.body;
   // "--" is reserved.
-  auto reserved = node(1).request("POST", "/v1/queries", query("x--y", "xy-out", R"({"node":"n1"})"));
+  auto reserved = node(1).request("POST", "/v1/queries", cut_count_query("x--y", "xy-out", R"({"node":"n1"})"));
   EXPECT_EQ(reserved.status, 400u) << reserved.body;
-  auto stream = node(1).request("POST", "/v1/streams", R"({"name":"a--b","schema":)" + std::string(kSchema) + "}");
+  auto stream = node(1).request("POST", "/v1/streams", R"({"name":"a--b","schema":)" + std::string(kCutBidSchema) + "}");
   EXPECT_EQ(stream.status, 400u) << stream.body;
   for (int i = 1; i <= 3; ++i) {
     auto q = node(i).request("GET", "/v1/queries", {}, kReaderToken);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rapidjson/document.h"
+#include "tests/integration/support/cut_query.h"
 #include "tests/integration/support/domain.h"
 #include "tests/integration/support/ws_reader.h"
 
@@ -30,44 +31,14 @@ constexpr int kBatches = 120;
 constexpr int kRowsPerBatch = 20;
 constexpr int kAuctions = 7;
 
-const char* kSchema =
-    R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
-
 rapidjson::Document parse(const std::string& body) {
   rapidjson::Document d;
   d.Parse(body.c_str());
   return d;
 }
 
-// bids → keep (filter) → cents (map) → counts (1 s tumbling count per
-// auction) → output.
-std::string query(const std::string& name, const std::string& output, const std::string& placement) {
-  return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
-         std::string(kSchema) +
-         R"(}],"boxes":[)"
-         R"({"id":"keep","type":"filter","options":{"predicates":["price >= 0"],"drop_unmatched":true}},)"
-         R"({"id":"cents","type":"map","options":{"fields":[{"name":"auction","expr":"auction"},)"
-         R"({"name":"cents","expr":"price * 100"}]}},)"
-         R"({"id":"counts","type":"aggregate","options":{"group_by":["auction"],)"
-         R"("window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]}}],)"
-         R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"cents"},{"from":"cents","to":"counts"}],)"
-         R"("outputs":[{"name":")" +
-         output + R"(","from":"counts"}],"placement":)" + placement + "}";
-}
-
-// Batch b: kRowsPerBatch bids 100 ms of event time after batch b-1's, or
-// the end marker (b = 0): an hour later, auction -1, which closes every
-// window.
-std::string batch(int b) {
-  if (b == 0) return R"([{"auction":-1,"price":0,"date_time":)" + std::to_string(3'600'000 + kBatches * 100) + "}]";
-  std::string body = "[";
-  for (int k = 0; k < kRowsPerBatch; ++k) {
-    if (k) body += ",";
-    body += R"({"auction":)" + std::to_string((b * 31 + k) % kAuctions) + R"(,"price":)" + std::to_string(k) +
-            R"(,"date_time":)" + std::to_string(b * 100 + k) + "}";
-  }
-  return body + "]";
-}
+// Batch b (support/cut_query.h); b = 0: the end marker.
+std::string batch(int b) { return cut_bid_batch(b, kBatches, kRowsPerBatch, kAuctions); }
 
 class ClusterFragmentFailover : public ThreeNodeDomain {
  protected:
@@ -96,15 +67,15 @@ class ClusterFragmentFailover : public ThreeNodeDomain {
 
 TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDiesAndItsOutputStaysExact) {
   auto created = node(1).request("POST", "/v1/streams",
-                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kSchema) +
+                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kCutBidSchema) +
                                      "}");
   ASSERT_EQ(created.status, 201u) << created.body;
   // The reference runs whole on n1, which is never killed.
-  auto whole = node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})"));
+  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
   ASSERT_EQ(whole.status, 201u) << whole.body;
   auto cut = node(2).request(
       "POST", "/v1/queries",
-      query("cut", "counts-cut",
+      cut_count_query("cut", "counts-cut",
             R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
             R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
   ASSERT_EQ(cut.status, 201u) << cut.body;
@@ -187,14 +158,14 @@ TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDie
 // output is still exactly the whole query's.
 TEST_F(ClusterFragmentFailover, AnEtcdOutageLongerThanTheLeasesPausesTheFragmentsAndLosesNothing) {
   auto created = node(1).request("POST", "/v1/streams",
-                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kSchema) +
+                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kCutBidSchema) +
                                      "}");
   ASSERT_EQ(created.status, 201u) << created.body;
-  auto whole = node(1).request("POST", "/v1/queries", query("whole", "counts-whole", R"({"node":"n1"})"));
+  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
   ASSERT_EQ(whole.status, 201u) << whole.body;
   auto cut = node(2).request(
       "POST", "/v1/queries",
-      query("cut", "counts-cut",
+      cut_count_query("cut", "counts-cut",
             R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
             R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
   ASSERT_EQ(cut.status, 201u) << cut.body;
