@@ -143,26 +143,8 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
   // The whole query's output is the reference: read it through n2 once
   // complete (the end marker closed every window: 150 batches of 100 ms
   // are 15 windows of 1 s, each with every auction).
-  uint64_t rows = 0;
-  ASSERT_TRUE(eventually(60s, [&] {
-    rows = next_seq(node(2), "counts-whole") - 1;
-    return rows > 0 && next_seq(node(2), "counts-cut") - 1 >= rows;
-  })) << "whole " << next_seq(node(2), "counts-whole") << ", cut " << next_seq(node(2), "counts-cut");
-  std::this_thread::sleep_for(500ms);  // nothing more may come
-  rows = next_seq(node(2), "counts-whole") - 1;
-  ASSERT_EQ(next_seq(node(2), "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
-  const ReadResult want = read_stream(node(2), "counts-whole", 1, rows, 60'000);
-  const ReadResult got = read_stream(node(2), "counts-cut", 1, rows, 60'000);
-  ASSERT_EQ(want.tuples.size(), rows) << want.error;
-  ASSERT_EQ(got.tuples.size(), rows) << got.error;
   int64_t total = 0;
-  for (uint64_t i = 0; i < rows; ++i) {
-    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
-    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
-    auto d = parse(got.tuples[i].line);
-    ASSERT_TRUE(d.IsObject() && d.HasMember("n")) << got.tuples[i].line;
-    if (d["auction"].GetInt64() >= 0) total += d["n"].GetInt64();
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(2), node(2), 1, 60s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
   // The load of each fragment's boxes, through any node (counted since
@@ -296,25 +278,8 @@ TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAK
 
   // Complete: equal to the whole query's output, row for row, numbered
   // without gap or repeat.
-  uint64_t rows = 0;
-  ASSERT_TRUE(eventually(60s, [&] {
-    rows = next_seq(node(1), "counts-whole") - 1;
-    return rows >= 10u * kAuctions && next_seq(node(1), "counts-cut") - 1 >= rows;
-  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
-  std::this_thread::sleep_for(500ms);  // nothing more may come
-  rows = next_seq(node(1), "counts-whole") - 1;
-  ASSERT_EQ(next_seq(node(1), "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
-  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 60'000);
-  const ReadResult got = read_stream(node(1), "counts-cut", 1, rows, 60'000);
-  ASSERT_EQ(want.tuples.size(), rows) << want.error;
-  ASSERT_EQ(got.tuples.size(), rows) << got.error;
   int64_t total = 0;
-  for (uint64_t i = 0; i < rows; ++i) {
-    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
-    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
-    auto d = parse(got.tuples[i].line);
-    if (d["auction"].GetInt64() >= 0) total += d["n"].GetInt64();
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(1), 10u * kAuctions, 60s, total));
   EXPECT_EQ(total, int64_t{100} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
   // Deleting the query deletes the state streams with it.
@@ -358,16 +323,8 @@ TEST_F(ClusterCut, FragmentsSharingANodeReadTheirArcLocally) {
 
   for (int b = 1; b <= 40; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));
   ASSERT_NO_FATAL_FAILURE(publish(0, 0));
-  uint64_t rows = 0;
-  ASSERT_TRUE(eventually(30s, [&] {
-    rows = next_seq(node(1), "counts-whole") - 1;
-    return rows >= 4u * kAuctions && next_seq(node(1), "counts-cut") - 1 == rows;
-  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
-  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 30'000);
-  const ReadResult have = read_stream(node(3), "counts-cut", 1, rows, 30'000);
-  ASSERT_EQ(want.tuples.size(), rows) << want.error;
-  ASSERT_EQ(have.tuples.size(), rows) << have.error;
-  for (uint64_t i = 0; i < rows; ++i) ASSERT_EQ(have.tuples[i].line, want.tuples[i].line) << "row " << i;
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(3), 4u * kAuctions, 30s, total));
 }
 
 TEST_F(ClusterCut, BadCutsAreRefusedAndLeaveNothing) {

@@ -53,6 +53,23 @@ class ClusterFragmentFailover : public ThreeNodeDomain {
     if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
   }
 
+  // bids led by n1 with a follower; the query whole on n1 (never killed:
+  // the reference) and cut over n1, n2, n3 (the stateful fragment on n3).
+  void deploy() {
+    auto created = node(1).request("POST", "/v1/streams",
+                                   R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kCutBidSchema) +
+                                       "}");
+    ASSERT_EQ(created.status, 201u) << created.body;
+    auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
+    ASSERT_EQ(whole.status, 201u) << whole.body;
+    auto cut = node(2).request(
+        "POST", "/v1/queries",
+        cut_count_query("cut", "counts-cut",
+              R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
+              R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
+    ASSERT_EQ(cut.status, 201u) << cut.body;
+  }
+
   // Where GET /v1/queries/cut through node `via` places fragment `name`.
   std::string fragment_node(int via, const std::string& name) {
     auto r = node(via).try_request("GET", "/v1/queries/cut", {}, kReaderToken);
@@ -66,19 +83,7 @@ class ClusterFragmentFailover : public ThreeNodeDomain {
 };
 
 TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDiesAndItsOutputStaysExact) {
-  auto created = node(1).request("POST", "/v1/streams",
-                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kCutBidSchema) +
-                                     "}");
-  ASSERT_EQ(created.status, 201u) << created.body;
-  // The reference runs whole on n1, which is never killed.
-  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
-  ASSERT_EQ(whole.status, 201u) << whole.body;
-  auto cut = node(2).request(
-      "POST", "/v1/queries",
-      cut_count_query("cut", "counts-cut",
-            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
-            R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
-  ASSERT_EQ(cut.status, 201u) << cut.body;
+  ASSERT_NO_FATAL_FAILURE(deploy());
 
   // The stateful fragment's streams have a follower, in sync.
   {
@@ -115,26 +120,8 @@ TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDie
     EXPECT_NE(std::string(d["moves"][0]["reason"].GetString()).find("n3 is down"), std::string::npos) << r.body;
   }
 
-  uint64_t rows = 0;
-  ASSERT_TRUE(eventually(60s, [&] {
-    rows = next_seq(node(1), "counts-whole") - 1;
-    return rows > 0 && next_seq(node(1), "counts-cut") - 1 >= rows;
-  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
-  std::this_thread::sleep_for(500ms);  // nothing more may come
-  rows = next_seq(node(1), "counts-whole") - 1;
-  ASSERT_EQ(next_seq(node(1), "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
-  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 60'000);
-  const ReadResult got = read_stream(node(2), "counts-cut", 1, rows, 60'000);
-  ASSERT_EQ(want.tuples.size(), rows) << want.error;
-  ASSERT_EQ(got.tuples.size(), rows) << got.error;
   int64_t total = 0;
-  for (uint64_t i = 0; i < rows; ++i) {
-    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
-    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
-    auto d = parse(got.tuples[i].line);
-    ASSERT_TRUE(d.IsObject() && d.HasMember("n")) << got.tuples[i].line;
-    if (d["auction"].GetInt64() >= 0) total += d["n"].GetInt64();
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(2), 1, 60s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
   // n3 comes back: its stale run of the fragment goes, the fragment stays
@@ -157,18 +144,7 @@ TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDie
 // publisher is answered 503; when etcd is back everything goes on, and the
 // output is still exactly the whole query's.
 TEST_F(ClusterFragmentFailover, AnEtcdOutageLongerThanTheLeasesPausesTheFragmentsAndLosesNothing) {
-  auto created = node(1).request("POST", "/v1/streams",
-                                 R"({"name":"bids","node":"n1","replication":2,"schema":)" + std::string(kCutBidSchema) +
-                                     "}");
-  ASSERT_EQ(created.status, 201u) << created.body;
-  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
-  ASSERT_EQ(whole.status, 201u) << whole.body;
-  auto cut = node(2).request(
-      "POST", "/v1/queries",
-      cut_count_query("cut", "counts-cut",
-            R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},{"name":"b","node":"n2","boxes":["cents"]},)"
-            R"({"name":"c","node":"n3","boxes":["counts"]}]})"));
-  ASSERT_EQ(cut.status, 201u) << cut.body;
+  ASSERT_NO_FATAL_FAILURE(deploy());
   for (int b = 1; b <= kBatches; ++b) {
     if (b == 40) {
       ASSERT_TRUE(eventually(30s, [&] { return next_seq(node(1), "counts-cut") > 1; }));
@@ -180,22 +156,9 @@ TEST_F(ClusterFragmentFailover, AnEtcdOutageLongerThanTheLeasesPausesTheFragment
     if (HasFatalFailure()) return;
   }
   publish(0, 0);
-  uint64_t rows = 0;
-  ASSERT_TRUE(eventually(90s, [&] {
-    rows = next_seq(node(1), "counts-whole") - 1;
-    return rows > 0 && next_seq(node(1), "counts-cut") - 1 >= rows;
-  })) << "whole " << next_seq(node(1), "counts-whole") << ", cut " << next_seq(node(1), "counts-cut");
-  std::this_thread::sleep_for(500ms);
-  rows = next_seq(node(1), "counts-whole") - 1;
-  ASSERT_EQ(next_seq(node(1), "counts-cut") - 1, rows);
-  const ReadResult want = read_stream(node(1), "counts-whole", 1, rows, 60'000);
-  const ReadResult got = read_stream(node(2), "counts-cut", 1, rows, 60'000);
-  ASSERT_EQ(want.tuples.size(), rows) << want.error;
-  ASSERT_EQ(got.tuples.size(), rows) << got.error;
-  for (uint64_t i = 0; i < rows; ++i) {
-    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
-    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
-  }
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(2), 1, 90s, total));
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
   auto q = node(3).request("GET", "/v1/queries/cut", {}, kReaderToken);
   EXPECT_NE(q.body.find(R"("state":"running")"), std::string::npos) << q.body;
 }

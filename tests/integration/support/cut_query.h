@@ -3,7 +3,16 @@
 // fragments"): bids → keep (filter) → cents (map) → counts (1 s tumbling
 // count per auction), and the batches of bids they publish.
 
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
 #include <string>
+#include <thread>
+
+#include "rapidjson/document.h"
+#include "tests/integration/support/ws_reader.h"
+#include "tests/support/eventually.h"
 
 namespace entente::testing {
 
@@ -37,6 +46,39 @@ inline std::string cut_bid_batch(int b, int batches, int rows, int auctions) {
             R"(,"date_time":)" + std::to_string(b * 100 + k) + "}";
   }
   return body + "]";
+}
+
+// Waits up to `wait` until the cut query's output "counts-cut" (through
+// `cut_via`) holds as many rows as the whole query's "counts-whole"
+// (through `whole_via`), at least `min_rows`; then checks that it is the
+// whole one row for row (values, event times, sequence numbers 1..N, no
+// gap, no repeat) and adds to `counted` the counts of the real auctions
+// (the end marker's -1 left out). Call under ASSERT_NO_FATAL_FAILURE.
+inline void expect_cut_output_equals_whole(const BrokerProcess& whole_via, const BrokerProcess& cut_via,
+                                           uint64_t min_rows, std::chrono::seconds wait, int64_t& counted) {
+  uint64_t rows = 0;
+  ASSERT_TRUE(eventually(
+      [&] {
+        rows = next_seq(whole_via, "counts-whole") - 1;
+        return rows >= min_rows && rows > 0 && next_seq(cut_via, "counts-cut") - 1 >= rows;
+      },
+      std::chrono::milliseconds(wait)))
+      << "whole " << next_seq(whole_via, "counts-whole") << ", cut " << next_seq(cut_via, "counts-cut");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // nothing more may come
+  rows = next_seq(whole_via, "counts-whole") - 1;
+  ASSERT_EQ(next_seq(cut_via, "counts-cut") - 1, rows) << "the cut query wrote more rows than the whole one";
+  const ReadResult want = read_stream(whole_via, "counts-whole", 1, rows, 60'000);
+  const ReadResult got = read_stream(cut_via, "counts-cut", 1, rows, 60'000);
+  ASSERT_EQ(want.tuples.size(), rows) << want.error;
+  ASSERT_EQ(got.tuples.size(), rows) << got.error;
+  for (uint64_t i = 0; i < rows; ++i) {
+    ASSERT_EQ(got.tuples[i].seq, i + 1) << "a gap or a repeat in the cut query's numbering";
+    ASSERT_EQ(got.tuples[i].line, want.tuples[i].line) << "row " << i;
+    rapidjson::Document d;
+    d.Parse(got.tuples[i].line.c_str());
+    ASSERT_TRUE(d.IsObject() && d.HasMember("n") && d.HasMember("auction")) << got.tuples[i].line;
+    if (d["auction"].GetInt64() >= 0) counted += d["n"].GetInt64();
+  }
 }
 
 }  // namespace entente::testing
