@@ -33,21 +33,6 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// A fragment's group without the input it reads: the streams it writes,
-// its state stream last (fragment_stream_groups).
-std::vector<std::string> written_by_group(const std::vector<std::string>& members,
-                                          const std::map<std::string, std::vector<std::string>>& groups) {
-  // The first member's list never carries the input (only the state
-  // stream's does); the state stream's list = that + the input.
-  std::vector<std::string> out;
-  for (const auto& m : members) {
-    out.push_back(m);
-    if (m.ends_with("--state")) break;
-  }
-  (void)groups;
-  return out;
-}
-
 // The node a fragment's streams (`members`) move to from `down`: one that
 // already leads some of them since (a pass that moved only part of them),
 // else the first node up in the in-sync set of every member `down` leads;
@@ -150,7 +135,7 @@ void NodeImpl::fail_over_streams(const cluster::MembershipView& view) {
     const std::string& name = parsed->meta.name;
     std::string chosen;
     if (auto g = groups.find(name); g != groups.end()) {
-      chosen = group_successor(written_by_group(g->second, groups), by_name, up, parsed->node);
+      chosen = group_successor(g->second.writes, by_name, up, parsed->node);
     } else {
       for (const auto& n : parsed->in_sync)
         if (up.count(n)) {
@@ -193,30 +178,29 @@ void NodeImpl::fail_over_streams(const cluster::MembershipView& view) {
   join_split_groups(groups, by_name, up);
 }
 
-void NodeImpl::join_split_groups(const std::map<std::string, std::vector<std::string>>& groups,
+void NodeImpl::join_split_groups(const std::map<std::string, FragmentGroup>& groups,
                                  const std::map<std::string, StreamEntry>& by_name, const std::set<std::string>& up) {
-  // A fragment's streams led by two nodes (a failover moved some while
-  // the others' follower was out of their in-sync set, and their leader
-  // came back): the fragment runs where its state stream is led, so the
-  // others move there once that node is in their in-sync set again. Their
-  // leader is up: it is deposed as a failover would (epoch + 1), and its
-  // run of the fragment, fenced already, gives them up.
+  // A fragment's streams led by two nodes, or apart from the query input
+  // it reads (a failover moved some while the others' follower was out of
+  // their in-sync set, and their leader came back): they move to the
+  // input's leader (else the state stream's) once that node is in their
+  // in-sync sets again, and the fragment is taken over there. Their leader
+  // is up: it is deposed as a failover would (epoch + 1), and its run of
+  // the fragment, fenced already, gives them up.
   std::set<std::string> seen;
   for (const auto& [stream, group] : groups) {
-    const std::vector<std::string> members = written_by_group(group, groups);
-    const std::string& state = members.back();
+    const std::string& state = group.writes.back();
     if (!seen.insert(state).second) continue;
     auto s = by_name.find(state);
     if (s == by_name.end() || !up.count(s->second.node)) continue;
     std::string target = s->second.node;
     // A fragment reading a query input runs where that input is led: the
     // group goes there (the input's followers are the group's).
-    const auto& full = groups.at(state);
-    if (full.size() > members.size()) {
-      auto in = by_name.find(full.back());
+    if (!group.input.empty()) {
+      auto in = by_name.find(group.input);
       if (in != by_name.end() && up.count(in->second.node)) target = in->second.node;
     }
-    for (const auto& m : members) {
+    for (const auto& m : group.writes) {
       auto it = by_name.find(m);
       if (it == by_name.end() || it->second.node == target || !up.count(it->second.node) ||
           !contains(it->second.in_sync, target))

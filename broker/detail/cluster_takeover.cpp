@@ -91,8 +91,8 @@ std::vector<std::string> user_inputs_of(const rapidjson::Value& body, const std:
 
 }  // namespace
 
-std::map<std::string, std::vector<std::string>> NodeImpl::fragment_stream_groups() const {
-  std::map<std::string, std::vector<std::string>> groups;
+std::map<std::string, NodeImpl::FragmentGroup> NodeImpl::fragment_stream_groups() const {
+  std::map<std::string, FragmentGroup> groups;
   if (!catalog_) return groups;
   for (const auto& e : catalog_->list("queries/")) {
     rapidjson::Document d;
@@ -103,13 +103,12 @@ std::map<std::string, std::vector<std::string>> NodeImpl::fragment_stream_groups
     const std::string query = d["query"].GetString();
     for (const auto& f : d["fragments"].GetArray()) {
       if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || !f.HasMember("body")) continue;
-      std::vector<std::string> members = outputs_of(f["body"]);
-      members.push_back(state_stream_name(engine::fragment_network_name(query, f["name"].GetString())));
-      for (const auto& m : members) groups[m] = members;
-      // The query input it reads, after the state stream: where the group
-      // belongs (join_split_groups).
+      FragmentGroup g;
+      g.writes = outputs_of(f["body"]);
+      g.writes.push_back(state_stream_name(engine::fragment_network_name(query, f["name"].GetString())));
       const auto inputs = user_inputs_of(f["body"], config_.domain);
-      if (!inputs.empty()) groups[members.back()].push_back(inputs.front());
+      if (!inputs.empty()) g.input = inputs.front();
+      for (const auto& m : g.writes) groups[m] = g;
     }
   }
   return groups;

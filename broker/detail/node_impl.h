@@ -367,14 +367,20 @@ class NodeImpl final : public http::Handler {
   // this node now leads (their outputs too): same deterministic replay as
   // a restart, from the replicated checkpoint and journal.
   void take_over_fragments(const cluster::MembershipView& view);
-  // Each stream a fragment writes (its outputs, then its state stream) ->
-  // all of them: they fail over together, to one node (cluster_failover.cpp).
-  // The state stream's own list ends with the query input the fragment
-  // reads, if any: the group belongs where that input is led.
-  std::map<std::string, std::vector<std::string>> fragment_stream_groups() const;
-  // The controller: moves a fragment's streams led apart from its state
-  // stream to that stream's leader, once it is in their in-sync sets.
-  void join_split_groups(const std::map<std::string, std::vector<std::string>>& groups,
+  // The streams of one fragment that fail over together, to one node
+  // (cluster_failover.cpp): those it writes, its outputs then its state
+  // stream (last); and the query input it reads, if any, where the group
+  // belongs.
+  struct FragmentGroup {
+    std::vector<std::string> writes;
+    std::string input;
+  };
+  // Each stream a fragment writes -> its fragment's group.
+  std::map<std::string, FragmentGroup> fragment_stream_groups() const;
+  // The controller: moves a fragment's streams led apart back together,
+  // to the leader of its input (else of its state stream), once that node
+  // is in their in-sync sets.
+  void join_split_groups(const std::map<std::string, FragmentGroup>& groups,
                          const std::map<std::string, StreamEntry>& by_name, const std::set<std::string>& up);
   // A fragment reading an internal stream from a node that no longer
   // leads it reads it from the new leader (Imports::redirect), or, when
