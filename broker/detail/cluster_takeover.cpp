@@ -317,7 +317,10 @@ void NodeImpl::follow_moved_reads() {
       if (mirror.size() < 2 || mirror[0] != '@') continue;
       const size_t slash = mirror.find('/');
       if (slash == std::string::npos) continue;
-      const std::string node = mirror.substr(1, slash - 1);
+      // The node the read goes to now: the mirror keeps the name of the
+      // node it first read, but an earlier move may have redirected it.
+      std::string node = mirror.substr(1, slash - 1);
+      if (auto info = peering_->import_info(mirror); info && !info->node.empty()) node = info->node;
       const std::string stream = mirror.substr(slash + 1);
       auto e = catalog_->get("streams/" + stream);
       if (!e) continue;
