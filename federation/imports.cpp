@@ -620,6 +620,18 @@ void Imports::on_moved(const ImportPtr& imp, const Channel& ch, const std::strin
     imp->retry_at = Clock::now() + kLostOwnerRetry;
     return;
   }
+  // This node itself: the node asked has seen the stream move here (this
+  // node is to adopt its copy, or just did). Dialing itself would only
+  // make a link it drops as a duplicate, again and again; the domain's
+  // catalog settles who reads what (docs/cluster.md), so ask again later.
+  if (to == options_.self) {
+    imp->state = "connecting";
+    imp->reason = ch.owner.uri() + " says this node leads " + imp->name + ": asking " + imp->domain + " again in " +
+                  std::to_string(kLostOwnerRetry.count()) + " ms";
+    imp->node_index = 0;
+    imp->retry_at = Clock::now() + kLostOwnerRetry;
+    return;
+  }
   imp->route += (imp->route.empty() ? ch.owner.node : std::string()) + " -> " + where->node;
   std::string problem;
   if (to == ch.owner) {

@@ -39,6 +39,11 @@
 # checkpoint_interval is 1h (no checkpoint during the run); one line
 # {"bench":"nexmark_e2e_checkpoint_overhead",...} per query gives the
 # throughput lost to checkpoints, 1 - with / without (target below 0.05).
+# With NODES=3 (CUT=1 or not): the same for the three-node domain, run a
+# second time on fresh nodes with checkpoint_interval 1h; the line then says
+# "nodes":3 (and "cut":true: each fragment's checkpoints are appended to its
+# replicated state stream, so the figure includes copying them to the
+# followers).
 #
 # The nodes accept a query falling behind by any number of tuples
 # (limits.query_max_lag_tuples 2^40) and 1 GiB of ingest queue: the bench
@@ -116,8 +121,58 @@ cpu_of() {
   grep "\"query\":\"$2\"" "$1" | sed -n 's/.*"node_cpu_us_per_event":\([0-9.]*\).*/\1/p' | tail -1
 }
 
+# checkpoint_overhead WITH WITHOUT MODE NODES CUT: one line per query in
+# both files, the throughput (and node CPU) lost to checkpoints.
+checkpoint_overhead() {
+  local with=$1 without=$2 q r1 r0 c1 c0
+  for q in $(sed -n 's/.*"query":"\([a-z0-9]*\)".*/\1/p' "$without"); do
+    r1=$(rate_of "$with" "$q") r0=$(rate_of "$without" "$q")
+    [[ -n $r1 && $r1 != null && -n $r0 && $r0 != null ]] || continue
+    c1=$(cpu_of "$with" "$q") c0=$(cpu_of "$without" "$q")
+    awk -v q="$q" -v m="$3" -v n="$4" -v k="$5" -v a="$r1" -v b="$r0" -v c="${c1:-0}" -v d="${c0:-0}" 'BEGIN {
+      printf "{\"bench\":\"nexmark_e2e_checkpoint_overhead\",\"query\":\"%s\",\"nodes\":%s,\"cut\":%s,", q, n, k
+      printf "\"ingest_durability\":\"%s\",\"checkpoint_interval\":\"1s\",", m
+      printf "\"events_per_s_with\":%.0f,\"events_per_s_without\":%.0f,", a, b
+      printf "\"overhead\":%.3f,\"node_cpu_us_per_event_with\":%s,\"node_cpu_us_per_event_without\":%s,", 1 - a / b, c, d
+      printf "\"cpu_overhead\":%.3f,\"target_overhead\":0.05}\n", (d > 0 ? c / d - 1 : 0) }'
+  done
+}
+
+# run_three MODE OUT: a domain of three nodes (its own etcd), nexmark_e2e
+# against it (its lines into OUT), then everything stopped.
+run_three() {
+  local mode=$1 out=$2 n federation up cluster name
+  start_etcd
+  cluster="{\"etcd\": [\"$etcd_endpoint\"], \"prefix\": \"/entente-bench/$mode/\", \"lease_ttl\": \"5s\"}"
+  ports=() node_pids=()
+  for n in n1 n2 n3; do
+    federation=""
+    [[ $cut == 0 ]] || federation=$(federation_of $n)
+    name=$mode-$n-$(basename "$out")
+    start_node "$name" "$mode" "$n" "$cluster" "$federation"
+    ports+=(--port "$port")
+    node_pids+=(--node-pid "$node_pid")
+  done
+  up=0
+  for _ in $(seq 200); do
+    nodes_up "${ports[1]}" && nodes_up "${ports[3]}" && nodes_up "${ports[5]}" && { up=1; break; }
+    sleep 0.1
+  done
+  if [[ $up == 0 ]]; then
+    echo "the three nodes ($mode) did not all list three nodes up within 20 s:" >&2
+    for n in n1 n2 n3; do tail -5 "$dir/$mode-$n-$(basename "$out")/err" >&2; done
+    exit 1
+  fi
+  local cut_flag=()
+  [[ $cut == 0 ]] || cut_flag=(--cut)
+  "$build/bench/nexmark_e2e" "${ports[@]}" "${node_pids[@]}" "${cut_flag[@]}" --token "$token" "${args[@]}" |
+    tee "$out" || status=$?
+  stop_all
+}
+
 [[ $cut == 0 ]] || make_certs  # with CUT=1, the nodes' certificates
 
+args=("$@")
 status=0
 for mode in ${MODES:-fsync process}; do
   one=$dir/one.$mode three=$dir/three.$mode
@@ -132,42 +187,14 @@ for mode in ${MODES:-fsync process}; do
     CHECKPOINT_INTERVAL=1h start_node "$mode-nocp" "$mode"
     "$build/bench/nexmark_e2e" --port "$port" --node-pid "$node_pid" --token "$token" "$@" | tee "$none" || status=$?
     stop_all
-    for q in $(sed -n 's/.*"query":"\([a-z0-9]*\)".*/\1/p' "$none"); do
-      r1=$(rate_of "$one" "$q") r0=$(rate_of "$none" "$q")
-      [[ -n $r1 && $r1 != null && -n $r0 && $r0 != null ]] || continue
-      c1=$(cpu_of "$one" "$q") c0=$(cpu_of "$none" "$q")
-      awk -v q="$q" -v m="$mode" -v a="$r1" -v b="$r0" -v c="$c1" -v d="$c0" 'BEGIN {
-        printf "{\"bench\":\"nexmark_e2e_checkpoint_overhead\",\"query\":\"%s\",\"ingest_durability\":\"%s\",", q, m
-        printf "\"checkpoint_interval\":\"1s\",\"events_per_s_with\":%.0f,\"events_per_s_without\":%.0f,", a, b
-        printf "\"overhead\":%.3f,\"node_cpu_us_per_event_with\":%s,\"node_cpu_us_per_event_without\":%s,", 1 - a / b, c, d
-        printf "\"cpu_overhead\":%.3f,\"target_overhead\":0.05}\n", (d > 0 ? c / d - 1 : 0) }'
-    done
+    checkpoint_overhead "$one" "$none" "$mode" 1 false
   fi
   [[ $nodes == 3 ]] || continue
-  start_etcd
-  cluster="{\"etcd\": [\"$etcd_endpoint\"], \"prefix\": \"/entente-bench/$mode/\", \"lease_ttl\": \"5s\"}"
-  ports=() node_pids=()
-  for n in n1 n2 n3; do
-    federation=""
-    [[ $cut == 0 ]] || federation=$(federation_of $n)
-    start_node "$mode-$n" "$mode" "$n" "$cluster" "$federation"
-    ports+=(--port "$port")
-    node_pids+=(--node-pid "$node_pid")
-  done
-  up=0
-  for _ in $(seq 200); do
-    nodes_up "${ports[1]}" && nodes_up "${ports[3]}" && nodes_up "${ports[5]}" && { up=1; break; }
-    sleep 0.1
-  done
-  if [[ $up == 0 ]]; then
-    echo "the three nodes ($mode) did not all list three nodes up within 20 s:" >&2
-    for n in n1 n2 n3; do tail -5 "$dir/$mode-$n/err" >&2; done
-    exit 1
+  run_three "$mode" "$three"
+  if [[ ${CHECKPOINTS:-0} == 1 ]]; then
+    CHECKPOINT_INTERVAL=1h run_three "$mode" "$three.nocp"
+    checkpoint_overhead "$three" "$three.nocp" "$mode" 3 "$([[ $cut == 1 ]] && echo true || echo false)"
   fi
-  cut_flag=()
-  [[ $cut == 0 ]] || cut_flag=(--cut)
-  "$build/bench/nexmark_e2e" "${ports[@]}" "${node_pids[@]}" "${cut_flag[@]}" --token "$token" "$@" | tee "$three" || status=$?
-  stop_all
   # Three nodes' events/s over one node's, per query in both files.
   for q in $(sed -n 's/.*"query":"\([a-z0-9]*\)".*/\1/p' "$three"); do
     r1=$(rate_of "$one" "$q") r3=$(rate_of "$three" "$q")

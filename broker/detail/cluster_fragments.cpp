@@ -359,6 +359,8 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
       if (e.IsObject() && e.HasMember("arcs")) j.key("arcs").raw(text_of(e["arcs"]));
       // Where fragments went after their nodes failed, and why.
       if (e.IsObject() && e.HasMember("moves")) j.key("moves").raw(text_of(e["moves"]));
+      if (e.IsObject() && e.HasMember("moves_total") && e["moves_total"].IsUint64())
+        j.key("moves_total").u64(e["moves_total"].GetUint64());
       j.key("outputs").begin_array();
       for (const auto& o : entry.outputs) j.str(o);
       j.end_array().end_object();

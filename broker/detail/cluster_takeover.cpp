@@ -177,9 +177,14 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       move.AddMember("to", rapidjson::Value(config_.node.c_str(), alloc), alloc);
       move.AddMember("at_ms", rapidjson::Value(static_cast<int64_t>(now_ms())), alloc);
       move.AddMember("reason", rapidjson::Value(why.c_str(), alloc), alloc);
+      // (Entries written before moves_total existed: the moves they kept.)
+      const uint64_t total = d.HasMember("moves_total") && d["moves_total"].IsUint64() ? d["moves_total"].GetUint64()
+                                                                                       : d["moves"].Size();
       d["moves"].PushBack(move, alloc);
-      // The record stays bounded: the last 20 moves.
+      // The record stays bounded: the last 20 moves, and how many there were.
       while (d["moves"].Size() > 20) d["moves"].Erase(d["moves"].Begin());
+      d.RemoveMember("moves_total");
+      d.AddMember("moves_total", rapidjson::Value(total + 1), alloc);
       const std::string body = to_text(f["body"]);
       auto rev = catalog_->update(e.key, to_text(d), e.mod_revision);
       if (!rev.ok()) break;  // changed meanwhile: looked at again at the next tick
