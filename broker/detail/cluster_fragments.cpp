@@ -86,12 +86,18 @@ std::string fragment_target(const std::string& query, const std::string& fragmen
 
 std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh) const {
   if (!catalog_) return std::nullopt;
-  auto e = catalog_->get(query_key_of(query));
-  if (!e && fresh) {
-    // Not in this node's copy yet: deployed through another node a moment
-    // ago, its watch event on the way. etcd itself says.
-    if (auto r = catalog_->read(query_key_of(query)); r.ok()) e = *r;
+  std::optional<cluster::CatalogEntry> e;
+  // What a user reads: etcd itself says, since this node's copy may lag
+  // by a watch event (a query deployed, started or deleted through another
+  // node a moment ago); this node's copy when etcd does not answer.
+  bool read = false;
+  if (fresh) {
+    if (auto r = catalog_->read(query_key_of(query)); r.ok()) {
+      e = *r;
+      read = true;
+    }
   }
+  if (!read) e = catalog_->get(query_key_of(query));
   if (!e) return std::nullopt;
   rapidjson::Document d;
   d.Parse(e->value.data(), e->value.size());

@@ -20,6 +20,7 @@ namespace {
 constexpr size_t kTapRecords = 64;        // live records kept per input
 constexpr int kStepsPerRun = 64;          // bounded work per scheduling
 constexpr size_t kMaxPendingJournal = 4096;
+constexpr size_t kMaxHeldRows = 64 * 1024;  // output rows a run holds back for one flush
 constexpr uint8_t kCheckpointVersion = 1;
 // How long an output waits for its journal to be replicated when the
 // answer is "unavailable" (the node has not read the domain's catalog yet
@@ -712,6 +713,22 @@ void QueryRunner::run_some() {
   if (stopped_.load(std::memory_order_acquire)) return;
   std::unique_lock lock(mu_);
   if (state_ != "running") return;
+  // Outputs (or a full journal) to write. With a state stream each flush
+  // that carries outputs waits one round trip to the followers
+  // (flush_outputs), so the outputs of the whole run share one, rather
+  // than one per step.
+  auto flush_due = [this] {
+    bool any = false;
+    for (auto& p : pending_out_) any |= !p.empty();
+    return any || journal_pending_.size() >= kMaxPendingJournal;
+  };
+  // Bounds what a run holds back: at most kMaxHeldRows output rows.
+  auto held_rows = [this] {
+    size_t n = 0;
+    for (auto& parts : pending_out_)
+      for (auto& b : parts) n += b.rows();
+    return n;
+  };
   bool more = false;
   for (int k = 0; k < kStepsPerRun; ++k) {
     size_t chosen = inputs_.size();
@@ -725,11 +742,11 @@ void QueryRunner::run_some() {
     if (chosen == inputs_.size()) break;
     rr_ = chosen + 1;
     if (!step(chosen)) return;
-    bool any = false;
-    for (auto& p : pending_out_) any |= !p.empty();
-    if ((any || journal_pending_.size() >= kMaxPendingJournal) && !flush_outputs(false)) return;
     more = k + 1 == kStepsPerRun;
+    if (state_log_ && !more && journal_pending_.size() < kMaxPendingJournal && held_rows() < kMaxHeldRows) continue;
+    if (flush_due() && !flush_outputs(false)) return;
   }
+  if (state_log_ && flush_due() && !flush_outputs(false)) return;
   if (checkpoint_wanted_.exchange(false)) {
     auto waiters = std::move(checkpoint_waiters_);
     checkpoint_waiters_.clear();

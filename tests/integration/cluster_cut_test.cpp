@@ -166,8 +166,12 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
   ASSERT_EQ(del.status, 204u) << del.body;
   for (int i = 1; i <= 3; ++i) {
     EXPECT_EQ(node(i).request("GET", "/v1/queries/cut", {}, kReaderToken).status, 404u);
-    auto all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken);
-    EXPECT_EQ(all.body.find("cut--"), std::string::npos) << "node " << i << ": " << all.body;
+    // Followers' copies, and each node's view of the catalog, within a tick.
+    std::string all;
+    EXPECT_TRUE(eventually(10s, [&] {
+      all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
+      return all.find("cut--") == std::string::npos;
+    })) << "node " << i << ": " << all;
   }
   EXPECT_EQ(node(2).request("GET", "/v1/streams/counts-cut", {}, kReaderToken).status, 404u);
 }
@@ -282,11 +286,16 @@ TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAK
   ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(1), 10u * kAuctions, 60s, total));
   EXPECT_EQ(total, int64_t{100} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
-  // Deleting the query deletes the state streams with it.
+  // Deleting the query deletes the state streams with it: the leaders' at
+  // once, the followers' copies (and each node's view of the catalog)
+  // within a tick.
   ASSERT_EQ(node(1).request("DELETE", "/v1/queries/cut", {}, kAdminToken).status, 204u);
   for (int i = 1; i <= 3; ++i) {
-    const std::string all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
-    EXPECT_EQ(all.find("--state"), std::string::npos) << "node " << i << ": " << all;
+    std::string all;
+    EXPECT_TRUE(eventually(10s, [&] {
+      all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
+      return all.find("--state") == std::string::npos;
+    })) << "node " << i << ": " << all;
   }
 }
 
