@@ -103,6 +103,14 @@ struct CutEntry {
   int64_t revision = 0;
 };
 
+// The one fragment of a whole query deployed in a domain of several nodes
+// (docs/cluster.md, "Whole queries fail over too"): the query runs as a
+// cut of this single fragment, "QUERY--all", so that its journal and
+// checkpoints live in a replicated state stream and it fails over as any
+// fragment does. It is the only fragment of that cut, so no user's box id or
+// fragment name can clash with it.
+inline constexpr const char* kWholeQueryFragment = "all";
+
 struct QueryPlacement {
   std::string node;  // empty: the controller decides
   std::string fragments_json;  // "placement.fragments" as given; empty: none
@@ -510,6 +518,18 @@ class NodeImpl final : public http::Handler {
   std::mutex contracts_reconcile_mu_;  // one reconcile_contracts at a time
   std::mutex deploying_mu_;
   std::set<std::string> deploying_;  // REQUIRES: deploying_mu_
+  // Cut entries (queries/NAME, "deploying") whose creation this node
+  // coordinated and etcd did not confirm in time: the write may be applied
+  // later, after the deploy answered 503, and nothing of it was deployed.
+  // reconcile_streams erases such an entry when it shows up unchanged.
+  // At most kMaxUnsureCutEntries, each kept kUnsureCutEntryMs.
+  struct UnsureCutEntry {
+    std::string json;
+    int64_t since_ms = 0;
+  };
+  std::map<std::string, UnsureCutEntry> unsure_cut_entries_;  // REQUIRES: deploying_mu_
+  static constexpr size_t kMaxUnsureCutEntries = 1000;
+  static constexpr int64_t kUnsureCutEntryMs = 10 * 60 * 1000;
   // Forwards requests and WebSockets to the other nodes (its own threads).
   std::unique_ptr<http::Upstream> upstream_;
   // CPU time and wall clock at the last node_load().
@@ -614,6 +634,11 @@ Result<QueryPlacement> read_placement(std::string_view body);
 Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
                        const std::vector<std::string>& nodes, const std::string& here,
                        const std::function<std::string(const std::string&)>& leader_of, Diagnostics& diag);
+// The placement of `net` whole on `node` in a domain of several nodes: one
+// fragment named kWholeQueryFragment holding every box. nullopt when the
+// cut is refused (the fragment's network name "QUERY--all" over the name
+// limit): the query then runs whole, as in a domain of one node.
+std::optional<QueryPlacement> whole_query_as_cut(const engine::QueryNetwork& net, const std::string& node);
 // `network_json` with "placement": {"node": NODE}.
 std::string with_placement(std::string_view network_json, const std::string& node);
 

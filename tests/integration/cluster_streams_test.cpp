@@ -295,10 +295,12 @@ TEST_F(ClusterStreams, EtcdPausedTuplesFlowDeploysWaitAndEverythingConverges) {
   auto created = node("n3").request("POST", "/v1/streams", stream_body("asks", "n3"));
   EXPECT_EQ(created.status, 503u) << created.body;
   etcd_->resume();
+  std::string last;
   ASSERT_TRUE(eventually(20, [&] {
     auto r = node("n2").request("POST", "/v1/queries", query_body("late", "bids", "late-out"));
+    last = std::to_string(r.status) + " " + r.body;
     return r.status == 201;
-  }));
+  })) << last;
   EXPECT_EQ(parse(node("n3").request("GET", "/v1/streams/bids", {}, kReaderToken).body)["next_seq"].GetUint64(),
             6u);
 }
