@@ -1,7 +1,9 @@
 // The domain's queries in a cluster (docs/cluster.md, "Queries in a domain
 // of several nodes"): a query runs on one node, which the domain's catalog
 // names; it is deployed through any node, placed by the controller (or by
-// the query's "placement"), and read or deleted through any node.
+// the query's "placement"), and read or deleted through any node. In a
+// domain of several nodes a query placed whole on one node runs there as a
+// cut of one fragment (kWholeQueryFragment), so that it fails over.
 
 #include <algorithm>
 #include <functional>

@@ -629,8 +629,10 @@ Result<QueryPlacement> read_placement(std::string_view body);
 // first stream it reads (`leader_of`, "" when unknown), or the node of the
 // fragment producing the first internal stream it reads, or `here`. When
 // the fragments are then all on one node the query runs whole there
-// (`node` set, fragments_json cleared); on several, fragments_json is the
-// fragments with every node said (cluster_deploy_cut).
+// (`node` set, fragments_json cleared: in a domain of several nodes,
+// cluster_place_query makes that a cut of one fragment again,
+// whole_query_as_cut); on several, fragments_json is the fragments with
+// every node said (cluster_deploy_cut).
 Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
                        const std::vector<std::string>& nodes, const std::string& here,
                        const std::function<std::string(const std::string&)>& leader_of, Diagnostics& diag);
