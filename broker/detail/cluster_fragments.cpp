@@ -92,10 +92,21 @@ std::string fragment_target(const std::string& query, const std::string& fragmen
 
 std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh) const {
   if (!catalog_) return std::nullopt;
-  auto e = catalog_->get(query_key_of(query));
-  if (!e && fresh) {
-    // Not in this node's copy yet: deployed through another node a moment
-    // ago, its watch event on the way. etcd itself says.
+  std::optional<cluster::CatalogEntry> e;
+  bool read = false, tried = false;
+  if (fresh && !etcd_problem()) {
+    // A user's read or delete: what etcd says now, not this node's copy,
+    // whose watch event of a deploy or delete answered a moment ago
+    // through another node may still be on the way.
+    tried = true;
+    if (auto r = catalog_->read(query_key_of(query)); r.ok()) {
+      e = *r;
+      read = true;
+    }
+  }
+  if (!read) e = catalog_->get(query_key_of(query));
+  if (!e && fresh && !tried) {
+    // etcd seemed away: it may answer all the same.
     if (auto r = catalog_->read(query_key_of(query)); r.ok()) e = *r;
   }
   if (!e) return std::nullopt;

@@ -345,7 +345,9 @@ class NodeImpl final : public http::Handler {
   Status cluster_delete_query(const std::string& name);
   // --- queries cut into fragments across nodes (cluster_fragments.cpp)
   // The catalog entry of `query` when it is a cut query.
-  // With `fresh`, an entry this node's copy lacks is read from etcd.
+  // With `fresh`, read from etcd itself when it answers (this node's copy
+  // may not show yet a deploy or a delete that another node just answered),
+  // else from the copy.
   std::optional<CutEntry> cut_entry(const std::string& query, bool fresh = false) const;
   static std::string query_of_entry(const CutEntry& entry);
   // Deploys a query whose placement puts fragments on several nodes.

@@ -30,6 +30,10 @@ using namespace std::chrono_literals;
 constexpr int kBatches = 120;
 constexpr int kRowsPerBatch = 20;
 constexpr int kAuctions = 7;
+// Rows of the complete output: batch b's bids are at b * 100 ms, so the
+// batches fill the 1 s windows 0 .. kBatches / 10, each with every auction
+// (20 consecutive rows cover the 7), and the end marker closes them all.
+constexpr uint64_t kAllRows = (kBatches / 10 + 1) * kAuctions;
 
 rapidjson::Document parse(const std::string& body) {
   rapidjson::Document d;
@@ -121,7 +125,7 @@ TEST_F(ClusterFragmentFailover, AStatefulFragmentRunsOnAnotherNodeWhenItsNodeDie
   }
 
   int64_t total = 0;
-  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(2), 1, 60s, total));
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(2), kAllRows, 60s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
   // n3 comes back: its stale run of the fragment goes, the fragment stays
@@ -157,7 +161,7 @@ TEST_F(ClusterFragmentFailover, AnEtcdOutageLongerThanTheLeasesPausesTheFragment
   }
   publish(0, 0);
   int64_t total = 0;
-  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(2), 1, 90s, total));
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(2), kAllRows, 90s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
   auto q = node(3).request("GET", "/v1/queries/cut", {}, kReaderToken);
   EXPECT_NE(q.body.find(R"("state":"running")"), std::string::npos) << q.body;
@@ -258,7 +262,7 @@ TEST_F(ClusterFragmentFailover, AWholeQueryRunsOnAnotherNodeWhenItsNodeDiesAndIt
   }
 
   int64_t total = 0;
-  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(solo, node(moved_to == "n2" ? 3 : 2), 1, 90s, total));
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(solo, node(moved_to == "n2" ? 3 : 2), kAllRows, 90s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
   // Deleted through the node that does not run it: gone, its output too.
