@@ -864,6 +864,16 @@ void NodeImpl::list_checkpoints(const Request&, const PathParams&, const Respond
     std::string q = c.owner.rfind("query/", 0) == 0 ? c.owner.substr(6) : c.owner;
     j.begin_object().key("query").str(q).key("id").u64(c.id).key("bytes").u64(c.bytes).end_object();
   }
+  // The runners that keep theirs in a state stream (fragments, and whole
+  // queries of a domain of several nodes): their latest that counts.
+  for (const auto& q : list_queries()) {
+    const QueryMeta& m = q->meta();
+    if (m.state_stream.empty()) continue;
+    auto info = q->info();
+    if (!info.checkpoint) continue;
+    j.begin_object().key("query").str(m.name).key("id").u64(info.checkpoint->id);
+    j.key("bytes").u64(info.checkpoint->bytes).key("state_stream").str(m.state_stream).end_object();
+  }
   j.end_array().end_object();
   answer(Response::json(200, j.take()));
 }

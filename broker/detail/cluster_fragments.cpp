@@ -10,6 +10,7 @@
 // through any node fan out to the fragments' nodes.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,11 @@ std::string detail_of(const http::Response& r) {
 
 bool success(const http::Response& r) { return r.status >= 200 && r.status < 300; }
 
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // A request to `node` made from the user's `req` (its credentials), as a
 // first hop whatever `req` was.
 http::Request sub_request(const http::Request& req, std::string method, std::string target, std::string body) {
@@ -87,17 +93,22 @@ std::string fragment_target(const std::string& query, const std::string& fragmen
 std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh) const {
   if (!catalog_) return std::nullopt;
   std::optional<cluster::CatalogEntry> e;
-  // What a user reads: etcd itself says, since this node's copy may lag
-  // by a watch event (a query deployed, started or deleted through another
-  // node a moment ago); this node's copy when etcd does not answer.
-  bool read = false;
-  if (fresh) {
+  bool read = false, tried = false;
+  if (fresh && !etcd_problem()) {
+    // A user's read or delete: what etcd says now, not this node's copy,
+    // whose watch event of a deploy or delete answered a moment ago
+    // through another node may still be on the way.
+    tried = true;
     if (auto r = catalog_->read(query_key_of(query)); r.ok()) {
       e = *r;
       read = true;
     }
   }
   if (!read) e = catalog_->get(query_key_of(query));
+  if (!e && fresh && !tried) {
+    // etcd seemed away: it may answer all the same.
+    if (auto r = catalog_->read(query_key_of(query)); r.ok()) e = *r;
+  }
   if (!e) return std::nullopt;
   rapidjson::Document d;
   d.Parse(e->value.data(), e->value.size());
@@ -228,8 +239,30 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
       }
     }
   }
-  auto created = catalog_->create(query_key_of(name), cut_entry_json(name, *cut, "deploying"));
-  if (!created.ok()) {
+  const std::string entry = cut_entry_json(name, *cut, "deploying");
+  {
+    std::lock_guard lock(deploying_mu_);
+    if (!deploying_.insert(name).second) {
+      answer(http::Response::problem(409, "Conflict", "query '" + name + "' is being deployed"));
+      return;
+    }
+  }
+  auto created = catalog_->create(query_key_of(name), entry);
+  if (created.ok()) {
+    // Ours now: an earlier write of it that etcd did not confirm can no
+    // longer be applied.
+    std::lock_guard lock(deploying_mu_);
+    unsure_cut_entries_.erase(name);
+  } else {
+    {
+      std::lock_guard lock(deploying_mu_);
+      deploying_.erase(name);
+      // Not confirmed in time: etcd may still apply it (reconcile_streams).
+      if (created.error().code == Errc::unavailable) {
+        if (unsure_cut_entries_.size() >= kMaxUnsureCutEntries) unsure_cut_entries_.erase(unsure_cut_entries_.begin());
+        unsure_cut_entries_[name] = {entry, now_ms()};
+      }
+    }
     if (created.error().code == Errc::unavailable)
       answer(unavailable("deploying a query waits for the domain's catalog in etcd: " + created.error().message));
     else if (created.error().code == Errc::already_exists)
@@ -247,8 +280,10 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
     http::Respond answer;
     size_t next = 0;
     std::vector<std::string> bodies;  // each fragment's answer, in pipeline order
+    int64_t revision = 0;             // the entry's, as created
   };
   auto run = std::make_shared<Run>();
+  run->revision = *created;
   run->cut = std::move(cut).value();
   run->query = name;
   run->req = sub_request(req, "GET", "/", "");
@@ -258,12 +293,19 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
   *step = [this, run, weak_step]() {
     auto self_step = weak_step.lock();
     if (run->next == run->cut.pipeline_order.size()) {
-      // Every fragment runs: the entry says so.
-      auto e = cut_entry(run->query);
-      if (e) (void)catalog_->update(query_key_of(run->query), cut_entry_json(run->query, run->cut, "running"),
-                                     e->revision);
+      // Every fragment runs: the entry says so (by the revision it was
+      // created with: this node's copy of the catalog may not show it yet).
+      (void)catalog_->update(query_key_of(run->query), cut_entry_json(run->query, run->cut, "running"),
+                             run->revision);
+      {
+        std::lock_guard lock(deploying_mu_);
+        deploying_.erase(run->query);
+      }
       JsonOut j;
-      j.begin_object().key("name").str(run->query).key("state").str("running").key("fragments").begin_array();
+      j.begin_object().key("name").str(run->query).key("state").str("running");
+      // A whole query run as a cut of one fragment: where it runs.
+      if (run->cut.fragments.size() == 1) j.key("node").str(run->cut.fragments[0].node);
+      j.key("fragments").begin_array();
       for (size_t k = 0; k < run->bodies.size(); ++k) {
         const auto& f = run->cut.fragments[run->cut.pipeline_order[k]];
         j.begin_object().key("name").str(f.name).key("node").str(f.node).key("runner").raw(run->bodies[k]).end_object();
@@ -284,13 +326,18 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
         return;
       }
       // Undo: the fragments deployed so far, consumers first, then the entry.
+      // A whole query (one fragment) fails as itself, on its node.
+      const std::string where = run->cut.fragments.size() == 1 ? "on " + fnode : "fragment " + fname + " on " + fnode;
       http::Response failed = http::Response::problem(
           r.status, r.status == 400 ? "Bad Request" : "Deploy Failed",
-          "fragment " + fname + " on " + fnode + ": " + detail_of(r) + " (nothing of query " + run->query +
-              " stays deployed)");
+          where + ": " + detail_of(r) + " (nothing of query " + run->query + " stays deployed)");
       undo_cut(run->req, run->query, run->cut, run->next,
                [this, run, failed = std::move(failed)]() mutable {
-                 if (auto e = cut_entry(run->query)) (void)catalog_->erase(query_key_of(run->query), e->revision);
+                 (void)catalog_->erase(query_key_of(run->query), run->revision);
+                 {
+                   std::lock_guard lock(deploying_mu_);
+                   deploying_.erase(run->query);
+                 }
                  run->answer(std::move(failed));
                });
     });
@@ -359,6 +406,8 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
       }
       fj.end_array();
       j.key("state").str(entry.state != "running" ? entry.state : all_running ? "running" : "degraded");
+      // A whole query run as a cut of one fragment: where it runs.
+      if (entry.fragments.size() == 1) j.key("node").str(entry.fragments[0].second);
       j.key("fragments").raw(fj.take());
       rapidjson::Document e;
       e.Parse(entry.json.data(), entry.json.size());

@@ -1,7 +1,9 @@
 // The domain's queries in a cluster (docs/cluster.md, "Queries in a domain
 // of several nodes"): a query runs on one node, which the domain's catalog
 // names; it is deployed through any node, placed by the controller (or by
-// the query's "placement"), and read or deleted through any node.
+// the query's "placement"), and read or deleted through any node. In a
+// domain of several nodes a query placed whole on one node runs there as a
+// cut of one fragment (kWholeQueryFragment), so that it fails over.
 
 #include <algorithm>
 #include <functional>
@@ -146,6 +148,20 @@ Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& ne
   return {};
 }
 
+std::optional<QueryPlacement> whole_query_as_cut(const engine::QueryNetwork& net, const std::string& node) {
+  const auto specs = engine::whole_query_fragment(net, kWholeQueryFragment, node);
+  Diagnostics diag;
+  if (!engine::cut_query(net, specs, diag).ok()) return std::nullopt;
+  QueryPlacement p;
+  p.node = node;
+  JsonOut j;
+  j.begin_array().begin_object().key("name").str(specs[0].name).key("node").str(node).key("boxes").begin_array();
+  for (const auto& b : specs[0].boxes) j.str(b);
+  j.end_array().end_object().end_array();
+  p.fragments_json = j.take();
+  return p;
+}
+
 std::string with_placement(std::string_view network_json, const std::string& node) {
   rapidjson::Document d;
   d.Parse(network_json.data(), network_json.size());
@@ -229,6 +245,33 @@ bool NodeImpl::cluster_place_query(const http::Request& req, const QueryPlacemen
   } else {
     forward(req, view.controller, answer);
     return false;
+  }
+  if (view.members.size() > 1) {
+    // In a domain of several nodes a whole query is a cut of one fragment
+    // on the node chosen: its journal and checkpoints go to a replicated
+    // state stream, and another node runs it when this one dies
+    // (docs/cluster.md, "Whole queries fail over too"). This node
+    // coordinates the deploy, wherever the fragment goes.
+    if (auto cut = whole_query_as_cut(net, node)) {
+      // It reads its inputs where they are appended, as a whole query
+      // does (the node would not find them).
+      for (size_t i = 0; i < net.inputs().size(); ++i) {
+        const auto& in = net.inputs()[i];
+        const std::string stream = in.stream.empty() ? in.name : in.stream;
+        if (stream.find('/') != std::string::npos) continue;  // another domain's: imported there
+        if (auto leader = stream_leader(stream); leader && *leader != node) {
+          answer(http::Response::problem(
+              400, "Bad Request",
+              "$.inputs[" + std::to_string(i) + "]" + (in.stream.empty() ? ".name" : ".stream") + ": no stream '" +
+                  stream + "' on " + node + " (" + *leader + " leads it): a query runs on the node that leads "
+                  "its inputs; place it there, or leave \"placement\" out"));
+          return false;
+        }
+      }
+      cut->network_json = placement.network_json;
+      cluster_deploy_cut(req, *cut, net, answer);
+      return false;
+    }
   }
   if (node != config_.node) {
     forward(req, node, answer, with_placement(placement.network_json, node));
@@ -323,7 +366,10 @@ void NodeImpl::cluster_list_queries(std::vector<std::string>& extra_json) const 
     if (local.count(name)) continue;
     if (auto cut = cut_entry(name)) {
       JsonOut j;
-      j.begin_object().key("name").str(name).key("state").str(cut->state).key("fragments").begin_array();
+      j.begin_object().key("name").str(name).key("state").str(cut->state);
+      // A whole query run as a cut of one fragment: where it runs.
+      if (cut->fragments.size() == 1) j.key("node").str(cut->fragments[0].second);
+      j.key("fragments").begin_array();
       for (const auto& [f, n] : cut->fragments) j.begin_object().key("name").str(f).key("node").str(n).end_object();
       j.end_array().end_object();
       extra_json.push_back(j.take());

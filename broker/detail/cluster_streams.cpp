@@ -4,6 +4,7 @@
 // answers for any stream: it forwards what belongs to the leader.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -454,6 +455,36 @@ void NodeImpl::reconcile_streams() {
     // Also an entry whose write timed out but was applied later, the
     // deploy having answered 503 meanwhile.
     if (!find_query(name)) (void)catalog_->erase(e.key, e.mod_revision);
+  }
+  // Cut entries whose creation etcd did not confirm in time (the deploy
+  // answered 503), applied later: nothing of them was deployed.
+  std::vector<std::pair<std::string, std::string>> unsure;
+  {
+    std::lock_guard lock(deploying_mu_);
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    for (auto it = unsure_cut_entries_.begin(); it != unsure_cut_entries_.end();) {
+      if (now - it->second.since_ms > kUnsureCutEntryMs) {
+        it = unsure_cut_entries_.erase(it);
+        continue;
+      }
+      if (!deploying_.count(it->first)) unsure.emplace_back(it->first, it->second.json);
+      ++it;
+    }
+  }
+  for (const auto& [name, json] : unsure) {
+    auto e = catalog_->get("queries/" + name);
+    if (!e || e->value != json) continue;
+    // Held across the erase: a deploy of the same name again, which would
+    // write the same entry, waits for it.
+    std::lock_guard lock(deploying_mu_);
+    if (deploying_.count(name) || !unsure_cut_entries_.count(name)) continue;
+    if (catalog_->erase(e->key, e->mod_revision).ok()) {
+      std::fprintf(stderr, "entente: query '%s': its catalog entry, written after its deploy answered 503, is "
+                           "removed (nothing of it was deployed)\n", name.c_str());
+      unsure_cut_entries_.erase(name);
+    }
   }
   for (const auto& s : list_streams()) {
     const StreamMeta& m = s->meta();

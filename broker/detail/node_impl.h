@@ -103,6 +103,14 @@ struct CutEntry {
   int64_t revision = 0;
 };
 
+// The one fragment of a whole query deployed in a domain of several nodes
+// (docs/cluster.md, "Whole queries fail over too"): the query runs as a
+// cut of this single fragment, "QUERY--all", so that its journal and
+// checkpoints live in a replicated state stream and it fails over as any
+// fragment does. It is the only fragment of that cut, so no user's box id or
+// fragment name can clash with it.
+inline constexpr const char* kWholeQueryFragment = "all";
+
 struct QueryPlacement {
   std::string node;  // empty: the controller decides
   std::string fragments_json;  // "placement.fragments" as given; empty: none
@@ -337,7 +345,9 @@ class NodeImpl final : public http::Handler {
   Status cluster_delete_query(const std::string& name);
   // --- queries cut into fragments across nodes (cluster_fragments.cpp)
   // The catalog entry of `query` when it is a cut query.
-  // With `fresh`, read from etcd (this node's copy when etcd does not answer).
+  // With `fresh`, read from etcd itself when it answers (this node's copy
+  // may not show yet a deploy or a delete that another node just answered),
+  // else from the copy.
   std::optional<CutEntry> cut_entry(const std::string& query, bool fresh = false) const;
   static std::string query_of_entry(const CutEntry& entry);
   // Deploys a query whose placement puts fragments on several nodes.
@@ -510,6 +520,18 @@ class NodeImpl final : public http::Handler {
   std::mutex contracts_reconcile_mu_;  // one reconcile_contracts at a time
   std::mutex deploying_mu_;
   std::set<std::string> deploying_;  // REQUIRES: deploying_mu_
+  // Cut entries (queries/NAME, "deploying") whose creation this node
+  // coordinated and etcd did not confirm in time: the write may be applied
+  // later, after the deploy answered 503, and nothing of it was deployed.
+  // reconcile_streams erases such an entry when it shows up unchanged.
+  // At most kMaxUnsureCutEntries, each kept kUnsureCutEntryMs.
+  struct UnsureCutEntry {
+    std::string json;
+    int64_t since_ms = 0;
+  };
+  std::map<std::string, UnsureCutEntry> unsure_cut_entries_;  // REQUIRES: deploying_mu_
+  static constexpr size_t kMaxUnsureCutEntries = 1000;
+  static constexpr int64_t kUnsureCutEntryMs = 10 * 60 * 1000;
   // Forwards requests and WebSockets to the other nodes (its own threads).
   std::unique_ptr<http::Upstream> upstream_;
   // CPU time and wall clock at the last node_load().
@@ -609,11 +631,18 @@ Result<QueryPlacement> read_placement(std::string_view body);
 // first stream it reads (`leader_of`, "" when unknown), or the node of the
 // fragment producing the first internal stream it reads, or `here`. When
 // the fragments are then all on one node the query runs whole there
-// (`node` set, fragments_json cleared); on several, fragments_json is the
-// fragments with every node said (cluster_deploy_cut).
+// (`node` set, fragments_json cleared: in a domain of several nodes,
+// cluster_place_query makes that a cut of one fragment again,
+// whole_query_as_cut); on several, fragments_json is the fragments with
+// every node said (cluster_deploy_cut).
 Status check_fragments(QueryPlacement& placement, const engine::QueryNetwork& net,
                        const std::vector<std::string>& nodes, const std::string& here,
                        const std::function<std::string(const std::string&)>& leader_of, Diagnostics& diag);
+// The placement of `net` whole on `node` in a domain of several nodes: one
+// fragment named kWholeQueryFragment holding every box. nullopt when the
+// cut is refused (the fragment's network name "QUERY--all" over the name
+// limit): the query then runs whole, as in a domain of one node.
+std::optional<QueryPlacement> whole_query_as_cut(const engine::QueryNetwork& net, const std::string& node);
 // `network_json` with "placement": {"node": NODE}.
 std::string with_placement(std::string_view network_json, const std::string& node);
 

@@ -166,7 +166,7 @@ TEST_F(ClusterCut, ThreeFragmentsOnThreeNodesMatchTheWholeQueryAcrossKillNineOfE
   ASSERT_EQ(del.status, 204u) << del.body;
   for (int i = 1; i <= 3; ++i) {
     EXPECT_EQ(node(i).request("GET", "/v1/queries/cut", {}, kReaderToken).status, 404u);
-    // Followers' copies, and each node's view of the catalog, within a tick.
+    // The followers drop their copies as their watch brings the delete.
     std::string all;
     EXPECT_TRUE(eventually(10s, [&] {
       all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
@@ -261,9 +261,11 @@ TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAK
     EXPECT_GT(journal, 0) << "no journal rows for new input";
     EXPECT_EQ(static_cast<size_t>(journal + chunks), rows.tuples.size());
   }
-  // The checkpoints are in the state stream, not in the node's store.
+  // The checkpoints are in the state stream, not in the node's store:
+  // GET /v1/checkpoints names the stream they are in.
   const std::string stored = node(3).request("GET", "/v1/checkpoints", {}, kReaderToken).body;
-  EXPECT_EQ(stored.find("cut--c"), std::string::npos) << stored;
+  EXPECT_NE(stored.find(R"("query":"cut--c")"), std::string::npos) << stored;
+  EXPECT_NE(stored.find(R"("state_stream":"cut--c--state")"), std::string::npos) << stored;
 
   // kill -9 of the fragment's node mid-stream; the producer goes on.
   const uint64_t before = checkpoint_id(3);
@@ -286,15 +288,17 @@ TEST_F(ClusterCut, AFragmentsStateStreamHoldsItsJournalAndCheckpointsAndIsWhatAK
   ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(1), 10u * kAuctions, 60s, total));
   EXPECT_EQ(total, int64_t{100} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 
-  // Deleting the query deletes the state streams with it: the leaders' at
-  // once, the followers' copies (and each node's view of the catalog)
-  // within a tick.
+  // Deleting the query deletes its state streams (and internal streams)
+  // with it. (The whole query, a cut of one fragment in this domain, keeps
+  // its own, whole--all--state.)
   ASSERT_EQ(node(1).request("DELETE", "/v1/queries/cut", {}, kAdminToken).status, 204u);
   for (int i = 1; i <= 3; ++i) {
+    // The followers drop their copies as their watch brings the delete.
     std::string all;
     EXPECT_TRUE(eventually(10s, [&] {
       all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
-      return all.find("--state") == std::string::npos;
+      return all.find(R"("name":"cut--)") == std::string::npos && all.find(R"("name":"@n1/cut--)") == std::string::npos &&
+             all.find(R"("name":"@n2/cut--)") == std::string::npos && all.find(R"("name":"@n3/cut--)") == std::string::npos;
     })) << "node " << i << ": " << all;
   }
 }

@@ -156,10 +156,12 @@ TEST_F(ClusterStreams, CreatedOnOneNodePublishedThroughASecondSubscribedThroughA
 
 TEST_F(ClusterStreams, TheControllerPlacesStreamsAndBadPlacementsAreRefused) {
   std::set<std::string> leaders;
+  std::string s0_leader;
   for (int i = 0; i < 3; ++i) {
     auto r = nodes_[static_cast<size_t>(i)]->request("POST", "/v1/streams", stream_body("s" + std::to_string(i)));
     ASSERT_EQ(r.status, 201u) << r.body;
     leaders.insert(field(r.body, "node"));
+    if (i == 0) s0_leader = field(r.body, "node");
     // The controller places by the catalog, which its watch brings
     // up to date within milliseconds of the leader's write.
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -172,6 +174,16 @@ TEST_F(ClusterStreams, TheControllerPlacesStreamsAndBadPlacementsAreRefused) {
   auto bad_query = node("n2").request("POST", "/v1/queries", query_body("q", "s0", "out", R"({"node":"n7"})"));
   EXPECT_EQ(bad_query.status, 400u) << bad_query.body;
   EXPECT_NE(bad_query.body.find("$.placement.node: n7 is not a node"), std::string::npos) << bad_query.body;
+  // Placed on a node that does not lead its input: the node could not
+  // read it.
+  const std::string elsewhere = s0_leader == "n1" ? "n2" : "n1";
+  auto misplaced = node("n3").request("POST", "/v1/queries",
+                                      query_body("q", "s0", "out", R"({"node":")" + elsewhere + "\"}"));
+  EXPECT_EQ(misplaced.status, 400u) << misplaced.body;
+  EXPECT_NE(misplaced.body.find("$.inputs[0].name: no stream 's0' on " + elsewhere + " (" + s0_leader + " leads it)"),
+            std::string::npos)
+      << misplaced.body;
+  EXPECT_EQ(node("n3").request("GET", "/v1/queries/q", {}, kReaderToken).status, 404u);
 }
 
 TEST_F(ClusterStreams, AQueryDeployedThroughAnyNodeRunsNextToItsInputAndIsReadEverywhere) {
@@ -189,6 +201,11 @@ TEST_F(ClusterStreams, AQueryDeployedThroughAnyNodeRunsNextToItsInputAndIsReadEv
   ASSERT_EQ(q.status, 200u) << q.body;
   EXPECT_EQ(field(q.body, "state"), "running");
   EXPECT_NE(q.body.find(R"("placement":"acme/n3")"), std::string::npos) << q.body;
+  // In a domain of several nodes it runs as a cut of one fragment, "all",
+  // so that it fails over (docs/cluster.md, "Whole queries fail over too").
+  EXPECT_EQ(field(q.body, "node"), "n3") << q.body;
+  EXPECT_NE(q.body.find(R"("fragments":[{"name":"all","node":"n3")"), std::string::npos) << q.body;
+  EXPECT_EQ(node("n1").request("GET", "/v1/streams/hot-bids--all--state", {}, kReaderToken).status, 200u);
   // Published through n1, read from the output through n2.
   ASSERT_EQ(node("n1")
                 .request("POST", "/v1/streams/bids/tuples",
@@ -295,12 +312,54 @@ TEST_F(ClusterStreams, EtcdPausedTuplesFlowDeploysWaitAndEverythingConverges) {
   auto created = node("n3").request("POST", "/v1/streams", stream_body("asks", "n3"));
   EXPECT_EQ(created.status, 503u) << created.body;
   etcd_->resume();
+  std::string last;
   ASSERT_TRUE(eventually(20, [&] {
     auto r = node("n2").request("POST", "/v1/queries", query_body("late", "bids", "late-out"));
+    last = std::to_string(r.status) + " " + r.body;
     return r.status == 201;
-  }));
+  })) << last;
   EXPECT_EQ(parse(node("n3").request("GET", "/v1/streams/bids", {}, kReaderToken).body)["next_seq"].GetUint64(),
             6u);
+}
+
+// A query whose name leaves no room for its fragment's ("NAME--all", at most
+// 64 characters) runs whole, as in a domain of one node.
+TEST_F(ClusterStreams, AQueryWhoseNameIsTooLongForAFragmentRunsWhole) {
+  ASSERT_EQ(node("n1").request("POST", "/v1/streams", stream_body("bids", "n2")).status, 201u);
+  const std::string name(62, 'q');
+  auto deployed = node("n1").request("POST", "/v1/queries", query_body(name, "bids", "hot"));
+  ASSERT_EQ(deployed.status, 201u) << deployed.body;
+  auto q = node("n3").request("GET", "/v1/queries/" + name, {}, kReaderToken);
+  ASSERT_EQ(q.status, 200u) << q.body;
+  EXPECT_EQ(q.body.find(R"("fragments")"), std::string::npos) << q.body;
+  EXPECT_NE(q.body.find(R"("placement":"acme/n2")"), std::string::npos) << q.body;
+}
+
+// A domain of one node (a cluster section, one member): a whole query runs
+// whole, its journal and checkpoints in the node's store, as before.
+TEST(ClusterStreamsOneNode, AWholeQueryInADomainOfOneNodeRunsWholeAsBefore) {
+  if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
+  EtcdProcess etcd("etcd-one-node");
+  ASSERT_TRUE(etcd.start()) << etcd.last_error();
+  BrokerOptions o;
+  o.extra_config = R"("checkpoint_interval": "200ms", )" + cluster_section(etcd);
+  BrokerProcess n1(o);
+  ASSERT_TRUE(n1.start()) << n1.last_error();
+  ASSERT_TRUE(eventually(20, [&] { return domain_up({&n1}, 1); }));
+  ASSERT_EQ(n1.request("POST", "/v1/streams", stream_body("bids")).status, 201u);
+  auto deployed = n1.request("POST", "/v1/queries", query_body("hot-bids", "bids", "hot"));
+  ASSERT_EQ(deployed.status, 201u) << deployed.body;
+  EXPECT_EQ(deployed.body.find(R"("fragments")"), std::string::npos) << deployed.body;
+  EXPECT_NE(deployed.body.find(R"("placement":"acme/n1")"), std::string::npos) << deployed.body;
+  auto streams = n1.request("GET", "/v1/streams?internal=true", {}, kReaderToken);
+  EXPECT_EQ(streams.body.find("--state"), std::string::npos) << streams.body;
+  // Its checkpoints are the store's.
+  std::string checkpoints;
+  ASSERT_TRUE(eventually(20, [&] {
+    checkpoints = n1.request("GET", "/v1/checkpoints", {}, kReaderToken).body;
+    return checkpoints.find(R"("query":"hot-bids")") != std::string::npos;
+  })) << checkpoints;
+  EXPECT_EQ(checkpoints.find("state_stream"), std::string::npos) << checkpoints;
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ namespace entente::testing {
 inline constexpr const char* kCutBidSchema =
     R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
 
-// The query named `name` writing `output`, with `placement` as given.
+// The query named `name` writing `output`, with `placement` as given (none
+// when empty).
 inline std::string cut_count_query(const std::string& name, const std::string& output, const std::string& placement) {
   return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
          std::string(kCutBidSchema) +
@@ -31,7 +32,8 @@ inline std::string cut_count_query(const std::string& name, const std::string& o
          R"("window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]}}],)"
          R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"cents"},{"from":"cents","to":"counts"}],)"
          R"("outputs":[{"name":")" +
-         output + R"(","from":"counts"}],"placement":)" + placement + "}";
+         output + R"(","from":"counts"}])" + (placement.empty() ? std::string() : R"(,"placement":)" + placement) +
+         "}";
 }
 
 // Batch b of `batches`: `rows` bids 100 ms of event time after batch b-1's,
