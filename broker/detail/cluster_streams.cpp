@@ -774,6 +774,15 @@ void NodeImpl::reconcile_replicas() {
   }
   for (const auto& m : stale) {
     if (!readers_of(m).empty()) continue;
+    // The copy of a stream this node leads now but has not adopted yet
+    // (reconcile_leadership makes it the stream): it is the stream's log.
+    // Dropping it here, while the entry already names this node, left the
+    // stream led by a node without its log (a fragment's state stream: the
+    // fragment then ran nowhere).
+    if (const size_t slash = m.find('/'); slash != std::string::npos) {
+      const std::string stream = m.substr(slash + 1);
+      if (!find_stream(stream) && stream_leader(stream).value_or("") == config_.node) continue;
+    }
     if (find_stream(m)) {
       if (Status st = delete_import(m); !st.ok() && st.error().code != Errc::not_found) continue;
     } else {
