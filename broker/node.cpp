@@ -255,6 +255,8 @@ void NodeImpl::stop() {
     if (gc_->submit(store::WriteBatch(), [&p](const Status&) { p.set_value(); }, store::Admission::wait).ok())
       f.wait();
   };
+  // Moves under way end first (each rolls back or answers as it stands).
+  stop_moves();
   // 0. Leave the domain: the lease is revoked, so the others see this node
   // down and another takes the controller role now, not at the lease's
   // expiry.

@@ -263,6 +263,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"PUT", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::put_fragment_route},
       {"GET", "/v1/queries/{name}/fragments/{fragment}", Role::reader, false, &N::get_fragment_route},
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
+      {"POST", "/v1/queries/{name}/fragments/{fragment}/move", Role::admin, false, &N::move_fragment_route},
       {"GET", "/v1/checkpoints", Role::reader, false, &N::list_checkpoints},
       {"POST", "/v1/checkpoints", Role::admin, false, &N::take_checkpoints},
       {"POST", "/v1/admin/backup", Role::admin, false, &N::post_backup},

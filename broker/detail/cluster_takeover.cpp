@@ -169,8 +169,14 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
         d.RemoveMember("moves");
         d.AddMember("moves", rapidjson::Value(rapidjson::kArrayType), alloc);
       }
-      const std::string why = up.count(from) ? from + " was down (its etcd lease expired) and its streams failed over"
-                                             : from + " is down (its etcd lease expired)";
+      // Moved on request (cluster_moves.cpp): the source marked it.
+      const bool requested = f.HasMember("moving") && f["moving"].IsString() &&
+                             f["moving"].GetString() == config_.node;
+      const std::string why =
+          requested     ? "moved on request (POST /v1/queries/" + query + "/fragments/" + name + "/move)"
+          : up.count(from) ? from + " was down (its etcd lease expired) and its streams failed over"
+                           : from + " is down (its etcd lease expired)";
+      f.RemoveMember("moving");
       rapidjson::Value move(rapidjson::kObjectType);
       move.AddMember("fragment", rapidjson::Value(name.c_str(), alloc), alloc);
       move.AddMember("from", rapidjson::Value(from.c_str(), alloc), alloc);
@@ -190,10 +196,16 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       if (!rev.ok()) break;  // changed meanwhile: looked at again at the next tick
       log_line("fragment " + name + " of query '" + query + "': " + why + "; " + config_.node +
                " runs it from its replicated checkpoint and journal");
-      metrics_
-          .counter("entente_fragment_takeovers_total",
-                   "Fragments this node took over from a node that was down", {{"query", query}})
-          .inc();
+      if (requested) {
+        metrics_.counter("entente_fragment_moves_total", "Fragments this node took over on request (a move)",
+                         {{"query", query}})
+            .inc();
+      } else {
+        metrics_
+            .counter("entente_fragment_takeovers_total",
+                     "Fragments this node took over from a node that was down", {{"query", query}})
+            .inc();
+      }
       QueryMeta meta;
       meta.name = runner;
       meta.query = query;
@@ -373,28 +385,32 @@ void NodeImpl::drop_superseded_fragments() {
       log_line("fragment " + meta.name + " runs on " + node + " now; stopping it here: " + st.error().message);
       continue;
     }
-    std::vector<std::string> streams = meta.outputs;
-    streams.push_back(state_stream_name(meta.name));
-    for (const auto& s : streams) {
-      if (stream_leader(s).value_or(config_.node) == config_.node) continue;
-      // Fragments here reading the old log stop, and run again reading the
-      // stream where it is led (or this node's copy of it).
-      std::vector<std::pair<QueryMeta, std::string>> readers;
-      for (const auto& r : readers_of(s)) {
-        const QueryMeta& m = r->meta();
-        if (m.fragment.empty()) continue;
-        std::string body = fragment_body_of(m);
-        if (!body.empty() && detach_query(m.name).ok()) readers.emplace_back(m, std::move(body));
-      }
-      if (Status st = discard_stream(s); !st.ok() && st.error().code != Errc::not_found)
-        log_line("stream '" + s + "' is led elsewhere now; discarding this node's old log: " + st.error().message);
-      for (const auto& [m, body] : readers) rerun_fragment(m, body);
-    }
-    for (auto i : meta.internal_inputs)
-      if (meta.inputs[i].starts_with("@")) (void)delete_import(meta.inputs[i]);
+    release_fragment_streams(meta);
     log_line("fragment " + meta.name + " runs on " + node + " now: this node's run of it is removed, its streams "
              "copied afresh as a follower's");
   }
+}
+
+void NodeImpl::release_fragment_streams(const QueryMeta& meta) {
+  std::vector<std::string> streams = meta.outputs;
+  streams.push_back(state_stream_name(meta.name));
+  for (const auto& s : streams) {
+    if (stream_leader(s).value_or(config_.node) == config_.node) continue;
+    // Fragments here reading the old log stop, and run again reading the
+    // stream where it is led (or this node's copy of it).
+    std::vector<std::pair<QueryMeta, std::string>> readers;
+    for (const auto& r : readers_of(s)) {
+      const QueryMeta& m = r->meta();
+      if (m.fragment.empty()) continue;
+      std::string body = fragment_body_of(m);
+      if (!body.empty() && detach_query(m.name).ok()) readers.emplace_back(m, std::move(body));
+    }
+    if (Status st = discard_stream(s); !st.ok() && st.error().code != Errc::not_found)
+      log_line("stream '" + s + "' is led elsewhere now; discarding this node's old log: " + st.error().message);
+    for (const auto& [m, body] : readers) rerun_fragment(m, body);
+  }
+  for (auto i : meta.internal_inputs)
+    if (meta.inputs[i].starts_with("@")) (void)delete_import(meta.inputs[i]);
 }
 
 Status NodeImpl::detach_query(const std::string& name) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -400,6 +401,38 @@ class NodeImpl final : public http::Handler {
   // was taken over while this node was away) is stopped and removed; its
   // streams are copied afresh from the new leader as a follower's.
   void drop_superseded_fragments();
+  // This node's logs of fragment `meta`'s streams that another node leads
+  // now, and its reads of other nodes' streams for it, go (the fragment
+  // stopped here); local readers of those logs run again on the stream.
+  void release_fragment_streams(const QueryMeta& meta);
+  // --- moving a fragment to another node (cluster_moves.cpp)
+  // POST /v1/queries/{name}/fragments/{fragment}/move.
+  void move_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  struct FragmentMove {
+    std::string query;
+    std::string fragment;
+    std::string to;
+    http::Request get;  // GET of the fragment, with the caller's credentials
+    http::Respond answer;
+  };
+  void move_loop();
+  // The move, on the move thread: the answer to give.
+  http::Response run_move(const FragmentMove& m);
+  void stop_moves();
+  // Polls `done` until it holds, `bound` passes or the node stops.
+  bool move_wait(std::chrono::steady_clock::duration bound, const std::function<bool()>& done);
+  // Compare-and-set of stream `stream`'s entry through `edit` (false: no
+  // change wanted); true when written.
+  Result<bool> edit_stream_entry(const std::string& stream, const std::function<bool(StreamEntry&)>& edit);
+  // Marks (or, with `to` empty, unmarks) fragment `fragment` as moving to
+  // `to` in its query's entry, so the taking over names the request.
+  bool mark_fragment_moving(const std::string& query, const std::string& fragment, const std::string& to);
+  std::mutex move_mu_;
+  std::condition_variable move_cv_;
+  std::deque<FragmentMove> move_queue_;  // REQUIRES: move_mu_
+  std::set<std::string> moving_;         // REQUIRES: move_mu_; QUERY/FRAGMENT
+  bool move_stopping_ = false;           // REQUIRES: move_mu_
+  std::thread move_thread_;
   // The PUT body the coordinator stored for fragment `meta` in the query's
   // entry; empty when there is none.
   std::string fragment_body_of(const QueryMeta& meta) const;

@@ -1,0 +1,424 @@
+// A fragment slid to another node of its domain while it runs
+// (docs/cluster.md, "Moving a fragment"): POST
+// /v1/queries/{query}/fragments/{fragment}/move {"node": TARGET}.
+//
+// The move is a planned failover of the fragment's streams: the target
+// becomes an in-sync follower of the fragment's state stream and outputs
+// (it holds the fragment's checkpoints and journal before anything stops),
+// the fragment checkpoints, stops here, and once the target holds every
+// record this node wrote, the streams' leadership passes to it (epoch + 1,
+// as a failover). The target then takes the fragment over exactly as after
+// a failure (cluster_takeover.cpp): the last checkpoint, the journal after
+// it, outputs continuing under the same sequence numbers. A step that
+// fails before the leadership passes rolls back: the fragment runs here
+// again from its own state stream. The move runs on its own thread, one at
+// a time per node, since it waits on replication and on the target.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "cluster/catalog.h"
+#include "cluster/membership.h"
+#include "engine/fragments.h"
+#include "federation/peering.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+namespace entente::broker::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Bounds of each wait of a move.
+constexpr auto kFollowWait = std::chrono::seconds(30);    // the target catching up as a follower
+constexpr auto kCheckpointWait = std::chrono::seconds(15);
+constexpr auto kReplicatedWait = std::chrono::seconds(10);  // the last records reaching the followers
+constexpr auto kTakeoverWait = std::chrono::seconds(30);    // the target running the fragment
+constexpr size_t kMaxQueuedMoves = 16;
+
+void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
+
+std::string to_text(const rapidjson::Value& v) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  v.Accept(w);
+  return {sb.GetString(), sb.GetSize()};
+}
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+void NodeImpl::move_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  const std::string& query = params.at(0);
+  const std::string& fragment = params.at(1);
+  if (!catalog_ || !membership_ || !peering_) {
+    answer(http::Response::problem(409, "Conflict", "moving a fragment needs a domain of several nodes (a `cluster` "
+                                                    "and a `federation` section)"));
+    return;
+  }
+  rapidjson::Document d;
+  d.Parse(req.body.data(), req.body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("node") || !d["node"].IsString() ||
+      d["node"].GetStringLength() == 0 || d["node"].GetStringLength() > 64) {
+    answer(http::Response::problem(400, "Bad Request", "$.node: the node to move the fragment to (a string of 1 to "
+                                                       "64 characters) is required"));
+    return;
+  }
+  const std::string to = d["node"].GetString();
+  auto entry = cut_entry(query, true);
+  if (!entry) {
+    answer(http::Response::problem(404, "Not Found", "no query '" + query.substr(0, 100) + "' cut into fragments in "
+                                                     "domain " + config_.domain));
+    return;
+  }
+  std::string from;
+  for (const auto& [f, n] : entry->fragments)
+    if (f == fragment) from = n;
+  if (from.empty()) {
+    std::string known;
+    for (const auto& [f, _] : entry->fragments) known += (known.empty() ? "" : ", ") + f;
+    answer(http::Response::problem(404, "Not Found", "query '" + query + "' has no fragment '" +
+                                                     fragment.substr(0, 64) + "' (its fragments: " + known + ")"));
+    return;
+  }
+  const cluster::MembershipView view = membership_->view();
+  auto member = std::find_if(view.members.begin(), view.members.end(),
+                             [&](const cluster::Member& m) { return m.record.node == to; });
+  if (member == view.members.end()) {
+    std::string known;
+    for (const auto& m : view.members) known += (known.empty() ? "" : ", ") + m.record.node;
+    answer(http::Response::problem(400, "Bad Request", "$.node: " + to + " is not a node of domain " + config_.domain +
+                                                       " (its nodes: " + known + ")"));
+    return;
+  }
+  if (to == from) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query + "' runs on " +
+                                                    to + " already"));
+    return;
+  }
+  if (!member->up) {
+    answer(http::Response::problem(503, "Service Unavailable", "$.node: " + to + " is down; nothing moved"));
+    return;
+  }
+  // The move runs on the fragment's node.
+  if (from != config_.node) {
+    forward(req, from, answer);
+    return;
+  }
+  auto q = find_query(engine::fragment_network_name(query, fragment));
+  if (!q) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
+                                                    "' is placed on " + from + " but does not run there now; "
+                                                    "nothing moved"));
+    return;
+  }
+  // A fragment reading a stream appended by users runs where that stream
+  // is led (the failover keeps them together): it moves with it, not alone.
+  const QueryMeta meta = q->meta();
+  for (size_t i = 0; i < meta.inputs.size(); ++i) {
+    if (std::find(meta.internal_inputs.begin(), meta.internal_inputs.end(), i) != meta.internal_inputs.end()) continue;
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " reads stream " + meta.inputs[i] +
+                                                    ", which this node leads: a fragment reading a query input "
+                                                    "runs next to it and cannot move without it"));
+    return;
+  }
+  std::lock_guard lock(move_mu_);
+  const std::string key = query + "/" + fragment;
+  if (move_stopping_) {
+    answer(http::Response::problem(503, "Service Unavailable", config_.node + " is stopping; nothing moved"));
+    return;
+  }
+  if (moving_.count(key)) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
+                                                    "' is being moved already"));
+    return;
+  }
+  if (move_queue_.size() >= kMaxQueuedMoves) {
+    answer(http::Response::problem(503, "Service Unavailable", std::to_string(kMaxQueuedMoves) +
+                                                               " moves wait on " + config_.node + " already; retry "
+                                                               "later"));
+    return;
+  }
+  moving_.insert(key);
+  // The target's answers about the fragment are read with the caller's
+  // credentials.
+  http::Request get;
+  get.method = "GET";
+  get.target = get.path = "/v1/queries/" + query + "/fragments/" + fragment;
+  get.remote = req.remote;
+  for (const auto& h : req.headers)
+    if (h.first == "authorization") get.headers.push_back(h);
+  move_queue_.push_back(FragmentMove{query, fragment, to, std::move(get), answer});
+  if (!move_thread_.joinable()) move_thread_ = std::thread([this] { move_loop(); });
+  move_cv_.notify_one();
+}
+
+void NodeImpl::move_loop() {
+  for (;;) {
+    FragmentMove m;
+    {
+      std::unique_lock lock(move_mu_);
+      move_cv_.wait(lock, [this] { return move_stopping_ || !move_queue_.empty(); });
+      if (move_stopping_) {
+        for (auto& left : move_queue_)
+          left.answer(http::Response::problem(503, "Service Unavailable", config_.node + " is stopping; nothing "
+                                                                          "moved"));
+        move_queue_.clear();
+        return;
+      }
+      m = std::move(move_queue_.front());
+      move_queue_.pop_front();
+    }
+    http::Response r = run_move(m);
+    {
+      std::lock_guard lock(move_mu_);
+      moving_.erase(m.query + "/" + m.fragment);
+    }
+    m.answer(std::move(r));
+  }
+}
+
+void NodeImpl::stop_moves() {
+  {
+    std::lock_guard lock(move_mu_);
+    move_stopping_ = true;
+  }
+  move_cv_.notify_all();
+  if (move_thread_.joinable()) move_thread_.join();
+}
+
+bool NodeImpl::move_wait(Clock::duration bound, const std::function<bool()>& done) {
+  const auto until = Clock::now() + bound;
+  for (;;) {
+    if (done()) return true;
+    {
+      std::lock_guard lock(move_mu_);
+      if (move_stopping_) return false;
+    }
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+Result<bool> NodeImpl::edit_stream_entry(const std::string& stream, const std::function<bool(StreamEntry&)>& edit) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto e = catalog_->get("streams/" + stream);
+    if (!e) return make_error(Errc::not_found, "stream '" + stream + "' has no catalog entry");
+    auto parsed = stream_entry_from_json(e->value);
+    if (!parsed.ok()) return parsed.error();
+    StreamEntry next = *parsed;
+    if (!edit(next)) return false;
+    auto rev = catalog_->update(e->key, stream_catalog_entry(next), e->mod_revision);
+    if (rev.ok()) {
+      catalog_->wait_for(*rev, config_.cluster.etcd_timeout_ms);
+      return true;
+    }
+    if (rev.error().code != Errc::conflict) return rev.error();
+  }
+  return make_error(Errc::unavailable, "stream '" + stream + "': its catalog entry kept changing");
+}
+
+bool NodeImpl::mark_fragment_moving(const std::string& query, const std::string& fragment, const std::string& to) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto e = catalog_->get("queries/" + query);
+    if (!e) return false;
+    rapidjson::Document d;
+    d.Parse(e->value.data(), e->value.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray()) return false;
+    for (auto& f : d["fragments"].GetArray()) {
+      if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || f["name"].GetString() != fragment)
+        continue;
+      f.RemoveMember("moving");
+      if (!to.empty()) f.AddMember("moving", rapidjson::Value(to.c_str(), d.GetAllocator()), d.GetAllocator());
+    }
+    auto rev = catalog_->update(e->key, to_text(d), e->mod_revision);
+    if (rev.ok()) {
+      catalog_->wait_for(*rev, config_.cluster.etcd_timeout_ms);
+      return true;
+    }
+  }
+  return false;
+}
+
+http::Response NodeImpl::run_move(const FragmentMove& m) {
+  const auto t0 = Clock::now();
+  const std::string runner = engine::fragment_network_name(m.query, m.fragment);
+  const std::string what = "moving fragment " + m.fragment + " of query '" + m.query + "' to " + m.to;
+  auto failed = [&](int status, const std::string& why) {
+    log_line(what + ": " + why);
+    return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
+  };
+  auto q = find_query(runner);
+  if (!q) return failed(409, "the fragment does not run on " + config_.node + " now; nothing moved");
+  const QueryMeta meta = q->meta();
+  const std::string body = fragment_body_of(meta);
+  if (body.empty()) return failed(409, "the query's catalog entry has no body for the fragment; nothing moved");
+  // The state stream first: it decides where the fragment runs.
+  std::vector<std::string> streams{state_stream_name(runner)};
+  for (const auto& o : meta.outputs) streams.push_back(o);
+
+  // 1. The target holds every stream of the fragment, in sync: the
+  // checkpoints and journal reach it before anything stops.
+  std::vector<std::string> added;
+  for (const auto& s : streams) {
+    auto r = edit_stream_entry(s, [&](StreamEntry& e) {
+      if (e.node != config_.node || contains(e.replicas, m.to)) return false;
+      e.replicas.push_back(m.to);
+      return true;
+    });
+    if (!r.ok()) return failed(503, "making " + m.to + " a follower of " + s + ": " + r.error().message);
+    if (*r) added.push_back(s);
+  }
+  auto in_sync_everywhere = [&] {
+    for (const auto& s : streams) {
+      auto e = catalog_->get("streams/" + s);
+      if (!e) return false;
+      auto parsed = stream_entry_from_json(e->value);
+      if (!parsed.ok() || !contains(parsed->in_sync, m.to)) return false;
+    }
+    return true;
+  };
+  auto undo_followers = [&] {
+    for (const auto& s : added)
+      (void)edit_stream_entry(s, [&](StreamEntry& e) {
+        auto it = std::find(e.replicas.begin(), e.replicas.end(), m.to);
+        if (it == e.replicas.end()) return false;
+        e.replicas.erase(it);
+        e.in_sync.erase(std::remove(e.in_sync.begin(), e.in_sync.end(), m.to), e.in_sync.end());
+        return true;
+      });
+  };
+  if (!move_wait(kFollowWait, in_sync_everywhere)) {
+    undo_followers();
+    return failed(503, m.to + " did not catch up with the fragment's streams within " +
+                           std::to_string(std::chrono::seconds(kFollowWait).count()) + " s; nothing moved");
+  }
+  const auto t_sync = Clock::now();
+
+  // 2. A checkpoint now: the target replays only what follows it.
+  auto done = std::make_shared<std::promise<Result<CheckpointInfo>>>();
+  auto got = done->get_future();
+  q->request_checkpoint([done](const Result<CheckpointInfo>& r) { done->set_value(r); });
+  if (got.wait_for(kCheckpointWait) != std::future_status::ready) {
+    undo_followers();
+    return failed(503, "the fragment did not checkpoint within " +
+                           std::to_string(std::chrono::seconds(kCheckpointWait).count()) + " s; nothing moved");
+  }
+  if (auto r = got.get(); !r.ok()) {
+    undo_followers();
+    return failed(503, "checkpointing the fragment: " + r.error().message + "; nothing moved");
+  }
+  const auto t_checkpoint = Clock::now();
+
+  // 3. It stops here. From now on a failure runs it here again.
+  if (!mark_fragment_moving(m.query, m.fragment, m.to)) {
+    undo_followers();
+    return failed(503, "the query's catalog entry could not be updated; nothing moved");
+  }
+  if (Status st = detach_query(runner); !st.ok()) {
+    (void)mark_fragment_moving(m.query, m.fragment, "");
+    undo_followers();
+    return failed(503, "stopping the fragment here: " + st.error().message + "; nothing moved");
+  }
+  const auto t_stop = Clock::now();
+  auto roll_back = [&](const std::string& why) {
+    (void)mark_fragment_moving(m.query, m.fragment, "");
+    rerun_fragment(meta, body);
+    undo_followers();
+    return failed(503, why + "; the fragment runs on " + config_.node + " again");
+  };
+
+  // 4. The target holds every record this node wrote.
+  for (const auto& s : streams) {
+    StreamPtr st = find_stream(s);
+    if (!st || st->committed_next() <= 1) continue;
+    auto released = std::make_shared<std::promise<Status>>();
+    auto f = released->get_future();
+    when_replicated(s, st->committed_next() - 1, [released](const Status& r) { released->set_value(r); });
+    if (f.wait_for(kReplicatedWait) != std::future_status::ready) return roll_back(s + " did not reach its followers");
+    if (Status r = f.get(); !r.ok()) return roll_back(s + ": " + r.error().message);
+    if (!in_sync_everywhere()) return roll_back(m.to + " left the in-sync set of " + s);
+  }
+
+  // 5. The leadership passes, the state stream first (a pass that stops
+  // half-way is completed by the controller, which joins a fragment's
+  // streams to its state stream's leader, cluster_failover.cpp).
+  for (size_t i = 0; i < streams.size(); ++i) {
+    auto r = edit_stream_entry(streams[i], [&](StreamEntry& e) {
+      if (e.node != config_.node || !contains(e.in_sync, m.to)) return false;
+      e.node = m.to;
+      e.epoch += 1;
+      e.lease = 0;  // the new leader records its own
+      e.replicas.erase(std::remove(e.replicas.begin(), e.replicas.end(), m.to), e.replicas.end());
+      e.replicas.push_back(config_.node);  // this node follows it from now on
+      e.in_sync.clear();
+      return true;
+    });
+    if (i == 0 && (!r.ok() || !*r)) {
+      return roll_back("passing the leadership of " + streams[i] + " to " + m.to + ": " +
+                       (r.ok() ? std::string("its entry changed") : r.error().message));
+    }
+    if (!r.ok() || !*r)
+      log_line(what + ": " + streams[i] + " stays led here for now (" +
+               (r.ok() ? std::string("its entry changed") : r.error().message) +
+               "); the controller moves it to " + m.to);
+  }
+  const auto t_handover = Clock::now();
+  log_line(what + ": " + m.to + " leads its streams; it takes the fragment over");
+
+  // 6. The target runs it (take_over_fragments there records the move).
+  auto placed_there = [&] {
+    auto e = cut_entry(m.query);
+    if (!e) return false;
+    for (const auto& [f, n] : e->fragments)
+      if (f == m.fragment) return n == m.to;
+    return false;
+  };
+  bool running = move_wait(kTakeoverWait, placed_there);
+  if (running) {
+    running = move_wait(kTakeoverWait, [&] {
+      auto answered = std::make_shared<std::promise<http::Response>>();
+      auto f = answered->get_future();
+      forward(m.get, m.to, [answered](http::Response r) { answered->set_value(std::move(r)); });
+      if (f.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return false;
+      http::Response r = f.get();
+      return r.status == 200 && r.body.find(R"("state":"running")") != std::string::npos;
+    });
+  }
+  const auto t_run = Clock::now();
+
+  // 7. This node's logs of the fragment's streams, and its reads of other
+  // nodes, go: it copies the streams afresh as a follower.
+  release_fragment_streams(meta);
+
+  JsonOut j;
+  j.begin_object();
+  j.key("query").str(m.query).key("fragment").str(m.fragment).key("from").str(config_.node).key("to").str(m.to);
+  j.key("state").str(running ? "moved" : "handed over");
+  // The fragment ran nowhere from its stop here to its start there.
+  j.key("pause_ms").dbl(ms_between(t_stop, t_run));
+  j.key("steps_ms").begin_object();
+  j.key("follow").dbl(ms_between(t0, t_sync)).key("checkpoint").dbl(ms_between(t_sync, t_checkpoint));
+  j.key("replicate").dbl(ms_between(t_stop, t_handover)).key("take_over").dbl(ms_between(t_handover, t_run));
+  j.end_object();
+  j.key("total_ms").dbl(ms_between(t0, t_run));
+  j.end_object();
+  log_line(what + ": " + (running ? "done" : "handed over, not yet running there") + ", paused " +
+           std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
+  return http::Response::json(running ? 200 : 202, j.take());
+}
+
+}  // namespace entente::broker::detail
