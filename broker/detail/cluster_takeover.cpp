@@ -377,8 +377,11 @@ void NodeImpl::drop_superseded_fragments() {
       if (fname == meta.fragment) node = fnode;
     if (node.empty() || node == config_.node) continue;
     // Only once that node runs it: a copy of the catalog that has not
-    // seen this node's own takeover yet still names the node that died.
+    // seen this node's own takeover yet still names the node that died
+    // (or, after a move on request, the node it came from, which is up).
+    // The node leading the state stream runs the fragment: never this one.
     if (!membership_ || !member_up(membership_->view(), node)) continue;
+    if (stream_leader(state_stream_name(meta.name)).value_or("") == config_.node) continue;
     // Taken over while this node was away: what it wrote since is in no
     // copy, and the streams are led elsewhere now.
     if (Status st = detach_query(meta.name); !st.ok()) {
