@@ -173,14 +173,25 @@ void Membership::stop(bool leave) {
 
 void Membership::run() {
   const auto period = std::chrono::milliseconds(std::max<int64_t>(100, options_.lease_ttl_ms / 3));
+  constexpr auto kMinGap = std::chrono::milliseconds(20);  // between ticks asked for
   std::unique_lock lock(mu_);
   while (!stopping_) {
     tick_now_ = false;
+    const auto started = std::chrono::steady_clock::now();
     lock.unlock();
     tick();
     lock.lock();
     cv_.wait_for(lock, period, [this] { return stopping_ || tick_now_; });
+    if (!stopping_) cv_.wait_until(lock, started + kMinGap, [this] { return stopping_; });
   }
+}
+
+void Membership::tick_soon() {
+  {
+    std::lock_guard lock(mu_);
+    tick_now_ = true;
+  }
+  cv_.notify_all();
 }
 
 void Membership::watch_for_departures(const std::string& key, bool prefix) {

@@ -107,6 +107,10 @@ class Membership final {
   // expiry.
   void stop(bool leave);
 
+  // Ticks now rather than at the period's end (at most one tick per 20 ms
+  // this way): something the tick retries is likely to succeed now.
+  void tick_soon();
+
   MembershipView view() const;
   bool is_controller() const;
   // The lease this node holds, while it is current: granted or renewed

@@ -216,12 +216,19 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
                        log_line("fragment " + meta.name + " runs on " + config_.node + " (taken over)");
                        return;
                      }
-                     // Tried again at each tick (run_placed_fragments).
+                     // Tried again at each tick (run_placed_fragments); at
+                     // once when a copy of an input it reads is being made.
                      log_line("taking over fragment " + meta.name + " failed (tried again): " + q.error().message);
+                     retry_soon_if_copying(q.error());
                    });
       break;  // the entry changed: the rest at the next look
     }
   }
+}
+
+void NodeImpl::retry_soon_if_copying(const Error& e) {
+  if (e.code == Errc::unavailable && e.message.find(kNotCopiedYet) != std::string::npos && membership_)
+    membership_->tick_soon();
 }
 
 std::string NodeImpl::fragment_body_of(const QueryMeta& meta) const {
@@ -261,6 +268,7 @@ void NodeImpl::rerun_fragment(const QueryMeta& meta, const std::string& body) {
                    // Tried again at each tick while the catalog places it
                    // here (run_placed_fragments).
                    log_line("restarting fragment " + name + " failed (tried again): " + r.error().message);
+                   retry_soon_if_copying(r.error());
                    return;
                  }
                  // The mirrors it read before and reads no more (a

@@ -441,6 +441,9 @@ class NodeImpl final : public http::Handler {
   void restart_fragment(const QueryMeta& meta, const std::string& why);
   // The second half: runs detached fragment `meta` again from `body`.
   void rerun_fragment(const QueryMeta& meta, const std::string& body);
+  // A take-over or rerun that failed because a copy of an input is still
+  // being made (kNotCopiedYet) is tried again at a tick asked for now.
+  void retry_soon_if_copying(const Error& e);
   // Runs the fragments the catalog places on this node whose state stream
   // it leads and that do not run (a failed rerun or takeover).
   void run_placed_fragments();

@@ -387,6 +387,13 @@ Status QueryRunner::read_range(size_t input, uint64_t first, uint64_t last,
     std::vector<store::LogRecord> recs;
     ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, inputs_[input]->meta().id, pos, 16,
                                                    8u << 20, recs));
+    if (recs.empty() && pos >= inputs_[input]->committed_next()) {
+      // A copy being made (a read of another node opened at a take-over):
+      // the replay can run once it holds the range.
+      return make_error(Errc::unavailable, "stream '" + inputs_[input]->meta().name + "': tuple " +
+                                               std::to_string(pos) + " " + kNotCopiedYet + " (it holds up to " +
+                                               std::to_string(inputs_[input]->committed_next() - 1) + ")");
+    }
     if (recs.empty() || recs.front().first > pos)
       return make_error(Errc::not_found, "stream '" + inputs_[input]->meta().name + "': tuple " +
                                              std::to_string(pos) + " is no longer in the log");

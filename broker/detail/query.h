@@ -117,6 +117,10 @@ std::string state_stream_name(const std::string& runner);
 engine::SchemaPtr state_stream_schema();
 inline constexpr int64_t kStateJournal = 1;
 inline constexpr int64_t kStateCheckpoint = 2;
+// What a replay says when an input's copy on this node does not hold the
+// range yet (it is being copied): an "unavailable" error with this text.
+inline constexpr const char* kNotCopiedYet = "is not in this node's copy yet";
+
 // Bytes of snapshot per checkpoint row: one row per append keeps a record
 // well under the federation frame limit (1 MiB) when followers copy it.
 inline constexpr size_t kStateChunkBytes = 256u << 10;
