@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Moving a stateful fragment between nodes (docs/cluster.md, "Moving a
+fragment"): the pause of each move as the fragment's state grows.
+
+Per --state-mb size (default 1, 10 and 100), a fresh domain of three nodes
+n1..n3 (its own etcd, certificates, peer links: the set-up of
+scripts/bench-failover.py), stream "bids" led by n1 with factor 2, and a
+query cut in two fragments: `a` (a filter keeping every bid) on n1, next to
+bids, and `c` on n2, a count per bidder in one window of an hour, whose
+state grows with the number of bidders. The bench publishes distinct
+bidders until the state of `c` (its box's state_bytes in GET
+/v1/queries/q) reaches the size, then, while a publisher keeps appending
+100 bids every 20 ms, moves `c` --moves times between n2 and n3 (POST
+/v1/queries/q/fragments/c/move through n1) and records each answer:
+pause_ms (from the fragment's stop on one node to its run on the other)
+and the steps. One JSON line per size:
+  {"bench":"fragment_move_pause_ms","state_mb":..,"state_bytes":..,
+   "moves":N,"p50":..,"max":..,"total_p50":..,"take_over_p50":..,
+   "target_ms":50}
+At the end the counts of `c`'s output must add up to every bid published
+(the window closes with an end marker): {"bench":"fragment_move_check",...}.
+
+  scripts/bench-move.py [--state-mb 1,10,100] [--moves 10] [--build build]
+Exit status 1 when a move fails or the check does not add up; 77 when etcd
+is not installed.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("bench_failover", os.path.join(HERE, "bench-failover.py"))
+bf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bf)
+
+SCHEMA = [{"name": "auction", "type": "int64"}, {"name": "bidder", "type": "int64"},
+          {"name": "price", "type": "int64"}, {"name": "date_time", "type": "timestamp"}]
+T0 = 1_000_000  # event time of every bid: all in the window [0, 1 h)
+
+
+def query():
+    return {
+        "name": "q",
+        "inputs": [{"name": "bids", "event_time": "date_time", "schema": SCHEMA}],
+        "boxes": [
+            {"id": "keep", "type": "filter", "options": {"predicates": ["price >= 0"], "drop_unmatched": True}},
+            {"id": "per_bidder", "type": "aggregate", "options": {
+                "group_by": ["bidder"], "window": {"type": "tumbling", "size": "1h"},
+                "aggregates": [{"fn": "count", "as": "n"}]}},
+        ],
+        "arcs": [{"from": "bids", "to": "keep"}, {"from": "keep", "to": "per_bidder"}],
+        "outputs": [{"name": "per-bidder", "from": "per_bidder"}],
+        "placement": {"fragments": [{"name": "a", "node": "n1", "boxes": ["keep"]},
+                                    {"name": "c", "node": "n2", "boxes": ["per_bidder"]}]},
+    }
+
+
+class Bench(bf.Bench):
+    def __init__(self, args):
+        super().__init__(args)
+        self.published = 0
+        self.lock = threading.Lock()
+
+    def post(self, rows):
+        body = json.dumps(rows)
+        for _ in range(100):
+            try:
+                status, text = self.nodes[0].request("POST", "/v1/streams/bids/tuples", body, timeout=30)
+                if status == 200:
+                    with self.lock:
+                        self.published += len(rows)
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("publishing: no 200 after 100 tries")
+
+    def state_bytes(self):
+        status, text = self.nodes[0].request("GET", "/v1/queries/q", timeout=10)
+        if status != 200:
+            return 0
+        for f in json.loads(text).get("fragments", []):
+            if f["name"] == "c" and f.get("runner"):
+                return sum(b.get("state_bytes", 0) for b in f["runner"]["boxes"])
+        return 0
+
+    def setup(self):
+        a = self.args
+        self.hash = subprocess.run([self.entente, "token-hash", bf.TOKEN], check=True, capture_output=True,
+                                   text=True).stdout.strip()
+        self.etcd = bf.Etcd(os.environ.get("ETCD", "/usr/bin/etcd"), os.path.join(self.dir, "etcd"))
+        certs = os.path.join(self.dir, "certs")
+        self.certs("init-domain", "bench", "--out", certs + "/ca")
+        for n in ("n1", "n2", "n3"):
+            self.certs("issue-node", "bench", n, "--ca", certs + "/ca", "--san", "127.0.0.1,localhost",
+                       "--out", certs + "/" + n)
+            self.nodes.append(bf.Node(self, n))
+        for n in self.nodes:
+            n.start()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                status, text = self.nodes[0].request("GET", "/v1/nodes")
+                if status == 200 and text.count('"state":"up"') == 3:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        spec = {"name": "bids", "schema": SCHEMA, "event_time": "date_time", "node": "n1", "replication": 2}
+        status, text = self.nodes[0].request("POST", "/v1/streams", json.dumps(spec))
+        if status != 201:
+            raise RuntimeError("creating bids: %d %s" % (status, text))
+        self.wait_in_sync()
+        status, text = self.nodes[0].request("POST", "/v1/queries", json.dumps(query()), timeout=60)
+        if status != 201:
+            raise RuntimeError("deploying the query: %d %s" % (status, text))
+        self.wait_in_sync("q--c--state")
+
+    def load(self, want_bytes):
+        """Distinct bidders until c's state holds want_bytes."""
+        bidder = 0
+        while True:
+            have = self.state_bytes()
+            if have >= want_bytes:
+                return have
+            # Aim at the size from what the bidders so far take.
+            per = have / bidder if bidder and have else 100.0
+            n = max(1000, min(20000, int((want_bytes - have) / per) + 1))
+            rows = [{"auction": 1, "bidder": bidder + k, "price": 1, "date_time": T0} for k in range(n)]
+            self.post(rows)
+            bidder += n
+            # Processed before the next look.
+            for _ in range(600):
+                if self.state_bytes() > have or want_bytes <= have:
+                    break
+                time.sleep(0.05)
+
+    def run(self):
+        a = self.args
+        if not os.access(os.environ.get("ETCD", "/usr/bin/etcd"), os.X_OK):
+            print("etcd is not installed: apt-get install etcd-server", file=sys.stderr)
+            return 77
+        self.setup()
+        state = self.load(int(a.state_mb * 1e6))
+        stop = threading.Event()
+
+        def trickle():
+            k = 0
+            while not stop.is_set():
+                self.post([{"auction": 2, "bidder": k % 1000, "price": 1, "date_time": T0} for _ in range(100)])
+                k += 1
+                time.sleep(0.02)
+
+        pub = threading.Thread(target=trickle, daemon=True)
+        pub.start()
+        time.sleep(0.5)
+        pauses, totals, takeovers, failures = [], [], [], 0
+        where = "n2"
+        for k in range(a.moves):
+            to = "n3" if where == "n2" else "n2"
+            status, text = self.nodes[0].request("POST", "/v1/queries/q/fragments/c/move",
+                                                 json.dumps({"node": to}), timeout=120)
+            if status != 200:
+                failures += 1
+                print("move %d to %s: %d %s" % (k + 1, to, status, text), file=sys.stderr)
+                continue
+            r = json.loads(text)
+            pauses.append(r["pause_ms"])
+            totals.append(r["total_ms"])
+            takeovers.append(r["steps_ms"]["take_over"])
+            where = to
+            time.sleep(0.5)
+        stop.set()
+        pub.join()
+        # The end marker closes the window (its own stays open: not
+        # counted); every bid before it is counted once.
+        want = self.published
+        self.post([{"auction": -1, "bidder": -1, "price": 1, "date_time": T0 + 7_200_000}])
+        counted, deadline = 0, time.time() + 120
+        env = dict(os.environ, ENTENTE_TOKEN=bf.TOKEN)
+        while time.time() < deadline:
+            out = subprocess.run([self.entente, "subscribe", "--port", str(self.nodes[0].port), "--from", "1",
+                                  "--count", str(10 ** 7), "--timeout-ms", "3000", "per-bidder"],
+                                 capture_output=True, text=True, env=env).stdout
+            rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+            counted = sum(r["n"] for r in rows)
+            if counted >= want:
+                break
+            time.sleep(1)
+        if pauses:
+            print(json.dumps({"bench": "fragment_move_pause_ms", "state_mb": a.state_mb, "state_bytes": state,
+                              "moves": len(pauses), "p50": round(statistics.median(pauses), 1),
+                              "max": round(max(pauses), 1), "total_p50": round(statistics.median(totals), 1),
+                              "take_over_p50": round(statistics.median(takeovers), 1), "target_ms": 50}))
+        print(json.dumps({"bench": "fragment_move_check", "state_mb": a.state_mb, "published": want,
+                          "counted": counted, "exact": counted == want, "failed_moves": failures}))
+        sys.stdout.flush()
+        return 0 if failures == 0 and counted == want else 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--state-mb", default="1,10,100")
+    p.add_argument("--moves", type=int, default=10)
+    p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    args = p.parse_args()
+    status = 0
+    for mb in [float(x) for x in args.state_mb.split(",")]:
+        ns = argparse.Namespace(state_mb=mb, moves=args.moves, build=args.build, lease_ttl=2, factor=2,
+                                durability="process", checkpoint_interval=60, query=True, chaos=0, kills=0,
+                                pause_ms=2.0)
+        b = Bench(ns)
+        try:
+            status = max(status, b.run())
+        finally:
+            b.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
