@@ -386,9 +386,19 @@ Status QueryRunner::read_range(size_t input, uint64_t first, uint64_t last,
     std::vector<store::LogRecord> recs;
     ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, inputs_[input]->meta().id, pos, 16,
                                                    8u << 20, recs));
-    if (recs.empty() || recs.front().first > pos)
-      return make_error(Errc::not_found, "stream '" + inputs_[input]->meta().name + "': tuple " +
-                                             std::to_string(pos) + " is no longer in the log");
+    if (recs.empty() || recs.front().first > pos) {
+      const std::string what = "stream '" + inputs_[input]->meta().name + "': tuple " + std::to_string(pos);
+      // Not there yet (a mirror created for a takeover fills from its
+      // owner): tried again later. Before what the log holds: gone.
+      const uint64_t held = inputs_[input]->committed_next();
+      if (pos >= held)
+        return make_error(Errc::unavailable, what + " is not in the log yet (" +
+                                                 (held > 1 ? "it holds up to " + std::to_string(held - 1)
+                                                           : std::string("it holds nothing yet")) +
+                                                 ")");
+      return make_error(Errc::conflict, what + " is no longer in the log (the oldest it holds is " +
+                                            std::to_string(recs.empty() ? held : recs.front().first) + ")");
+    }
     for (auto& rec : recs) {
       if (rec.first > pos) break;
       std::string_view bytes = rec.payload;
