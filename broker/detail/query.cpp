@@ -628,7 +628,10 @@ bool QueryRunner::step(size_t i) {
     }
     if (recs.empty() || recs.front().first > pos_[i] || recs.front().last < pos_[i]) {
       fail("stream '" + inputs_[i]->meta().name + "': tuple " + std::to_string(pos_[i]) +
-           " is no longer in the log");
+           " is no longer in the log" +
+           (!recs.empty() && recs.front().first > pos_[i]
+                ? " (the oldest it holds is " + std::to_string(recs.front().first) + ")"
+                : std::string()));
       return false;
     }
     last = std::min(recs.front().last, inputs_[i]->visible_next() - 1);

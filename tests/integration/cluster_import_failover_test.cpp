@@ -10,11 +10,16 @@
 // fragments: `c` (a filter, a map and a tumbling count per auction: the
 // stateful part) on n3 reading the imported beta/src, and `d` (a filter on
 // the counts) on n2 writing the output. n3 is killed with SIGKILL
-// mid-stream while the test keeps publishing to beta; at the end the cut
-// query's output, read through a node that lived, must be the whole one row
-// for row (values, event times, sequence numbers 1..N: no gap, no repeat).
-// Real processes: etcd, four brokers with certificates from `entente certs`,
-// real TLS peer links between the domains.
+// mid-stream while the test keeps publishing to beta (named batches, each
+// sent until acknowledged); at the end (a marker that closes every window)
+// the cut query's output, read through a node that lived, must be the whole
+// one row for row (values, event times, sequence numbers 1..N: no gap, no
+// repeat), its counts adding up to every tuple published. n3 stays down, or
+// comes back after the takeover; and with a tight retention on beta, which
+// trims what the fragment's checkpoint still needs, the fragment must be
+// reported lost (why, in GET /v1/queries/cut and once in the log), not run
+// with a gap. Real processes: etcd, four brokers with certificates from
+// `entente certs`, real TLS peer links between the domains.
 #include <gtest/gtest.h>
 
 #include <array>
