@@ -136,7 +136,14 @@ Exports::Refusal Exports::not_here(const certs::Identity& peer, const std::strin
   const certs::Identity& self = options_.self;
   Refusal none{WireError::not_found, "no stream " + stream + " on " + self.uri(), false};
   const std::optional<StreamLocation> where = host_.locate_stream(name);
-  if (!where || where->node == self.node) return none;
+  if (!where) return none;
+  // About to be led here (a failover named this node a moment ago): not
+  // a final answer; the reader asks again (internal is not final).
+  if (where->node == self.node)
+    return Refusal{WireError::internal,
+                   stream + " is led by " + self.uri() + " from now on, which is not ready to serve it yet (a "
+                   "failover just moved it here): open it again in a moment",
+                   false};
   // The catalog's "host:port" in the form a moved RESET carries, checked
   // as the importer will check it.
   const std::string reason = where->node + "@" + where->peer_address;

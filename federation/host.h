@@ -142,8 +142,10 @@ class Host {
 
   // In a domain of several nodes: the node that leads `name` (a stream of
   // this domain this node does not have) and where its peer link listens,
-  // so that an OPEN for it is answered with where it is. nullopt when no
-  // other node leads it (a one-node domain, an unknown stream, a leader
+  // so that an OPEN for it is answered with where it is; this node itself
+  // (no address needed) when the domain names it the leader but the
+  // stream is not ready here yet (a failover just named it). nullopt when
+  // no node leads it (a one-node domain, an unknown stream, a leader
   // without a peer link).
   virtual std::optional<StreamLocation> locate_stream(std::string_view name) const {
     (void)name;

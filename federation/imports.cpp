@@ -95,8 +95,10 @@ struct Imports::Import {
   Clock::time_point moved_since{};       // REQUIRES: mu
   uint32_t moves = 0;                    // REQUIRES: mu; followed since the last OPEN_OK
   // REQUIRES: mu. A configured node whose link went down under this
-  // import's channel, until the next OPEN_OK: a node that still names it as
-  // the stream's leader is asked again kLostOwnerRetry later (on_moved).
+  // import's channel (or, for a read of a node of this domain, the node
+  // it was redirected from), until the next OPEN_OK: a node that still
+  // names it as the stream's leader is asked again kLostOwnerRetry later
+  // (on_moved).
   std::optional<certs::Identity> lost_owner;
   std::string route;                     // REQUIRES: mu; "n2 -> n1", for a refusal
   uint64_t next_expected = 0;     // REQUIRES: mu; next owner seq to accept (incl. in flight)
@@ -331,6 +333,10 @@ Status Imports::redirect(const std::string& mirror, const std::string& node) {
     ++imp->generation;
     host_.log("federation: " + mirror + ": " + imp->node + " no longer leads " + imp->remote + "; reading it from " +
               node + " from sequence number " + std::to_string(imp->mirror ? imp->mirror->next_seq() : 0));
+    // A node whose copy of the catalog lags may still name the old one
+    // (moved): asked again shortly rather than waiting kMovedLinkWait on
+    // the link to a node that is down (on_moved).
+    imp->lost_owner = certs::Identity{imp->domain, imp->node};
     imp->node = node;
     imp->moved_to.reset();
     imp->state = "connecting";

@@ -645,19 +645,40 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
       remote.emplace_back(stream, node);
     }
   }
-  auto deploy = [this, ctx, network = f->network_json, done]() {
+  // The streams a new fragment creates, registered in the catalog by
+  // replicate_fragment_streams alone (node_impl.h, registering_).
+  std::vector<std::string> creates;
+  if (!takeover) {
+    for (const auto& o : net->outputs()) creates.push_back(o.name);
+    creates.push_back(state_stream_name(runner));
+  }
+  auto deploy = [this, ctx, network = f->network_json, done, creates, runner]() {
+    auto registered = [this, &creates] {
+      std::lock_guard lock(takeover_mu_);
+      for (const auto& s : creates) registering_.erase(s);
+    };
+    {
+      std::lock_guard lock(takeover_mu_);
+      for (const auto& s : creates) registering_.insert(s);
+    }
     Diagnostics diag;
     auto q = deploy_query(network, diag, ctx.get());
     if (!q.ok()) {
+      registered();
       if (diag.ok()) done(q.error(), false);
       else done(make_error(Errc::invalid_argument, q.error().message + ": " + diag.to_string()), true);
       return;
+    }
+    {
+      std::lock_guard lock(takeover_mu_);
+      fragments_lost_.erase(runner);  // runs after all (a query deployed again)
     }
     if (ctx->takeover) {
       done(std::move(q), false);
       return;
     }
     replicate_fragment_streams((*q)->meta());
+    registered();
     done(std::move(q), false);
   };
   // Streams of other domains it reads that this node does not import yet
@@ -711,10 +732,18 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
 }
 
 void NodeImpl::get_fragment_route(const http::Request&, const PathParams& params, const http::Respond& answer) {
-  auto q = find_query(engine::fragment_network_name(params.at(0), params.at(1)));
+  const std::string runner = engine::fragment_network_name(params.at(0), params.at(1));
+  auto q = find_query(runner);
   if (!q) {
+    std::string lost;
+    {
+      // Placed here, but it cannot run: why (GET /v1/queries/{name} shows it).
+      std::lock_guard lock(takeover_mu_);
+      if (auto it = fragments_lost_.find(runner); it != fragments_lost_.end()) lost = ": " + it->second;
+    }
     answer(http::Response::problem(404, "Not Found", "no fragment " + params.at(1).substr(0, 40) + " of query '" +
-                                                         params.at(0).substr(0, 100) + "' on " + config_.node));
+                                                         params.at(0).substr(0, 100) + "' on " + config_.node +
+                                                         lost));
     return;
   }
   answer(http::Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));

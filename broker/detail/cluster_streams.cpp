@@ -488,7 +488,13 @@ void NodeImpl::reconcile_streams() {
   }
   for (const auto& s : list_streams()) {
     const StreamMeta& m = s->meta();
-    if (m.producer == "import" || catalog_->get(stream_key_of(m.name))) continue;
+    if (m.producer == "import") continue;
+    {
+      // A fragment's, being deployed: its entry comes with its followers.
+      std::lock_guard lock(takeover_mu_);
+      if (registering_.count(m.name)) continue;
+    }
+    if (catalog_->get(stream_key_of(m.name))) continue;
     auto rev = catalog_->create(stream_key_of(m.name), stream_catalog_entry(m, config_.node));
     if (!rev.ok() && rev.error().code == Errc::already_exists) {
       std::fprintf(stderr,

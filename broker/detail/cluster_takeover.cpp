@@ -16,6 +16,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
 
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
@@ -216,6 +219,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
                        log_line("fragment " + meta.name + " runs on " + config_.node + " (taken over)");
                        return;
                      }
+                     if (fragment_lost(meta.name, q.error())) return;
                      // Tried again at each tick (run_placed_fragments); at
                      // once when a copy of an input it reads is being made.
                      log_line("taking over fragment " + meta.name + " failed (tried again): " + q.error().message);
@@ -265,6 +269,7 @@ void NodeImpl::rerun_fragment(const QueryMeta& meta, const std::string& body) {
                    rerunning_.erase(name);
                  }
                  if (!r.ok()) {
+                   if (fragment_lost(name, r.error())) return;
                    // Tried again at each tick while the catalog places it
                    // here (run_placed_fragments).
                    log_line("restarting fragment " + name + " failed (tried again): " + r.error().message);
@@ -281,8 +286,24 @@ void NodeImpl::rerun_fragment(const QueryMeta& meta, const std::string& body) {
                });
 }
 
+bool NodeImpl::fragment_lost(const std::string& runner, const Error& e) {
+  // Only an input trimmed past what the replay needs (QueryRunner::read_range):
+  // other conflicts (a stream led elsewhere meanwhile) pass.
+  if (e.code != Errc::conflict || e.message.find("is no longer in the log") == std::string::npos) return false;
+  const std::string why = e.message +
+                          "; the fragment cannot run from its checkpoint and journal, so it stays stopped (an "
+                          "input read afresh on this node starts at the oldest tuple its owner still keeps): "
+                          "delete the query and deploy it again";
+  std::lock_guard lock(takeover_mu_);
+  if (fragments_lost_.size() >= 1000 && !fragments_lost_.count(runner)) fragments_lost_.erase(fragments_lost_.begin());
+  auto [it, added] = fragments_lost_.emplace(runner, why);
+  if (added) log_line("fragment " + runner + " cannot run on " + config_.node + ": " + why);
+  return true;
+}
+
 void NodeImpl::run_placed_fragments() {
   if (!catalog_ || !catalog_->synced()) return;
+  std::set<std::string> placed;  // the runners placed here
   for (const auto& e : catalog_->list("queries/")) {
     rapidjson::Document d;
     d.Parse(e.value.data(), e.value.size());
@@ -300,6 +321,7 @@ void NodeImpl::run_placed_fragments() {
       meta.query = query;
       meta.fragment = f["name"].GetString();
       meta.name = engine::fragment_network_name(query, meta.fragment);
+      placed.insert(meta.name);
       // Placed here, not running, its state here: a restart or a takeover
       // that failed, or a run removed on a stale copy of the catalog. (A
       // fragment being deleted has lost its state stream already.)
@@ -324,12 +346,19 @@ void NodeImpl::run_placed_fragments() {
       }
       {
         std::lock_guard lock(takeover_mu_);
+        // Never runs from its state (fragment_lost): not tried again.
+        if (fragments_lost_.count(meta.name)) continue;
         if (!rerunning_.insert(meta.name).second) continue;  // under way
       }
       log_line("fragment " + meta.name + " is placed on " + config_.node + " but does not run: running it");
       rerun_fragment(meta, to_text(f["body"]));
     }
   }
+  // A lost fragment no longer placed here (its query deleted, or running
+  // elsewhere) is forgotten.
+  std::lock_guard lock(takeover_mu_);
+  for (auto it = fragments_lost_.begin(); it != fragments_lost_.end();)
+    it = placed.count(it->first) ? std::next(it) : fragments_lost_.erase(it);
 }
 
 void NodeImpl::follow_moved_reads() {

@@ -148,7 +148,10 @@ Status FederationHost::submit(store::WriteBatch batch, std::function<void(const 
 std::optional<federation::StreamLocation> FederationHost::locate_stream(std::string_view name) const {
   if (!node_.membership_) return std::nullopt;  // a one-node domain
   const std::optional<std::string> leader = node_.stream_leader(std::string(name));
-  if (!leader || *leader == node_.config().node) return std::nullopt;
+  if (!leader) return std::nullopt;
+  // Led here by the catalog but not here yet: a failover just named this
+  // node, which is making its copy the stream (reconcile_leadership).
+  if (*leader == node_.config().node) return federation::StreamLocation{*leader, ""};
   // A leader that is down is still where the stream is: the importer waits
   // for its link rather than being told the stream does not exist.
   for (const auto& m : node_.membership_->view().members) {

@@ -458,6 +458,19 @@ class NodeImpl final : public http::Handler {
   std::set<std::string> takeover_waiting_;  // REQUIRES: takeover_mu_; logged once
   std::set<std::string> rerunning_;  // REQUIRES: takeover_mu_; reruns under way
   std::map<std::string, int64_t> failed_restarts_;  // REQUIRES: takeover_mu_; last, wall ms
+  // The streams of fragments being deployed here, from before they exist
+  // until replicate_fragment_streams has written their catalog entries
+  // with their followers: reconcile_streams must not register them first
+  // (without followers, they could never fail over).
+  std::set<std::string> registering_;  // REQUIRES: takeover_mu_
+  // Fragments placed here that cannot run from their checkpoint and
+  // journal, ever: an input's log no longer holds what they need
+  // (QueryRunner::recover's Errc::conflict; e.g. another domain trimmed
+  // its stream). Runner -> why; not run again, shown by GET.
+  std::map<std::string, std::string> fragments_lost_;  // REQUIRES: takeover_mu_
+  // Records (and logs once) why fragment `runner` cannot run, when `e`
+  // says it never will; false otherwise (tried again).
+  bool fragment_lost(const std::string& runner, const Error& e);
   // --- replicated stream logs (cluster_streams.cpp, docs/cluster.md)
   // Holds a replica of each stream whose catalog entry names this node a
   // follower, and drops the replicas no entry names any more.

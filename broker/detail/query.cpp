@@ -387,16 +387,19 @@ Status QueryRunner::read_range(size_t input, uint64_t first, uint64_t last,
     std::vector<store::LogRecord> recs;
     ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, inputs_[input]->meta().id, pos, 16,
                                                    8u << 20, recs));
-    if (recs.empty() && pos >= inputs_[input]->committed_next()) {
-      // A copy being made (a read of another node opened at a take-over):
-      // the replay can run once it holds the range.
-      return make_error(Errc::unavailable, "stream '" + inputs_[input]->meta().name + "': tuple " +
-                                               std::to_string(pos) + " " + kNotCopiedYet + " (it holds up to " +
-                                               std::to_string(inputs_[input]->committed_next() - 1) + ")");
+    if (recs.empty() || recs.front().first > pos) {
+      const std::string what = "stream '" + inputs_[input]->meta().name + "': tuple " + std::to_string(pos);
+      // Not there yet (a mirror created for a takeover fills from its
+      // owner): tried again later. Before what the log holds: gone.
+      const uint64_t held = inputs_[input]->committed_next();
+      if (pos >= held)
+        return make_error(Errc::unavailable, what + " " + kNotCopiedYet + " (" +
+                                                 (held > 1 ? "it holds up to " + std::to_string(held - 1)
+                                                           : std::string("it holds nothing yet")) +
+                                                 ")");
+      return make_error(Errc::conflict, what + " is no longer in the log (the oldest it holds is " +
+                                            std::to_string(recs.empty() ? held : recs.front().first) + ")");
     }
-    if (recs.empty() || recs.front().first > pos)
-      return make_error(Errc::not_found, "stream '" + inputs_[input]->meta().name + "': tuple " +
-                                             std::to_string(pos) + " is no longer in the log");
     for (auto& rec : recs) {
       if (rec.first > pos) break;
       std::string_view bytes = rec.payload;
@@ -626,7 +629,10 @@ bool QueryRunner::step(size_t i) {
     }
     if (recs.empty() || recs.front().first > pos_[i] || recs.front().last < pos_[i]) {
       fail("stream '" + inputs_[i]->meta().name + "': tuple " + std::to_string(pos_[i]) +
-           " is no longer in the log");
+           " is no longer in the log" +
+           (!recs.empty() && recs.front().first > pos_[i]
+                ? " (the oldest it holds is " + std::to_string(recs.front().first) + ")"
+                : std::string()));
       return false;
     }
     last = std::min(recs.front().last, inputs_[i]->visible_next() - 1);

@@ -186,7 +186,10 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
 
   // Restores the last checkpoint and replays the journal after it (from
   // the store, or from the state stream's local log when there is one).
-  // Call once, before start().
+  // Call once, before start(). An input tuple the replay needs that the
+  // input's log does not hold yet (a mirror still catching up) is
+  // Errc::unavailable: recovery may succeed later; one the log holds no
+  // more (it starts after it) is Errc::conflict: it never will.
   Status recover();
   void start();
   // Removes the taps and waits for a running run_some to return.
@@ -259,6 +262,8 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
                         std::chrono::steady_clock::time_point t0, std::vector<CheckpointDone>& dones);
   // True (and the runner failed) when a state append failed meanwhile.
   bool state_failed();
+  // Input `input`'s tuples first..last from its log; a missing tuple as
+  // recover() says.
   Status read_range(size_t input, uint64_t first, uint64_t last, std::vector<engine::Batch>& out);
   // Pushes into the executor (an internal input's rows through
   // engine::push_internal), then marks each internal output whose

@@ -1318,6 +1318,41 @@ TEST_F(InternalReadTest, AReadThatIsDeletedUnsubscribesAndReleasesTheOwnersPin) 
   EXPECT_EQ(exports_->retention_pin("bids"), std::nullopt);
 }
 
+// A failover has just named n1 the leader of bids, and n1 is still making
+// its copy the stream (docs/cluster.md, "Failover of a stream's leader"):
+// a read redirected to n1 at that moment is told to ask again, not that
+// there is no such stream (a final refusal that would leave the reading
+// fragment stalled for good), and it gets every tuple once n1 serves it.
+TEST_F(InternalReadTest, AReadOfAStreamAFailoverJustMovedHereIsAskedAgainNotRefused) {
+  bids_->publish(rows(10, 0));
+  owner_->streams.erase("bids");
+  owner_->located["bids"] = StreamLocation{"n1", ""};
+  std::optional<Result<ImportInfo>> answer;
+  imports_->create_internal("bids", "n1", nullptr, [&](Result<ImportInfo> r) { answer = std::move(r); },
+                            std::chrono::seconds(10));
+  run();
+  ASSERT_EQ(seen(FrameType::reset).size(), 1u);
+  auto reset = decode_reset(seen(FrameType::reset)[0].payload);
+  ASSERT_TRUE(reset.ok());
+  EXPECT_EQ(reset->code, WireError::internal);
+  EXPECT_EQ(reset->reason,
+            "acme/bids is led by entente://acme/n1 from now on, which is not ready to serve it yet (a failover just "
+            "moved it here): open it again in a moment");
+  EXPECT_FALSE(answer.has_value()) << "the read was answered: " << (answer->ok() ? "ok" : answer->error().message);
+  EXPECT_EQ(mirror(), nullptr);  // waiting to ask again
+
+  // n1 serves bids now; the read asks again a second later.
+  owner_->streams["bids"] = bids_;
+  owner_->located.erase("bids");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  imports_->tick();
+  run();
+  ASSERT_TRUE(answer.has_value());
+  ASSERT_TRUE(answer->ok()) << answer->error().message;
+  ASSERT_NE(mirror(), nullptr);
+  EXPECT_EQ(mirror()->seqs(), range(1, 10));
+}
+
 TEST_F(InternalReadTest, ANodeOfAnotherDomainIsRefusedWithTheReason) {
   // beta/n1 asks n1 for acme/bids as n2 does: n1 exports nothing to beta.
   bids_->publish(rows(10, 0));
