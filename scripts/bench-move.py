@@ -184,11 +184,11 @@ class Bench(bf.Bench):
         # counted); every bid before it is counted once.
         want = self.published
         self.post([{"auction": -1, "bidder": -1, "price": 1, "date_time": T0 + 7_200_000}])
-        counted, deadline = 0, time.time() + 120
+        counted, deadline = 0, time.time() + 300
         env = dict(os.environ, ENTENTE_TOKEN=bf.TOKEN)
         while time.time() < deadline:
             out = subprocess.run([self.entente, "subscribe", "--port", str(self.nodes[0].port), "--from", "1",
-                                  "--count", str(10 ** 7), "--timeout-ms", "3000", "per-bidder"],
+                                  "--count", str(10 ** 7), "--timeout-ms", "20000", "per-bidder"],
                                  capture_output=True, text=True, env=env).stdout
             rows = [json.loads(line) for line in out.splitlines() if line.strip()]
             counted = sum(r["n"] for r in rows)
