@@ -124,24 +124,37 @@ class Bench(bf.Bench):
             raise RuntimeError("deploying the query: %d %s" % (status, text))
         self.wait_in_sync("q--c--state")
 
+    def checkpoint(self):
+        """Every node checkpoints its queries now (state_bytes is the last
+        checkpoint's)."""
+        for n in self.nodes:
+            n.request("POST", "/v1/checkpoints", "", timeout=120)
+
     def load(self, want_bytes):
-        """Distinct bidders until c's state holds want_bytes."""
-        bidder = 0
-        while True:
+        """Distinct bidders until c's state holds want_bytes: a first
+        batch gives the bytes per bidder, then the rest at once."""
+        bidder, have = 0, 0
+        for _ in range(5):
+            per = have / bidder if bidder and have else 0
+            n = 20000 if per == 0 else int((want_bytes - have) / per) + 1
+            for start in range(bidder, bidder + n, 20000):
+                count = min(20000, bidder + n - start)
+                self.post([{"auction": 1, "bidder": start + k, "price": 1, "date_time": T0} for k in range(count)])
+            bidder += n
+            # Processed (c's input position caught up), then checkpointed.
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                status, text = self.nodes[0].request("GET", "/v1/queries/q", timeout=10)
+                lag = sum(f["runner"].get("lag_tuples", 0) for f in json.loads(text).get("fragments", [])
+                          if f.get("runner")) if status == 200 else 1
+                if lag == 0:
+                    break
+                time.sleep(0.2)
+            self.checkpoint()
             have = self.state_bytes()
             if have >= want_bytes:
                 return have
-            # Aim at the size from what the bidders so far take.
-            per = have / bidder if bidder and have else 100.0
-            n = max(1000, min(20000, int((want_bytes - have) / per) + 1))
-            rows = [{"auction": 1, "bidder": bidder + k, "price": 1, "date_time": T0} for k in range(n)]
-            self.post(rows)
-            bidder += n
-            # Processed before the next look.
-            for _ in range(600):
-                if self.state_bytes() > have or want_bytes <= have:
-                    break
-                time.sleep(0.05)
+        return have
 
     def run(self):
         a = self.args
