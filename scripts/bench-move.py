@@ -199,11 +199,19 @@ class Bench(bf.Bench):
         self.post([{"auction": -1, "bidder": -1, "price": 1, "date_time": T0 + 7_200_000}])
         counted, deadline = 0, time.time() + 300
         env = dict(os.environ, ENTENTE_TOKEN=bf.TOKEN)
+        self.read_error = ""
         while time.time() < deadline:
-            out = subprocess.run([self.entente, "subscribe", "--port", str(self.nodes[0].port), "--from", "1",
-                                  "--count", str(10 ** 7), "--timeout-ms", "20000", "per-bidder"],
-                                 capture_output=True, text=True, env=env).stdout
-            rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+            # Through the node that leads the output (GET says which).
+            via = self.nodes[0]
+            status, text = self.nodes[0].request("GET", "/v1/streams/per-bidder", timeout=10)
+            if status == 200:
+                leader = json.loads(text).get("node", "")
+                via = next((n for n in self.nodes if n.name == leader and n.alive()), via)
+            r = subprocess.run([self.entente, "subscribe", "--port", str(via.port), "--from", "1",
+                                "--count", str(10 ** 7), "--timeout-ms", "20000", "per-bidder"],
+                               capture_output=True, text=True, env=env)
+            self.read_error = r.stderr.strip()[-300:]
+            rows = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
             counted = sum(r["n"] for r in rows)
             if counted >= want:
                 break
@@ -213,8 +221,11 @@ class Bench(bf.Bench):
                               "moves": len(pauses), "p50": round(statistics.median(pauses), 1),
                               "max": round(max(pauses), 1), "total_p50": round(statistics.median(totals), 1),
                               "take_over_p50": round(statistics.median(takeovers), 1), "target_ms": 50}))
-        print(json.dumps({"bench": "fragment_move_check", "state_mb": a.state_mb, "published": want,
-                          "counted": counted, "exact": counted == want, "failed_moves": failures}))
+        check = {"bench": "fragment_move_check", "state_mb": a.state_mb, "published": want, "counted": counted,
+                 "exact": counted == want, "failed_moves": failures}
+        if counted != want:
+            check["read_error"] = self.read_error
+        print(json.dumps(check))
         sys.stdout.flush()
         return 0 if failures == 0 and counted == want else 1
 
