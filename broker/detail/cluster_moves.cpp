@@ -253,6 +253,120 @@ bool NodeImpl::mark_fragment_moving(const std::string& query, const std::string&
   return false;
 }
 
+bool NodeImpl::in_sync_everywhere(const std::vector<std::string>& streams, const std::string& node) const {
+  for (const auto& s : streams) {
+    auto e = catalog_->get("streams/" + s);
+    if (!e) return false;
+    auto parsed = stream_entry_from_json(e->value);
+    if (!parsed.ok() || !contains(parsed->in_sync, node)) return false;
+  }
+  return true;
+}
+
+Status NodeImpl::move_follow(const std::vector<std::string>& streams, const std::string& to,
+                             std::vector<std::string>& added) {
+  for (const auto& s : streams) {
+    auto r = edit_stream_entry(s, [&](StreamEntry& e) {
+      if (e.node != config_.node || contains(e.replicas, to)) return false;
+      e.replicas.push_back(to);
+      return true;
+    });
+    if (!r.ok()) return make_error(r.error().code, "making " + to + " a follower of " + s + ": " + r.error().message);
+    if (*r) added.push_back(s);
+  }
+  if (!move_wait(kFollowWait, [&] { return in_sync_everywhere(streams, to); }))
+    return make_error(Errc::unavailable, to + " did not catch up with the fragment's streams within " +
+                                             std::to_string(std::chrono::seconds(kFollowWait).count()) + " s");
+  return Status::Ok();
+}
+
+void NodeImpl::undo_move_follow(const std::vector<std::string>& added, const std::string& to) {
+  for (const auto& s : added)
+    (void)edit_stream_entry(s, [&](StreamEntry& e) {
+      auto it = std::find(e.replicas.begin(), e.replicas.end(), to);
+      if (it == e.replicas.end()) return false;
+      e.replicas.erase(it);
+      e.in_sync.erase(std::remove(e.in_sync.begin(), e.in_sync.end(), to), e.in_sync.end());
+      return true;
+    });
+}
+
+Status NodeImpl::move_checkpoint(QueryRunner& q) {
+  auto done = std::make_shared<std::promise<Result<CheckpointInfo>>>();
+  auto got = done->get_future();
+  q.request_checkpoint([done](const Result<CheckpointInfo>& r) { done->set_value(r); });
+  if (got.wait_for(kCheckpointWait) != std::future_status::ready)
+    return make_error(Errc::unavailable, "the fragment did not checkpoint within " +
+                                             std::to_string(std::chrono::seconds(kCheckpointWait).count()) + " s");
+  if (auto r = got.get(); !r.ok())
+    return make_error(r.error().code, "checkpointing the fragment: " + r.error().message);
+  return Status::Ok();
+}
+
+Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const std::string& to) {
+  for (const auto& s : streams) {
+    StreamPtr st = find_stream(s);
+    if (!st || st->committed_next() <= 1) continue;
+    auto released = std::make_shared<std::promise<Status>>();
+    auto f = released->get_future();
+    when_replicated(s, st->committed_next() - 1, [released](const Status& r) { released->set_value(r); });
+    if (f.wait_for(kReplicatedWait) != std::future_status::ready)
+      return make_error(Errc::unavailable, s + " did not reach its followers");
+    if (Status r = f.get(); !r.ok()) return make_error(r.error().code, s + ": " + r.error().message);
+  }
+  // A target that fell out of an in-sync set meanwhile (an acknowledgement
+  // late under load) joins it again once it holds the log, which grows no
+  // more: it is waited for.
+  if (!move_wait(kReplicatedWait, [&] { return in_sync_everywhere(streams, to); }))
+    return make_error(Errc::unavailable, to + " is not in the in-sync sets of the fragment's streams");
+  return Status::Ok();
+}
+
+Status NodeImpl::move_hand_over(const std::vector<std::string>& streams, const std::string& to,
+                                const std::string& what) {
+  // The state stream first (a pass that stops half-way is completed by the
+  // controller, which joins a fragment's streams to its state stream's
+  // leader, cluster_failover.cpp).
+  for (size_t i = 0; i < streams.size(); ++i) {
+    auto r = edit_stream_entry(streams[i], [&](StreamEntry& e) {
+      if (e.node != config_.node || !contains(e.in_sync, to)) return false;
+      e.node = to;
+      e.epoch += 1;
+      e.lease = 0;  // the new leader records its own
+      e.replicas.erase(std::remove(e.replicas.begin(), e.replicas.end(), to), e.replicas.end());
+      e.replicas.push_back(config_.node);  // this node follows it from now on
+      e.in_sync.clear();
+      return true;
+    });
+    if (r.ok() && *r) continue;
+    const std::string why = r.ok() ? std::string("its entry changed") : r.error().message;
+    if (i == 0)
+      return make_error(Errc::unavailable, "passing the leadership of " + streams[i] + " to " + to + ": " + why);
+    log_line(what + ": " + streams[i] + " stays led here for now (" + why + "); the controller moves it to " + to);
+  }
+  return Status::Ok();
+}
+
+bool NodeImpl::move_await_target(const FragmentMove& m) {
+  // take_over_fragments on the target records the move in the entry.
+  auto placed_there = [&] {
+    auto e = cut_entry(m.query);
+    if (!e) return false;
+    for (const auto& [f, n] : e->fragments)
+      if (f == m.fragment) return n == m.to;
+    return false;
+  };
+  if (!move_wait(kTakeoverWait, placed_there)) return false;
+  return move_wait(kTakeoverWait, [&] {
+    auto answered = std::make_shared<std::promise<http::Response>>();
+    auto f = answered->get_future();
+    forward(m.get, m.to, [answered](http::Response r) { answered->set_value(std::move(r)); });
+    if (f.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return false;
+    http::Response r = f.get();
+    return r.status == 200 && r.body.find(R"("state":"running")") != std::string::npos;
+  });
+}
+
 http::Response NodeImpl::run_move(const FragmentMove& m) {
   const auto t0 = Clock::now();
   const std::string runner = engine::fragment_network_name(m.query, m.fragment);
@@ -271,141 +385,49 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   for (const auto& o : meta.outputs) streams.push_back(o);
 
   // 1. The target holds every stream of the fragment, in sync: the
-  // checkpoints and journal reach it before anything stops.
+  // checkpoints and journal reach it before anything stops. 2. A
+  // checkpoint now: the target replays only what follows it.
   std::vector<std::string> added;
-  for (const auto& s : streams) {
-    auto r = edit_stream_entry(s, [&](StreamEntry& e) {
-      if (e.node != config_.node || contains(e.replicas, m.to)) return false;
-      e.replicas.push_back(m.to);
-      return true;
-    });
-    if (!r.ok()) return failed(503, "making " + m.to + " a follower of " + s + ": " + r.error().message);
-    if (*r) added.push_back(s);
-  }
-  auto in_sync_everywhere = [&] {
-    for (const auto& s : streams) {
-      auto e = catalog_->get("streams/" + s);
-      if (!e) return false;
-      auto parsed = stream_entry_from_json(e->value);
-      if (!parsed.ok() || !contains(parsed->in_sync, m.to)) return false;
-    }
-    return true;
-  };
-  auto undo_followers = [&] {
-    for (const auto& s : added)
-      (void)edit_stream_entry(s, [&](StreamEntry& e) {
-        auto it = std::find(e.replicas.begin(), e.replicas.end(), m.to);
-        if (it == e.replicas.end()) return false;
-        e.replicas.erase(it);
-        e.in_sync.erase(std::remove(e.in_sync.begin(), e.in_sync.end(), m.to), e.in_sync.end());
-        return true;
-      });
-  };
-  if (!move_wait(kFollowWait, in_sync_everywhere)) {
-    undo_followers();
-    return failed(503, m.to + " did not catch up with the fragment's streams within " +
-                           std::to_string(std::chrono::seconds(kFollowWait).count()) + " s; nothing moved");
+  if (Status st = move_follow(streams, m.to, added); !st.ok()) {
+    undo_move_follow(added, m.to);
+    return failed(503, st.error().message + "; nothing moved");
   }
   const auto t_sync = Clock::now();
-
-  // 2. A checkpoint now: the target replays only what follows it.
-  auto done = std::make_shared<std::promise<Result<CheckpointInfo>>>();
-  auto got = done->get_future();
-  q->request_checkpoint([done](const Result<CheckpointInfo>& r) { done->set_value(r); });
-  if (got.wait_for(kCheckpointWait) != std::future_status::ready) {
-    undo_followers();
-    return failed(503, "the fragment did not checkpoint within " +
-                           std::to_string(std::chrono::seconds(kCheckpointWait).count()) + " s; nothing moved");
-  }
-  if (auto r = got.get(); !r.ok()) {
-    undo_followers();
-    return failed(503, "checkpointing the fragment: " + r.error().message + "; nothing moved");
+  if (Status st = move_checkpoint(*q); !st.ok()) {
+    undo_move_follow(added, m.to);
+    return failed(503, st.error().message + "; nothing moved");
   }
   const auto t_checkpoint = Clock::now();
 
   // 3. It stops here. From now on a failure runs it here again.
   if (!mark_fragment_moving(m.query, m.fragment, m.to)) {
-    undo_followers();
+    undo_move_follow(added, m.to);
     return failed(503, "the query's catalog entry could not be updated; nothing moved");
   }
   if (Status st = detach_query(runner); !st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
-    undo_followers();
+    undo_move_follow(added, m.to);
     return failed(503, "stopping the fragment here: " + st.error().message + "; nothing moved");
   }
   const auto t_stop = Clock::now();
-  auto roll_back = [&](const std::string& why) {
+  // 4. The target holds every record this node wrote. 5. The leadership
+  // passes.
+  Status st = move_replicate(streams, m.to);
+  if (st.ok()) st = move_hand_over(streams, m.to, what);
+  if (!st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
     rerun_fragment(meta, body);
-    undo_followers();
-    return failed(503, why + "; the fragment runs on " + config_.node + " again");
-  };
-
-  // 4. The target holds every record this node wrote.
-  for (const auto& s : streams) {
-    StreamPtr st = find_stream(s);
-    if (!st || st->committed_next() <= 1) continue;
-    auto released = std::make_shared<std::promise<Status>>();
-    auto f = released->get_future();
-    when_replicated(s, st->committed_next() - 1, [released](const Status& r) { released->set_value(r); });
-    if (f.wait_for(kReplicatedWait) != std::future_status::ready) return roll_back(s + " did not reach its followers");
-    if (Status r = f.get(); !r.ok()) return roll_back(s + ": " + r.error().message);
-  }
-  // A target that fell out of an in-sync set meanwhile (an acknowledgement
-  // late under load) joins it again once it holds the log, which grows no
-  // more: it is waited for.
-  if (!move_wait(kReplicatedWait, in_sync_everywhere))
-    return roll_back(m.to + " is not in the in-sync sets of the fragment's streams");
-
-  // 5. The leadership passes, the state stream first (a pass that stops
-  // half-way is completed by the controller, which joins a fragment's
-  // streams to its state stream's leader, cluster_failover.cpp).
-  for (size_t i = 0; i < streams.size(); ++i) {
-    auto r = edit_stream_entry(streams[i], [&](StreamEntry& e) {
-      if (e.node != config_.node || !contains(e.in_sync, m.to)) return false;
-      e.node = m.to;
-      e.epoch += 1;
-      e.lease = 0;  // the new leader records its own
-      e.replicas.erase(std::remove(e.replicas.begin(), e.replicas.end(), m.to), e.replicas.end());
-      e.replicas.push_back(config_.node);  // this node follows it from now on
-      e.in_sync.clear();
-      return true;
-    });
-    if (i == 0 && (!r.ok() || !*r)) {
-      return roll_back("passing the leadership of " + streams[i] + " to " + m.to + ": " +
-                       (r.ok() ? std::string("its entry changed") : r.error().message));
-    }
-    if (!r.ok() || !*r)
-      log_line(what + ": " + streams[i] + " stays led here for now (" +
-               (r.ok() ? std::string("its entry changed") : r.error().message) +
-               "); the controller moves it to " + m.to);
+    undo_move_follow(added, m.to);
+    return failed(503, st.error().message + "; the fragment runs on " + config_.node + " again");
   }
   const auto t_handover = Clock::now();
   log_line(what + ": " + m.to + " leads its streams; it takes the fragment over");
 
-  // 6. The target runs it (take_over_fragments there records the move).
-  auto placed_there = [&] {
-    auto e = cut_entry(m.query);
-    if (!e) return false;
-    for (const auto& [f, n] : e->fragments)
-      if (f == m.fragment) return n == m.to;
-    return false;
-  };
-  bool running = move_wait(kTakeoverWait, placed_there);
-  if (running) {
-    running = move_wait(kTakeoverWait, [&] {
-      auto answered = std::make_shared<std::promise<http::Response>>();
-      auto f = answered->get_future();
-      forward(m.get, m.to, [answered](http::Response r) { answered->set_value(std::move(r)); });
-      if (f.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return false;
-      http::Response r = f.get();
-      return r.status == 200 && r.body.find(R"("state":"running")") != std::string::npos;
-    });
-  }
+  // 6. The target runs it. 7. This node's logs of the fragment's streams,
+  // and its reads of other nodes, go: it copies the streams afresh as a
+  // follower.
+  const bool running = move_await_target(m);
   const auto t_run = Clock::now();
-
-  // 7. This node's logs of the fragment's streams, and its reads of other
-  // nodes, go: it copies the streams afresh as a follower.
   release_fragment_streams(meta);
 
   JsonOut j;

@@ -416,8 +416,21 @@ class NodeImpl final : public http::Handler {
     http::Respond answer;
   };
   void move_loop();
-  // The move, on the move thread: the answer to give.
+  // The move, on the move thread: the answer to give. Its steps:
   http::Response run_move(const FragmentMove& m);
+  // `to` follows each of `streams` led here (those it did not are added to
+  // `added`) and is in their in-sync sets.
+  Status move_follow(const std::vector<std::string>& streams, const std::string& to, std::vector<std::string>& added);
+  void undo_move_follow(const std::vector<std::string>& added, const std::string& to);
+  Status move_checkpoint(QueryRunner& q);
+  // Every record written here to `streams` is held by `to`, in sync.
+  Status move_replicate(const std::vector<std::string>& streams, const std::string& to);
+  // Each stream's entry names `to` (epoch + 1); an error only when the
+  // first (the state stream) could not be passed.
+  Status move_hand_over(const std::vector<std::string>& streams, const std::string& to, const std::string& what);
+  // The target runs the fragment (within the wait's bounds).
+  bool move_await_target(const FragmentMove& m);
+  bool in_sync_everywhere(const std::vector<std::string>& streams, const std::string& node) const;
   void stop_moves();
   // Polls `done` until it holds, `bound` passes or the node stops.
   bool move_wait(std::chrono::steady_clock::duration bound, const std::function<bool()>& done);
