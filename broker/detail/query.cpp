@@ -21,6 +21,7 @@ constexpr size_t kTapRecords = 64;        // live records kept per input
 constexpr int kStepsPerRun = 64;          // bounded work per scheduling
 constexpr size_t kMaxPendingJournal = 4096;
 constexpr size_t kMaxHeldRows = 64 * 1024;  // output rows a run holds back for one flush
+constexpr size_t kMaxRowsPerRecord = 8192;  // rows of one output record
 constexpr uint8_t kCheckpointVersion = 1;
 // How long an output waits for its journal to be replicated when the
 // answer is "unavailable" (the node has not read the domain's catalog yet
@@ -704,11 +705,20 @@ bool QueryRunner::flush_outputs(bool replaying) {
       }
       if (out_next_[o] < durable) b = slice(b, durable - out_next_[o], out_next_[o] + n - durable);
     }
-    Status s = outputs_[o]->append(std::move(b), *env_.gc, store::Admission::wait, std::move(extra), nullptr);
-    extra = store::WriteBatch();
-    if (!s.ok()) {
-      fail("output '" + meta_.outputs[o] + "': " + s.error().message);
-      return false;
+    // At most kMaxRowsPerRecord rows per record: a window that closes over
+    // many keys emits them all at once, and a record is what a subscriber's
+    // WebSocket message carries whole (a forwarded subscription refused a
+    // record of 272,000 rows, over the 16 MiB message limit).
+    const size_t rows = b.rows();
+    for (size_t off = 0; off < rows; off += kMaxRowsPerRecord) {
+      const size_t count = std::min(kMaxRowsPerRecord, rows - off);
+      engine::Batch part = count == rows ? std::move(b) : slice(b, off, count);
+      Status s = outputs_[o]->append(std::move(part), *env_.gc, store::Admission::wait, std::move(extra), nullptr);
+      extra = store::WriteBatch();
+      if (!s.ok()) {
+        fail("output '" + meta_.outputs[o] + "': " + s.error().message);
+        return false;
+      }
     }
     out_next_[o] += n;
   }

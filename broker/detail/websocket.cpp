@@ -179,6 +179,9 @@ class Subscriber final : public http::WebSocketSession,
       }
       for (auto& rec : recs) {
         if (rec.first > next_ || rec.last >= stream_->visible_next()) break;
+        // Each record, not only each read, waits for room: records of a
+        // query's output can be large (up to 8192 rows each).
+        if (ws_->queued_bytes() > half_buffer_) return;  // on_drain calls again
         std::string frame;
         if (rec.first == next_ && format_ == Format::binary) {
           frame = std::move(rec.payload);
