@@ -26,6 +26,8 @@ namespace entente::broker {
 
 namespace detail {
 
+void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
+
 int64_t wall_clock_ms() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
@@ -38,7 +40,6 @@ const char* kNextIdKey = "next_id";
 std::string stream_key(const std::string& name) { return node_stream_key(name); }
 std::string query_key(const std::string& name) { return node_query_key(name); }
 
-void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
 
 // The maintenance thread's nice value. A retention check with a byte bound
 // reads a stream's whole log (store/stream_log.cpp); at full priority that

@@ -520,12 +520,9 @@ class Bench:
             victim.resume()
         return kind
 
-    def run(self):
-        a = self.args
-        etcd_bin = os.environ.get("ETCD", "/usr/bin/etcd")
-        if not os.access(etcd_bin, os.X_OK):
-            print("etcd is not installed (%s): apt-get install etcd-server" % etcd_bin, file=sys.stderr)
-            return 77
+    def start_domain(self, etcd_bin):
+        """Its etcd, the domain's CA and certificates, and n1..n3 started,
+        until n1 lists the three up."""
         self.hash = subprocess.run([self.entente, "token-hash", TOKEN], check=True, capture_output=True,
                                    text=True).stdout.strip()
         self.etcd = Etcd(etcd_bin, os.path.join(self.dir, "etcd"))
@@ -546,6 +543,14 @@ class Bench:
             except OSError:
                 pass
             time.sleep(0.1)
+
+    def run(self):
+        a = self.args
+        etcd_bin = os.environ.get("ETCD", "/usr/bin/etcd")
+        if not os.access(etcd_bin, os.X_OK):
+            print("etcd is not installed (%s): apt-get install etcd-server" % etcd_bin, file=sys.stderr)
+            return 77
+        self.start_domain(etcd_bin)
         schema = [{"name": "auction", "type": "int64"}, {"name": "price", "type": "int64"}]
         spec = {"name": "bids", "schema": schema, "node": "n1", "replication": a.factor}
         if a.query:

@@ -93,27 +93,7 @@ class Bench(bf.Bench):
         return 0
 
     def setup(self):
-        a = self.args
-        self.hash = subprocess.run([self.entente, "token-hash", bf.TOKEN], check=True, capture_output=True,
-                                   text=True).stdout.strip()
-        self.etcd = bf.Etcd(os.environ.get("ETCD", "/usr/bin/etcd"), os.path.join(self.dir, "etcd"))
-        certs = os.path.join(self.dir, "certs")
-        self.certs("init-domain", "bench", "--out", certs + "/ca")
-        for n in ("n1", "n2", "n3"):
-            self.certs("issue-node", "bench", n, "--ca", certs + "/ca", "--san", "127.0.0.1,localhost",
-                       "--out", certs + "/" + n)
-            self.nodes.append(bf.Node(self, n))
-        for n in self.nodes:
-            n.start()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                status, text = self.nodes[0].request("GET", "/v1/nodes")
-                if status == 200 and text.count('"state":"up"') == 3:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
+        self.start_domain(os.environ.get("ETCD", "/usr/bin/etcd"))
         spec = {"name": "bids", "schema": SCHEMA, "event_time": "date_time", "node": "n1", "replication": 2}
         status, text = self.nodes[0].request("POST", "/v1/streams", json.dumps(spec))
         if status != 201:

@@ -34,12 +34,6 @@ constexpr size_t kMaxFragmentBody = 1u << 20;
 std::string query_key_of(std::string_view name) { return "queries/" + std::string(name); }
 std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
 
-std::string text_of(const rapidjson::Value& v) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  v.Accept(w);
-  return {sb.GetString(), sb.GetSize()};
-}
 
 http::Response unavailable(std::string detail) {
   http::Response r = http::Response::problem(503, "Service Unavailable", detail);
@@ -411,9 +405,9 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
       j.key("fragments").raw(fj.take());
       rapidjson::Document e;
       e.Parse(entry.json.data(), entry.json.size());
-      if (e.IsObject() && e.HasMember("arcs")) j.key("arcs").raw(text_of(e["arcs"]));
+      if (e.IsObject() && e.HasMember("arcs")) j.key("arcs").raw(json_text(e["arcs"]));
       // Where fragments went after their nodes failed, and why.
-      if (e.IsObject() && e.HasMember("moves")) j.key("moves").raw(text_of(e["moves"]));
+      if (e.IsObject() && e.HasMember("moves")) j.key("moves").raw(json_text(e["moves"]));
       if (e.IsObject() && e.HasMember("moves_total") && e["moves_total"].IsUint64())
         j.key("moves_total").u64(e["moves_total"].GetUint64());
       j.key("outputs").begin_array();
@@ -518,7 +512,7 @@ Result<FragmentRequest> read_fragment_request(std::string_view body) {
     if (key != "network" && key != "reads" && key != "writes") return bad("$." + std::string(key) + ": unknown field");
   }
   if (!d.HasMember("network") || !d["network"].IsObject()) return bad("$.network: expected the fragment's network");
-  f.network_json = text_of(d["network"]);
+  f.network_json = json_text(d["network"]);
   if (!d.HasMember("reads") || !d["reads"].IsArray() || d["reads"].Size() > engine::kMaxFragments * 64)
     return bad("$.reads: expected an array of {\"stream\", \"node\"}");
   for (rapidjson::SizeType i = 0; i < d["reads"].Size(); ++i) {

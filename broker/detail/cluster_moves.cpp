@@ -42,14 +42,7 @@ constexpr auto kReplicatedWait = std::chrono::seconds(10);  // the last records 
 constexpr auto kTakeoverWait = std::chrono::seconds(30);    // the target running the fragment
 constexpr size_t kMaxQueuedMoves = 16;
 
-void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
 
-std::string to_text(const rapidjson::Value& v) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  v.Accept(w);
-  return {sb.GetString(), sb.GetSize()};
-}
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -244,7 +237,7 @@ bool NodeImpl::mark_fragment_moving(const std::string& query, const std::string&
       f.RemoveMember("moving");
       if (!to.empty()) f.AddMember("moving", rapidjson::Value(to.c_str(), d.GetAllocator()), d.GetAllocator());
     }
-    auto rev = catalog_->update(e->key, to_text(d), e->mod_revision);
+    auto rev = catalog_->update(e->key, json_text(d), e->mod_revision);
     if (rev.ok()) {
       catalog_->wait_for(*rev, config_.cluster.etcd_timeout_ms);
       return true;
@@ -342,7 +335,10 @@ Status NodeImpl::move_hand_over(const std::vector<std::string>& streams, const s
     const std::string why = r.ok() ? std::string("its entry changed") : r.error().message;
     if (i == 0)
       return make_error(Errc::unavailable, "passing the leadership of " + streams[i] + " to " + to + ": " + why);
-    log_line(what + ": " + streams[i] + " stays led here for now (" + why + "); the controller moves it to " + to);
+    // The state stream passed: the controller's join_split_groups passes
+    // this one to its leader too (the target is in its in-sync set).
+    log_line(what + ": " + streams[i] + " did not pass with the state stream (" + why +
+             "); the controller joins it to " + to);
   }
   return Status::Ok();
 }

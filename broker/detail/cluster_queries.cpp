@@ -26,12 +26,6 @@ namespace {
 std::string query_key_of(std::string_view name) { return "queries/" + std::string(name); }
 std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
 
-std::string to_text(const rapidjson::Value& v) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  v.Accept(w);
-  return {sb.GetString(), sb.GetSize()};
-}
 
 // A query's catalog entry: where it runs and which streams it writes.
 std::string query_entry_json(const std::string& node, const std::vector<std::string>& outputs) {
@@ -82,10 +76,10 @@ Result<QueryPlacement> read_placement(std::string_view body) {
     }
     p.node.assign(n.GetString(), n.GetStringLength());
   } else {
-    p.fragments_json = to_text(v["fragments"]);
+    p.fragments_json = json_text(v["fragments"]);
   }
   d.RemoveMember("placement");
-  p.network_json = to_text(d);
+  p.network_json = json_text(d);
   return p;
 }
 
@@ -168,7 +162,7 @@ std::string with_placement(std::string_view network_json, const std::string& nod
   rapidjson::Value p(rapidjson::kObjectType);
   p.AddMember("node", rapidjson::Value(node.c_str(), d.GetAllocator()), d.GetAllocator());
   d.AddMember("placement", p, d.GetAllocator());
-  return to_text(d);
+  return json_text(d);
 }
 
 bool NodeImpl::cluster_place_query(const http::Request& req, const QueryPlacement& placement,

@@ -35,14 +35,7 @@ namespace entente::broker::detail {
 namespace {
 
 
-void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
 
-std::string to_text(const rapidjson::Value& v) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  v.Accept(w);
-  return {sb.GetString(), sb.GetSize()};
-}
 
 // How often a fragment that failed on its state stream is run again.
 constexpr int64_t kRestartFailedMs = 5'000;
@@ -194,8 +187,8 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       while (d["moves"].Size() > 20) d["moves"].Erase(d["moves"].Begin());
       d.RemoveMember("moves_total");
       d.AddMember("moves_total", rapidjson::Value(total + 1), alloc);
-      const std::string body = to_text(f["body"]);
-      auto rev = catalog_->update(e.key, to_text(d), e.mod_revision);
+      const std::string body = json_text(f["body"]);
+      auto rev = catalog_->update(e.key, json_text(d), e.mod_revision);
       if (!rev.ok()) break;  // changed meanwhile: looked at again at the next tick
       log_line("fragment " + name + " of query '" + query + "': " + why + "; " + config_.node +
                " runs it from its replicated checkpoint and journal");
@@ -244,7 +237,7 @@ std::string NodeImpl::fragment_body_of(const QueryMeta& meta) const {
   for (const auto& f : d["fragments"].GetArray())
     if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == meta.fragment &&
         f.HasMember("body") && f["body"].IsObject())
-      return to_text(f["body"]);
+      return json_text(f["body"]);
   return {};
 }
 
@@ -351,7 +344,7 @@ void NodeImpl::run_placed_fragments() {
         if (!rerunning_.insert(meta.name).second) continue;  // under way
       }
       log_line("fragment " + meta.name + " is placed on " + config_.node + " but does not run: running it");
-      rerun_fragment(meta, to_text(f["body"]));
+      rerun_fragment(meta, json_text(f["body"]));
     }
   }
   // A lost fragment no longer placed here (its query deleted, or running

@@ -8,10 +8,19 @@
 #include <string>
 #include <string_view>
 
+#include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
 
 namespace entente::broker::detail {
+
+// A parsed value (a catalog entry, a part of one) as compact JSON text.
+inline std::string json_text(const rapidjson::Value& v) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  v.Accept(w);
+  return {sb.GetString(), sb.GetSize()};
+}
 
 class JsonOut {
  public:

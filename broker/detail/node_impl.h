@@ -455,7 +455,9 @@ class NodeImpl final : public http::Handler {
   // The second half: runs detached fragment `meta` again from `body`.
   void rerun_fragment(const QueryMeta& meta, const std::string& body);
   // A take-over or rerun that failed because a copy of an input is still
-  // being made (kNotCopiedYet) is tried again at a tick asked for now.
+  // being made (kNotCopiedYet): the membership thread ticks at once rather
+  // than at its period's end, and that tick (run_placed_fragments) runs it
+  // again.
   void retry_soon_if_copying(const Error& e);
   // Runs the fragments the catalog places on this node whose state stream
   // it leads and that do not run (a failed rerun or takeover).
@@ -715,6 +717,8 @@ http::Response problem_for(const Error& e);
 // unless it asks for them with ?internal=true.
 inline bool is_internal_stream(std::string_view name) { return name.find("--") != std::string_view::npos; }
 // A node's own catalog keys (in the store's catalog family).
+// One line on the node's log (stderr), "entente: " first.
+void log_line(const std::string& s);
 inline std::string node_stream_key(std::string_view name) { return "stream/" + std::string(name); }
 inline std::string node_query_key(std::string_view name) { return "query/" + std::string(name); }
 inline bool list_internal_streams(const http::Request& req) {
