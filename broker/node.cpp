@@ -258,6 +258,7 @@ void NodeImpl::stop() {
   };
   // Moves under way end first (each rolls back or answers as it stands).
   stop_moves();
+  stop_standbys();
   // 0. Leave the domain: the lease is revoked, so the others see this node
   // down and another takes the controller role now, not at the lease's
   // expiry.
@@ -838,12 +839,18 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   std::string taken;
   // A fragment taking over from a node that died finds its streams here.
   const bool takeover = fragment && fragment->takeover;
+  // A warm standby reads this node's follower copies of them instead.
+  const bool standby = fragment && fragment->standby;
   std::string missing;
   auto adopt = [&](const std::string& stream, const std::string& what) -> StreamPtr {
-    auto it = streams_.find(stream);
-    if (it == streams_.end() || it->second->meta().producer != "query:" + fragment->query) {
+    auto copy = standby ? fragment->copies.find(stream) : fragment->copies.end();
+    auto it = streams_.find(standby ? (copy == fragment->copies.end() ? std::string() : copy->second) : stream);
+    // (A follower's copy is written by the copying, "import".)
+    if (it == streams_.end() || (!standby && it->second->meta().producer != "query:" + fragment->query)) {
       if (missing.empty())
-        missing = "taking fragment '" + name + "' over: its " + what + " '" + stream + "' is not on this node" +
+        missing = std::string(standby ? "warming a standby of" : "taking") + " fragment '" + name + "'" +
+                  (standby ? "" : " over") + ": its " + what + " '" + stream + "' is not on this node" +
+                  (standby ? std::string(" as a follower's copy") : std::string()) +
                   (it == streams_.end() ? std::string() : " as written by query '" + fragment->query + "'");
       return nullptr;
     }
@@ -854,7 +861,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     const std::string path = "$.outputs[" + std::to_string(o) + "].name";
     const bool internal = fragment && fragment->writes.count(out.name);
     if (internal) meta.internal_outputs.push_back(static_cast<uint32_t>(o));
-    if (takeover) {
+    if (takeover || standby) {
       if (auto s = adopt(out.name, "output")) outs.push_back(s);
     } else if (internal) {
       if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
@@ -868,14 +875,14 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   StreamPtr state;
   if (fragment) {
     meta.state_stream = state_stream_name(name);
-    if (takeover) state = adopt(meta.state_stream, "state stream");
+    if (takeover || standby) state = adopt(meta.state_stream, "state stream");
     else if (streams_.count(meta.state_stream) && taken.empty())
       taken = "stream '" + meta.state_stream + "' (the fragment's state stream) exists already";
   }
   if (!diag.ok()) return make_error(Errc::invalid_argument, "the query network does not fit this node");
   if (!missing.empty()) return make_error(Errc::not_found, missing);
   if (!taken.empty()) return make_error(Errc::already_exists, taken);
-  const size_t new_streams = takeover ? 0 : net->outputs().size() + (fragment ? 1 : 0);
+  const size_t new_streams = takeover || standby ? 0 : net->outputs().size() + (fragment ? 1 : 0);
   if (streams_.size() + new_streams > config_.max_streams)
     return make_error(Errc::limit_exceeded, "$.outputs: would exceed this node's stream limit (limits.max_streams, " +
                                                 std::to_string(config_.max_streams) + ")");
@@ -892,6 +899,13 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
                                     {{"stream", s->meta().name}});
     return s;
   };
+  if (standby) {
+    // Nothing of it is written or registered: it warms until a take-over
+    // promotes it (or it is dropped).
+    ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
+    runner->begin_warm();
+    return runner;
+  }
   for (size_t o = 0; o < net->outputs().size() && !takeover; ++o) {
     StreamMeta sm;
     sm.name = net->outputs()[o].name;
@@ -920,7 +934,21 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   store::put_key_u64(id, next_id_);
   wb.put(store::Cf::meta, kNextIdKey, id);
   ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
-  if (takeover) {
+  if (takeover && fragment->warm) {
+    // Moved here on request: the standby that warmed over the same logs
+    // replays the last few journal entries and continues.
+    Status s = fragment->warm->promote(ins, outs, state);
+    metrics_
+        .counter("entente_fragment_standbys_total",
+                 "Fragments moved here on request, by whether their warm standby continued (promoted) or they "
+                 "recovered from the checkpoint after all (fell_back)",
+                 {{"query", fragment->query}, {"outcome", s.ok() ? "promoted" : "fell_back"}})
+        .inc();
+    if (s.ok()) runner = fragment->warm;
+    else std::fprintf(stderr, "entente: fragment '%s': its warm standby cannot continue (%s); it recovers from its "
+                              "checkpoint and journal\n", name.c_str(), s.error().message.c_str());
+  }
+  if (takeover && runner != fragment->warm) {
     // The restart path, on this node: the last checkpoint and the journal
     // from the state stream copy, replayed before anything new.
     Status s = runner->recover();

@@ -203,6 +203,31 @@ Result<int64_t> Catalog::update(std::string_view key, std::string_view value, in
   return r.revision;
 }
 
+Result<int64_t> Catalog::update_all(const std::vector<Update>& updates) {
+  // etcd's default limit of operations per transaction is 128.
+  if (updates.empty() || updates.size() > 64)
+    return make_error(Errc::invalid_argument, "an update of " + std::to_string(updates.size()) +
+                                                  " catalog keys (1 to 64 at once)");
+  std::vector<Compare> compares;
+  std::vector<TxnOp> puts;
+  for (const auto& u : updates) {
+    const std::string full = root_ + u.key;
+    compares.push_back(mod_revision_is(full, u.expected));
+    TxnOp put;
+    put.kind = TxnOp::Kind::put;
+    put.key = full;
+    put.value = u.value;
+    puts.push_back(std::move(put));
+  }
+  ENTENTE_ASSIGN_OR_RETURN(TxnResult r, etcd_.txn(compares, puts));
+  if (!r.succeeded) {
+    std::string keys;
+    for (const auto& u : updates) keys += (keys.empty() ? "" : ", ") + u.key;
+    return make_error(Errc::conflict, "one of " + keys + " changed in the domain's catalog since it was read");
+  }
+  return r.revision;
+}
+
 Result<int64_t> Catalog::erase(std::string_view key, int64_t expected) {
   const std::string full = root_ + std::string(key);
   TxnOp del;

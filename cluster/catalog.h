@@ -73,6 +73,15 @@ class Catalog final {
   // Replaces `key` only if its mod_revision is still `expected`.
   // Errors: conflict (changed or deleted since), unavailable.
   Result<int64_t> update(std::string_view key, std::string_view value, int64_t expected);
+  // Replaces several keys at once, each only if its mod_revision is still
+  // its `expected` (one etcd transaction: all or none). Errors: conflict
+  // (any changed since), unavailable, invalid_argument (none, or over 64).
+  struct Update {
+    std::string key;
+    std::string value;
+    int64_t expected = 0;
+  };
+  Result<int64_t> update_all(const std::vector<Update>& updates);
   // Deletes `key` only if its mod_revision is still `expected` (0: whatever
   // it is). Errors: conflict, not_found, unavailable.
   Result<int64_t> erase(std::string_view key, int64_t expected = 0);

@@ -148,6 +148,7 @@ void Membership::start() {
   stopping_ = false;
   watch_stop_.store(false);
   thread_ = std::thread([this] { run(); });
+  if (on_tick_) work_thread_ = std::thread([this] { work(); });
   watch_thread_ = std::thread([this] { watch_for_departures(options_.prefix + "controller", false); });
   alive_watch_thread_ = std::thread([this] { watch_for_departures(options_.prefix + "alive/", true); });
 }
@@ -159,7 +160,9 @@ void Membership::stop(bool leave) {
   }
   watch_stop_.store(true);
   cv_.notify_all();
+  work_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (work_thread_.joinable()) work_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
   if (alive_watch_thread_.joinable()) alive_watch_thread_.join();
   if (leave && lease_ != 0) {
@@ -183,6 +186,18 @@ void Membership::run() {
     lock.lock();
     cv_.wait_for(lock, period, [this] { return stopping_ || tick_now_; });
     if (!stopping_) cv_.wait_until(lock, started + kMinGap, [this] { return stopping_; });
+  }
+}
+
+void Membership::work() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stopping_ || work_due_; });
+    if (stopping_) return;
+    work_due_ = false;
+    lock.unlock();
+    on_tick_();
+    lock.lock();
   }
 }
 
@@ -224,7 +239,13 @@ void Membership::tick() {
   Status s = keep_registered();
   if (s.ok()) s = campaign();
   if (s.ok()) s = read_members();
-  if (s.ok() && on_tick_) on_tick_();
+  if (s.ok() && on_tick_) {
+    {
+      std::lock_guard lock(mu_);
+      work_due_ = true;
+    }
+    work_cv_.notify_one();
+  }
   if (!s.ok()) {
     set_error(s.error());
     // The lease may have expired in etcd already: a node cut off from

@@ -90,7 +90,11 @@ class Membership final {
   // Called on the membership thread when this node gains or loses the
   // controller role.
   using RoleFn = std::function<void(bool controller)>;
-  // Called on the membership thread after each tick that reached etcd.
+  // Called after each tick that reached etcd, on a thread of its own (the
+  // work thread): however long it takes, the membership thread renews the
+  // lease on time (a take-over restoring a large checkpoint from the tick
+  // let the lease expire). Ticks that come while it runs are coalesced
+  // into one more call.
   using TickFn = std::function<void()>;
 
   Membership(Etcd& etcd, MembershipOptions options, NodeRecord self, LoadFn load, RoleFn on_role = {},
@@ -127,6 +131,7 @@ class Membership final {
  private:
   void run();
   void tick();
+  void work();  // the work thread: on_tick_ once per tick asked for
   // Watches `key` (a prefix when `prefix`); a deletion under it wakes run()
   // at once.
   void watch_for_departures(const std::string& key, bool prefix);
@@ -153,6 +158,9 @@ class Membership final {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool tick_now_ = false;  // REQUIRES: mu_; the controller key went: tick now
+  bool work_due_ = false;  // REQUIRES: mu_; a tick reached etcd: on_tick_ is due
+  std::condition_variable work_cv_;
+  std::thread work_thread_;
   MembershipView view_;  // REQUIRES: mu_
   std::atomic<bool> controller_{false};
   // When the lease was last granted or renewed (steady clock): the role is

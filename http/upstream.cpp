@@ -358,10 +358,10 @@ struct Exchange {
   bool keep_alive = false;
 };
 
-net::awaitable<Exchange> exchange(UpConn& c, const bhttp::request<bhttp::string_body>& req,
+net::awaitable<Exchange> exchange(UpConn& c, const bhttp::request<bhttp::string_body>& req, int64_t timeout_ms,
                                   const UpstreamOptions& o, bool head) {
   Exchange out;
-  c.lowest().expires_after(milliseconds(o.request_timeout_ms));
+  c.lowest().expires_after(milliseconds(timeout_ms));
   out.ec = co_await c.with([&](auto& s) -> net::awaitable<error_code> {
     auto [ec, n] = co_await bhttp::async_write(s, req, use_tuple);
     co_return ec;
@@ -505,6 +505,8 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
     msg.prepare_payload();
     const bool safe = is_safe_method(req->method);
     const std::string where = req->target.address();
+    const int64_t timeout_ms =
+        req->target.request_timeout_ms > 0 ? req->target.request_timeout_ms : s.options.request_timeout_ms;
 
     for (int attempt = 0;; ++attempt) {
       const bool reused = conn != nullptr;
@@ -519,7 +521,7 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
         s.reused.fetch_add(1);
       }
       abort->stream = &conn->lowest();
-      Exchange x = co_await exchange(*conn, msg, s.options, verb == bhttp::verb::head);
+      Exchange x = co_await exchange(*conn, msg, timeout_ms, s.options, verb == bhttp::verb::head);
       abort->stream = nullptr;
       if (abort->aborted) {
         req->answer(make_error(Errc::unavailable, "the forwarding client stopped"));
@@ -545,8 +547,7 @@ void Upstream::request(const UpstreamTarget& target, std::string method,
       }
       if (x.ec == beast::error::timeout) {
         req->answer(make_error(Errc::unavailable,
-                             "no answer from " + where + " within " +
-                                 std::to_string(s.options.request_timeout_ms) + " ms"));
+                             "no answer from " + where + " within " + std::to_string(timeout_ms) + " ms"));
       } else if (x.ec == bhttp::error::body_limit || x.ec == bhttp::error::header_limit) {
         req->answer(make_error(Errc::limit_exceeded,
                              "the response from " + where + " exceeds " +

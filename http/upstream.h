@@ -38,6 +38,10 @@ struct UpstreamTarget {
   std::string ca_file;      // PEM; verify the node's chain against it
   bool verify_peer = true;  // false: accept any certificate (tests only)
   std::string server_name;  // SNI / name the certificate must match; empty: host
+  // Bounds a request to this target instead of the Upstream's
+  // request_timeout_ms when positive (an operation known to take long,
+  // such as moving a fragment with a large state).
+  int64_t request_timeout_ms = 0;
   std::string address() const;  // "host:port", for messages
 };
 

@@ -16,7 +16,9 @@ pause_ms (from the fragment's stop on one node to its run on the other)
 and the steps. One JSON line per size:
   {"bench":"fragment_move_pause_ms","state_mb":..,"state_bytes":..,
    "moves":N,"p50":..,"max":..,"total_p50":..,"take_over_p50":..,
-   "target_ms":50}
+   "steps_p50":{each step of the answer},"warm_standbys":N,"target_ms":50}
+(warm_standbys: the moves whose target warmed a standby before the
+pause).
 At the end the counts of `c`'s output must add up to every bid published
 (the window closes with an end marker): {"bench":"fragment_move_check",...}.
 
@@ -156,6 +158,7 @@ class Bench(bf.Bench):
         pub.start()
         time.sleep(0.5)
         pauses, totals, takeovers, failures = [], [], [], 0
+        steps, warm = {}, 0
         where = "n2"
         for k in range(a.moves):
             to = "n3" if where == "n2" else "n2"
@@ -169,6 +172,9 @@ class Bench(bf.Bench):
             pauses.append(r["pause_ms"])
             totals.append(r["total_ms"])
             takeovers.append(r["steps_ms"]["take_over"])
+            for step, ms in r["steps_ms"].items():
+                steps.setdefault(step, []).append(ms)
+            warm += 1 if r.get("warm_standby") else 0
             where = to
             time.sleep(0.5)
         stop.set()
@@ -200,7 +206,9 @@ class Bench(bf.Bench):
             print(json.dumps({"bench": "fragment_move_pause_ms", "state_mb": a.state_mb, "state_bytes": state,
                               "moves": len(pauses), "p50": round(statistics.median(pauses), 1),
                               "max": round(max(pauses), 1), "total_p50": round(statistics.median(totals), 1),
-                              "take_over_p50": round(statistics.median(takeovers), 1), "target_ms": 50}))
+                              "take_over_p50": round(statistics.median(takeovers), 1),
+                              "steps_p50": {k: round(statistics.median(v), 1) for k, v in steps.items()},
+                              "warm_standbys": warm, "target_ms": 50}))
         check = {"bench": "fragment_move_check", "state_mb": a.state_mb, "published": want, "counted": counted,
                  "exact": counted == want, "failed_moves": failures}
         if counted != want:

@@ -541,7 +541,7 @@ void NodeImpl::put_fragment_route(const http::Request& req, const PathParams& pa
     answer(http::Response::json(200, query_json(q, config_.domain + "/" + config_.node, peering_.get())));
     return;
   }
-  run_fragment(query, fragment, req.body, false,
+  run_fragment(query, fragment, req.body, FragmentRun::fresh,
                [this, answer](Result<std::shared_ptr<QueryRunner>> q, bool bad_request) {
                  if (!q.ok()) {
                    answer(bad_request ? http::Response::problem(400, "Bad Request", q.error().message)
@@ -601,8 +601,10 @@ void NodeImpl::replicate_fragment_streams(const QueryMeta& meta) {
 }
 
 void NodeImpl::run_fragment(const std::string& query, const std::string& fragment, const std::string& body,
-                            bool takeover,
+                            FragmentRun how,
                             std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done) {
+  // A standby reads its inputs as a take-over would.
+  const bool takeover = how != FragmentRun::fresh;
   const std::string runner = engine::fragment_network_name(query, fragment);
   auto f = read_fragment_request(body);
   if (!f.ok()) {
@@ -625,7 +627,13 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
   ctx->query = query;
   ctx->fragment = fragment;
   ctx->writes = f->writes;
-  ctx->takeover = takeover;
+  ctx->takeover = how == FragmentRun::takeover;
+  ctx->standby = how == FragmentRun::standby;
+  if (ctx->standby) {
+    // This node's follower copies of the streams the fragment writes.
+    for (const auto& o : net->outputs()) ctx->copies[o.name] = replica_of(o.name);
+    ctx->copies[state_stream_name(runner)] = replica_of(state_stream_name(runner));
+  }
   std::vector<std::pair<std::string, std::string>> remote;  // stream, node
   for (auto [stream, node] : f->reads) {
     // Taken over: read each internal stream where it is led now.
@@ -642,7 +650,7 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
   // The streams a new fragment creates, registered in the catalog by
   // replicate_fragment_streams alone (node_impl.h, registering_).
   std::vector<std::string> creates;
-  if (!takeover) {
+  if (how == FragmentRun::fresh) {
     for (const auto& o : net->outputs()) creates.push_back(o.name);
     creates.push_back(state_stream_name(runner));
   }
@@ -655,12 +663,18 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
       std::lock_guard lock(takeover_mu_);
       for (const auto& s : creates) registering_.insert(s);
     }
+    // Moved here on request: the standby warmed for it (if any).
+    if (ctx->takeover) ctx->warm = take_standby(runner);
     Diagnostics diag;
     auto q = deploy_query(network, diag, ctx.get());
     if (!q.ok()) {
       registered();
       if (diag.ok()) done(q.error(), false);
       else done(make_error(Errc::invalid_argument, q.error().message + ": " + diag.to_string()), true);
+      return;
+    }
+    if (ctx->standby) {
+      done(std::move(q), false);
       return;
     }
     {

@@ -41,6 +41,12 @@ constexpr auto kCheckpointWait = std::chrono::seconds(15);
 constexpr auto kReplicatedWait = std::chrono::seconds(10);  // the last records reaching the followers
 constexpr auto kTakeoverWait = std::chrono::seconds(30);    // the target running the fragment
 constexpr size_t kMaxQueuedMoves = 16;
+// A forwarded move's answer: the sum of the steps' bounds, and some.
+constexpr int64_t kMoveAnswerWaitMs = 300'000;
+// The target's standby: built and caught up (a large checkpoint restores
+// in this time), then within this many journal entries of the source.
+constexpr auto kWarmWait = std::chrono::seconds(60);
+constexpr uint64_t kWarmSlack = 16;
 
 
 
@@ -106,9 +112,10 @@ void NodeImpl::move_fragment_route(const http::Request& req, const PathParams& p
     answer(http::Response::problem(503, "Service Unavailable", "$.node: " + to + " is down; nothing moved"));
     return;
   }
-  // The move runs on the fragment's node.
+  // The move runs on the fragment's node; its steps are bounded (above),
+  // and with a large state they take more than a forward's usual 30 s.
   if (from != config_.node) {
-    forward(req, from, answer);
+    forward(req, from, answer, std::nullopt, kMoveAnswerWaitMs);
     return;
   }
   auto q = find_query(engine::fragment_network_name(query, fragment));
@@ -246,6 +253,28 @@ bool NodeImpl::mark_fragment_moving(const std::string& query, const std::string&
   return false;
 }
 
+void NodeImpl::record_move_pause(const std::string& query, const std::string& fragment, const std::string& to,
+                                 double pause_ms) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto e = catalog_->get("queries/" + query);
+    if (!e) return;
+    rapidjson::Document d;
+    d.Parse(e->value.data(), e->value.size());
+    if (d.HasParseError() || !d.IsObject() || !d.HasMember("moves") || !d["moves"].IsArray()) return;
+    auto& moves = d["moves"];
+    // The last move of the fragment, written by the target's take-over.
+    rapidjson::Value* last = nullptr;
+    for (auto& mv : moves.GetArray())
+      if (mv.IsObject() && mv.HasMember("fragment") && mv["fragment"].IsString() && mv["fragment"].GetString() == fragment)
+        last = &mv;
+    if (!last || !last->HasMember("to") || !(*last)["to"].IsString() || (*last)["to"].GetString() != to ||
+        last->HasMember("pause_ms"))
+      return;
+    last->AddMember("pause_ms", rapidjson::Value(pause_ms), d.GetAllocator());
+    if (catalog_->update(e->key, json_text(d), e->mod_revision).ok()) return;
+  }
+}
+
 bool NodeImpl::in_sync_everywhere(const std::vector<std::string>& streams, const std::string& node) const {
   for (const auto& s : streams) {
     auto e = catalog_->get("streams/" + s);
@@ -317,29 +346,86 @@ Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const s
 
 Status NodeImpl::move_hand_over(const std::vector<std::string>& streams, const std::string& to,
                                 const std::string& what) {
-  // The state stream first (a pass that stops half-way is completed by the
-  // controller, which joins a fragment's streams to its state stream's
-  // leader, cluster_failover.cpp).
-  for (size_t i = 0; i < streams.size(); ++i) {
-    auto r = edit_stream_entry(streams[i], [&](StreamEntry& e) {
-      if (e.node != config_.node || !contains(e.in_sync, to)) return false;
-      e.node = to;
-      e.epoch += 1;
-      e.lease = 0;  // the new leader records its own
-      e.replicas.erase(std::remove(e.replicas.begin(), e.replicas.end(), to), e.replicas.end());
-      e.replicas.push_back(config_.node);  // this node follows it from now on
-      e.in_sync.clear();
-      return true;
-    });
-    if (r.ok() && *r) continue;
-    const std::string why = r.ok() ? std::string("its entry changed") : r.error().message;
-    if (i == 0)
-      return make_error(Errc::unavailable, "passing the leadership of " + streams[i] + " to " + to + ": " + why);
-    // The state stream passed: the controller's join_split_groups passes
-    // this one to its leader too (the target is in its in-sync set).
-    log_line(what + ": " + streams[i] + " did not pass with the state stream (" + why +
-             "); the controller joins it to " + to);
+  // Every stream of the fragment passes in one transaction (one etcd write
+  // in the pause, and never half of them), each only if its entry is the
+  // one read: this node leads it and `to` is in sync.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::vector<cluster::Catalog::Update> updates;
+    std::string why;
+    for (const auto& s : streams) {
+      // The cached entries first; after a conflict, etcd's own.
+      std::optional<cluster::CatalogEntry> e;
+      if (attempt == 0) {
+        e = catalog_->get("streams/" + s);
+      } else if (auto fresh = catalog_->read("streams/" + s); fresh.ok()) {
+        e = std::move(*fresh);
+      }
+      auto parsed = e ? stream_entry_from_json(e->value) : Result<StreamEntry>(make_error(Errc::not_found, "gone"));
+      if (!parsed.ok() || parsed->node != config_.node || !contains(parsed->in_sync, to)) {
+        why = !parsed.ok() ? "its entry is " + parsed.error().message
+                           : parsed->node != config_.node ? "it is led by " + parsed->node + " now"
+                                                          : to + " is not in its in-sync set";
+        why = s + ": " + why;
+        break;
+      }
+      StreamEntry next = *parsed;
+      next.node = to;
+      next.epoch += 1;
+      next.lease = 0;  // the new leader records its own
+      next.replicas.erase(std::remove(next.replicas.begin(), next.replicas.end(), to), next.replicas.end());
+      next.replicas.push_back(config_.node);  // this node follows it from now on
+      next.in_sync.clear();
+      updates.push_back({e->key, stream_catalog_entry(next), e->mod_revision});
+    }
+    if (!why.empty()) return make_error(Errc::unavailable, "passing the leadership to " + to + ": " + why);
+    auto rev = catalog_->update_all(updates);
+    if (rev.ok()) {
+      catalog_->wait_for(*rev, config_.cluster.etcd_timeout_ms);
+      return Status::Ok();
+    }
+    if (rev.error().code != Errc::conflict)
+      return make_error(rev.error().code, "passing the leadership to " + to + ": " + rev.error().message);
+    // An entry changed under it (an in-sync set updated): read again.
   }
+  log_line(what + ": the entries of its streams kept changing");
+  return make_error(Errc::unavailable, "passing the leadership to " + to + ": the entries of the fragment's streams "
+                                       "kept changing");
+}
+
+http::Response NodeImpl::standby_request(const FragmentMove& m, const std::string& method) {
+  http::Request r = m.get;
+  r.method = method;
+  r.target = r.path = m.get.path + "/standby";
+  auto answered = std::make_shared<std::promise<http::Response>>();
+  auto f = answered->get_future();
+  forward(r, m.to, [answered](http::Response resp) { answered->set_value(std::move(resp)); });
+  if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
+    return http::Response::problem(503, "Service Unavailable", m.to + " did not answer within 5 s");
+  return f.get();
+}
+
+Status NodeImpl::move_warm(const FragmentMove& m, const QueryRunner& q) {
+  http::Response r = standby_request(m, "POST");
+  if (r.status != 200 && r.status != 202)
+    return make_error(Errc::unavailable, "no standby on " + m.to + ": " + std::to_string(r.status) + " " + r.body);
+  std::string last;
+  const bool caught_up = move_wait(kWarmWait, [&] {
+    http::Response g = standby_request(m, "GET");
+    rapidjson::Document d;
+    d.Parse(g.body.data(), g.body.size());
+    if (g.status != 200 || !d.IsObject() || !d.HasMember("state") || !d["state"].IsString() ||
+        !d.HasMember("journal_next") || !d["journal_next"].IsUint64()) {
+      last = std::to_string(g.status) + " " + g.body;
+      return g.status == 404;  // gone: stop waiting
+    }
+    last = json_text(d);
+    if (std::string_view(d["state"].GetString()) == "failed") return true;
+    return std::string_view(d["state"].GetString()) == "warm" &&
+           d["journal_next"].GetUint64() + kWarmSlack >= q.journal_next();
+  });
+  if (!caught_up || last.find(R"("state":"warm")") == std::string::npos)
+    return make_error(Errc::unavailable, "the standby on " + m.to + " did not catch up within " +
+                                             std::to_string(std::chrono::seconds(kWarmWait).count()) + " s: " + last);
   return Status::Ok();
 }
 
@@ -394,26 +480,41 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
     return failed(503, st.error().message + "; nothing moved");
   }
   const auto t_checkpoint = Clock::now();
+  // The target rebuilds the state from that checkpoint and follows the
+  // journal while the fragment still runs here; without a standby it
+  // restores the checkpoint after the pause instead (longer).
+  Status warm = move_warm(m, *q);
+  if (!warm.ok()) {
+    log_line(what + ": " + warm.error().message + "; the target restores the checkpoint after the pause");
+    (void)standby_request(m, "DELETE");
+  }
+  const auto t_warm = Clock::now();
+  auto undo = [&] {
+    if (warm.ok()) (void)standby_request(m, "DELETE");
+    undo_move_follow(added, m.to);
+  };
 
   // 3. It stops here. From now on a failure runs it here again.
   if (!mark_fragment_moving(m.query, m.fragment, m.to)) {
-    undo_move_follow(added, m.to);
+    undo();
     return failed(503, "the query's catalog entry could not be updated; nothing moved");
   }
+  const auto t_stopping = Clock::now();
   if (Status st = detach_query(runner); !st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
-    undo_move_follow(added, m.to);
+    undo();
     return failed(503, "stopping the fragment here: " + st.error().message + "; nothing moved");
   }
   const auto t_stop = Clock::now();
   // 4. The target holds every record this node wrote. 5. The leadership
   // passes.
   Status st = move_replicate(streams, m.to);
+  const auto t_replicated = Clock::now();
   if (st.ok()) st = move_hand_over(streams, m.to, what);
   if (!st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
     rerun_fragment(meta, body);
-    undo_move_follow(added, m.to);
+    undo();
     return failed(503, st.error().message + "; the fragment runs on " + config_.node + " again");
   }
   const auto t_handover = Clock::now();
@@ -425,6 +526,8 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   const bool running = move_await_target(m);
   const auto t_run = Clock::now();
   release_fragment_streams(meta);
+  // GET /v1/queries/{q} shows it with the move.
+  if (running) record_move_pause(m.query, m.fragment, m.to, ms_between(t_stop, t_run));
 
   JsonOut j;
   j.begin_object();
@@ -434,8 +537,12 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   j.key("pause_ms").dbl(ms_between(t_stop, t_run));
   j.key("steps_ms").begin_object();
   j.key("follow").dbl(ms_between(t0, t_sync)).key("checkpoint").dbl(ms_between(t_sync, t_checkpoint));
-  j.key("replicate").dbl(ms_between(t_stop, t_handover)).key("take_over").dbl(ms_between(t_handover, t_run));
+  j.key("warm").dbl(ms_between(t_checkpoint, t_warm));
+  j.key("mark").dbl(ms_between(t_warm, t_stopping)).key("stop").dbl(ms_between(t_stopping, t_stop));
+  j.key("replicate").dbl(ms_between(t_stop, t_replicated)).key("hand_over").dbl(ms_between(t_replicated, t_handover));
+  j.key("take_over").dbl(ms_between(t_handover, t_run));
   j.end_object();
+  j.key("warm_standby").boolean(warm.ok());
   j.key("total_ms").dbl(ms_between(t0, t_run));
   j.end_object();
   log_line(what + ": " + (running ? "done" : "handed over, not yet running there") + ", paused " +

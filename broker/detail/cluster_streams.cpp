@@ -553,7 +553,7 @@ http::ForwardOptions NodeImpl::forward_options(const http::Request& req) const {
 }
 
 void NodeImpl::forward(const http::Request& req, const std::string& node, const http::Respond& answer,
-                       std::optional<std::string> body) {
+                       std::optional<std::string> body, int64_t timeout_ms) {
   metrics_
       .counter("entente_cluster_forwarded_total",
                "Requests and WebSocket sessions this node forwarded to another node of the domain",
@@ -564,6 +564,7 @@ void NodeImpl::forward(const http::Request& req, const std::string& node, const 
     answer(problem_for(target.error()));
     return;
   }
+  target->request_timeout_ms = timeout_ms;
   if (!body) {
     http::forward_request(*upstream_, *target, req, answer, forward_options(req));
     return;

@@ -206,7 +206,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       meta.name = runner;
       meta.query = query;
       meta.fragment = name;
-      run_fragment(query, name, body, true,
+      run_fragment(query, name, body, FragmentRun::takeover,
                    [this, meta](Result<std::shared_ptr<QueryRunner>> q, bool) {
                      if (q.ok()) {
                        log_line("fragment " + meta.name + " runs on " + config_.node + " (taken over)");
@@ -253,7 +253,7 @@ void NodeImpl::restart_fragment(const QueryMeta& meta, const std::string& why) {
 }
 
 void NodeImpl::rerun_fragment(const QueryMeta& meta, const std::string& body) {
-  run_fragment(meta.query, meta.fragment, body, true,
+  run_fragment(meta.query, meta.fragment, body, FragmentRun::takeover,
                [this, meta, body](Result<std::shared_ptr<QueryRunner>> r, bool) {
                  const std::string& name = meta.name;
                  const auto& inputs = meta.inputs;

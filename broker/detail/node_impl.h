@@ -207,6 +207,14 @@ class NodeImpl final : public http::Handler {
     // own by the failover, producer "query:QUERY"); they are used as they
     // are, and the runner recovers from the state stream before it starts.
     bool takeover = false;
+    // A warm standby for a move to this node (cluster_standby.cpp): the
+    // runner is built over this node's follower copies (stream -> copy),
+    // neither registered nor started, and returned warming.
+    bool standby = false;
+    std::map<std::string, std::string> copies;
+    // Taking over: the standby warmed for it, promoted instead of a new
+    // runner recovering when it continues the same logs.
+    std::shared_ptr<QueryRunner> warm;
   };
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
                                                     const FragmentOf* fragment = nullptr);
@@ -324,9 +332,10 @@ class NodeImpl final : public http::Handler {
   // entry this node leads that it lacks (a crash between the two writes).
   void reconcile_streams();
   // Sends the request to `node` (with `body` instead of the request's when
-  // given) and answers with what it answers.
+  // given) and answers with what it answers; `timeout_ms` bounds the wait
+  // for the answer when positive (else the upstream's 30 s).
   void forward(const http::Request& req, const std::string& node, const http::Respond& answer,
-               std::optional<std::string> body = std::nullopt);
+               std::optional<std::string> body = std::nullopt, int64_t timeout_ms = 0);
   std::shared_ptr<http::WebSocketSession> forward_websocket(const http::Request& req, const std::string& node,
                                                             http::Response& reject);
   // --- the domain's queries (cluster_queries.cpp)
@@ -361,10 +370,13 @@ class NodeImpl final : public http::Handler {
   void delete_cut_query(const http::Request& req, const CutEntry& entry, const http::Respond& answer);
   // Runs fragment `fragment` of `query` on this node from its PUT body
   // (network, reads, writes): reads the internal streams other nodes lead
-  // over the peer links, then deploys it (FragmentOf). With `takeover` its
-  // streams are here already and it recovers from them. `done` gets the
-  // runner or why not.
-  void run_fragment(const std::string& query, const std::string& fragment, const std::string& body, bool takeover,
+  // over the peer links, then deploys it (FragmentOf). Taken over, its
+  // streams are here already and it recovers from them (or a warm standby
+  // continues); as a standby, it is built over this node's copies of them
+  // and warms. `done` gets the runner or why not.
+  enum class FragmentRun { fresh, takeover, standby };
+  void run_fragment(const std::string& query, const std::string& fragment, const std::string& body,
+                    FragmentRun how,
                     std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done);
   // The followers a new fragment's streams get: those of the stream it
   // reads, so that the node taking the input over can run it; else the
@@ -425,8 +437,8 @@ class NodeImpl final : public http::Handler {
   Status move_checkpoint(QueryRunner& q);
   // Every record written here to `streams` is held by `to`, in sync.
   Status move_replicate(const std::vector<std::string>& streams, const std::string& to);
-  // Each stream's entry names `to` (epoch + 1); an error only when the
-  // first (the state stream) could not be passed.
+  // Every stream's entry names `to` (epoch + 1), in one transaction; an
+  // error when they could not pass (none did).
   Status move_hand_over(const std::vector<std::string>& streams, const std::string& to, const std::string& what);
   // The target runs the fragment (within the wait's bounds).
   bool move_await_target(const FragmentMove& m);
@@ -440,12 +452,41 @@ class NodeImpl final : public http::Handler {
   // Marks (or, with `to` empty, unmarks) fragment `fragment` as moving to
   // `to` in its query's entry, so the taking over names the request.
   bool mark_fragment_moving(const std::string& query, const std::string& fragment, const std::string& to);
+  // Adds `pause_ms` to the fragment's last move in its query's entry, the
+  // one to `to` (written by the target's take-over).
+  void record_move_pause(const std::string& query, const std::string& fragment, const std::string& to,
+                         double pause_ms);
   std::mutex move_mu_;
   std::condition_variable move_cv_;
   std::deque<FragmentMove> move_queue_;  // REQUIRES: move_mu_
   std::set<std::string> moving_;         // REQUIRES: move_mu_; QUERY/FRAGMENT
   bool move_stopping_ = false;           // REQUIRES: move_mu_
   std::thread move_thread_;
+  // Asks `to` for a warm standby of the fragment and waits until it has
+  // replayed the journal to within a few entries of `q`'s (else an error:
+  // the move goes on without it, the target recovering after the pause).
+  Status move_warm(const FragmentMove& m, const QueryRunner& q);
+  // Sends `method` on the fragment's standby path to `to` with the move's
+  // credentials; the answer (a 503 problem when none came in time).
+  http::Response standby_request(const FragmentMove& m, const std::string& method);
+  // --- warm standbys of fragments moving here (cluster_standby.cpp)
+  // POST|GET|DELETE /v1/queries/{name}/fragments/{fragment}/standby.
+  void standby_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  struct Standby {
+    std::shared_ptr<QueryRunner> runner;  // null while it is being built
+    uint64_t journal_next = 0;            // replayed up to (warm() result)
+    std::string error;                    // the last warm() error
+    std::chrono::steady_clock::time_point touched;
+  };
+  // The standby of runner `name`, taken out of the standbys (null if none).
+  std::shared_ptr<QueryRunner> take_standby(const std::string& name);
+  void standby_loop();
+  void stop_standbys();
+  std::mutex standby_mu_;
+  std::condition_variable standby_cv_;
+  std::map<std::string, Standby> standbys_;  // REQUIRES: standby_mu_; by runner name
+  bool standby_stopping_ = false;            // REQUIRES: standby_mu_
+  std::thread standby_thread_;
   // The PUT body the coordinator stored for fragment `meta` in the query's
   // entry; empty when there is none.
   std::string fragment_body_of(const QueryMeta& meta) const;

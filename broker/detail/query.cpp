@@ -70,6 +70,46 @@ void add_state_row(engine::BatchBuilder& b, int64_t kind, int64_t a, int64_t bb,
   b.seq().push_back(0);
 }
 
+// One row of a state stream (layout in query.h), checked.
+struct StateRow {
+  uint64_t seq = 0;
+  int64_t kind = 0, a = 0, b = 0, c = 0, d = 0;
+  std::string_view data;  // into the record's batch
+};
+
+// Decodes the state record `rec` (of a runner with `inputs` inputs) into
+// `rows`; `batch` keeps the bytes the rows point into. `what` names the
+// stream in errors.
+Status decode_state_record(const store::LogRecord& rec, size_t inputs, const std::string& what,
+                           engine::Batch& batch, std::vector<StateRow>& rows) {
+  rows.clear();
+  std::string_view in = rec.payload;
+  auto b = engine::decode_batch(in);
+  if (!b.ok() || !(*b->schema == *state_stream_schema()) || b->rows() != rec.last - rec.first + 1)
+    return make_error(Errc::corrupt, what + ": the record at " + std::to_string(rec.first) + " is corrupt" +
+                                         (b.ok() ? std::string() : ": " + b.error().message));
+  batch = std::move(b).value();
+  const auto &kind = batch.columns[0]->ints, &a = batch.columns[1]->ints, &bb = batch.columns[2]->ints,
+             &c = batch.columns[3]->ints, &d = batch.columns[4]->ints;
+  for (size_t row = 0; row < batch.rows(); ++row) {
+    StateRow r{rec.first + row, kind[row], a[row], bb[row], c[row], d[row], {}};
+    auto bad = [&](const std::string& why) {
+      return make_error(Errc::corrupt, what + ": row " + std::to_string(r.seq) + " " + why);
+    };
+    if (r.kind == kStateJournal) {
+      if (r.a < 0 || r.b < 0 || static_cast<uint64_t>(r.b) >= inputs || r.c < 0 || r.d < r.c)
+        return bad("is a corrupt journal entry");
+    } else if (r.kind == kStateCheckpoint) {
+      if (r.a <= 0 || r.b < 0 || r.c <= 0 || r.b >= r.c || r.d < 0) return bad("is a corrupt checkpoint chunk");
+      r.data = batch.columns[5]->str(row);
+    } else {
+      return bad("has unknown kind " + std::to_string(r.kind));
+    }
+    rows.push_back(r);
+  }
+  return Status::Ok();
+}
+
 // What a waiting engine worker learns from a state append: durable here
 // (and its last seq), then released by the followers or not.
 struct StateWait {
@@ -437,14 +477,14 @@ Status QueryRunner::restore_snapshot(uint64_t id, std::string_view bytes) {
   for (size_t o = 0; o < outputs_.size(); ++o)
     if (internal_out_[o]) out_watermark_[o] = executor_->output_watermark(o);
   journal_next_ = journal;
-  next_checkpoint_id_ = id + 1;
+  next_checkpoint_id_ = std::max(next_checkpoint_id_, id + 1);
   CheckpointInfo info{meta_.name, id, bytes.size(), 0, 0};
   std::lock_guard cl(cp_mu_);
   last_checkpoint_ = info;
   return Status::Ok();
 }
 
-Status QueryRunner::load_state(std::vector<std::pair<uint64_t, JournalEntry>>& entries) {
+Status QueryRunner::load_state(std::vector<std::pair<uint64_t, JournalEntry>>& entries, uint64_t* end) {
   const std::string what = "query '" + meta_.name + "': state stream '" + meta_.state_stream + "'";
   // The checkpoint being read (chunks in order) and the last complete one.
   struct Assembly {
@@ -455,56 +495,42 @@ Status QueryRunner::load_state(std::vector<std::pair<uint64_t, JournalEntry>>& e
   std::optional<Assembly> reading, complete;
   std::vector<std::pair<uint64_t, JournalEntry>> journal;
   uint64_t from = 0;
+  engine::Batch batch;
+  std::vector<StateRow> rows;
   for (;;) {
     std::vector<store::LogRecord> recs;
     ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, state_log_->meta().id, from, 64, 8u << 20, recs));
     if (recs.empty()) break;
     for (const auto& rec : recs) {
-      std::string_view in = rec.payload;
-      auto b = engine::decode_batch(in);
-      if (!b.ok() || !(*b->schema == *state_stream_schema()) || b->rows() != rec.last - rec.first + 1)
-        return make_error(Errc::corrupt, what + ": the record at " + std::to_string(rec.first) + " is corrupt" +
-                                             (b.ok() ? std::string() : ": " + b.error().message));
-      const auto& kind = b->columns[0]->ints;
-      const auto &a = b->columns[1]->ints, &bb = b->columns[2]->ints, &c = b->columns[3]->ints,
-                 &d = b->columns[4]->ints;
-      for (size_t row = 0; row < b->rows(); ++row) {
-        const uint64_t seq = rec.first + row;
-        auto bad = [&](const std::string& why) {
-          return make_error(Errc::corrupt, what + ": row " + std::to_string(seq) + " " + why);
-        };
-        if (kind[row] == kStateJournal) {
-          if (a[row] < 0 || bb[row] < 0 || static_cast<uint64_t>(bb[row]) >= inputs_.size() || c[row] < 0 ||
-              d[row] < c[row])
-            return bad("is a corrupt journal entry");
-          journal.emplace_back(static_cast<uint64_t>(a[row]),
-                               JournalEntry{static_cast<uint32_t>(bb[row]), static_cast<uint64_t>(c[row]),
-                                            static_cast<uint64_t>(d[row])});
-        } else if (kind[row] == kStateCheckpoint) {
-          if (a[row] <= 0 || bb[row] < 0 || c[row] <= 0 || bb[row] >= c[row] || d[row] < 0)
-            return bad("is a corrupt checkpoint chunk");
-          const auto id = static_cast<uint64_t>(a[row]), index = static_cast<uint64_t>(bb[row]),
-                     count = static_cast<uint64_t>(c[row]);
-          // A chunk that does not continue the checkpoint being read starts
-          // over (an earlier one cut short by a crash is left behind).
-          if (index == 0) {
-            reading = Assembly{id, count, static_cast<uint64_t>(d[row]), seq, {}, 0};
-          } else if (!reading || reading->id != id || reading->count != count || reading->chunks != index) {
-            reading.reset();
-            continue;
-          }
-          reading->bytes.append(b->columns[5]->str(row));
-          if (++reading->chunks == reading->count) {
-            complete = std::move(reading);
-            reading.reset();
-          }
-        } else {
-          return bad("has unknown kind " + std::to_string(kind[row]));
+      ENTENTE_RETURN_IF_ERROR(decode_state_record(rec, inputs_.size(), what, batch, rows));
+      for (const StateRow& r : rows) {
+        if (r.kind == kStateJournal) {
+          journal.emplace_back(static_cast<uint64_t>(r.a),
+                               JournalEntry{static_cast<uint32_t>(r.b), static_cast<uint64_t>(r.c),
+                                            static_cast<uint64_t>(r.d)});
+          continue;
+        }
+        const auto id = static_cast<uint64_t>(r.a), index = static_cast<uint64_t>(r.b),
+                   count = static_cast<uint64_t>(r.c);
+        next_checkpoint_id_ = std::max(next_checkpoint_id_, id + 1);
+        // A chunk that does not continue the checkpoint being read starts
+        // over (an earlier one cut short by a crash is left behind).
+        if (index == 0) {
+          reading = Assembly{id, count, static_cast<uint64_t>(r.d), r.seq, {}, 0};
+        } else if (!reading || reading->id != id || reading->count != count || reading->chunks != index) {
+          reading.reset();
+          continue;
+        }
+        reading->bytes.append(r.data);
+        if (++reading->chunks == reading->count) {
+          complete = std::move(reading);
+          reading.reset();
         }
       }
       from = rec.last + 1;
     }
   }
+  if (end) *end = from;
   uint64_t next = 0;
   if (complete) {
     ENTENTE_RETURN_IF_ERROR(restore_snapshot(complete->id, complete->bytes));
@@ -569,20 +595,8 @@ Status QueryRunner::recover() {
   }
   for (size_t i = 0; i < inputs_.size(); ++i) pins_[i].store(pos_[i]);
 
-  // Replay the journal in its original order: the same pushes give the
-  // same outputs; the ones already in the output logs are dropped by seq.
-  for (auto& [seq, e] : entries) {
-    if (e.first != pos_[e.input])
-      return make_error(Errc::corrupt, "query '" + meta_.name + "': journal entry " + std::to_string(seq) +
-                                           " starts at " + std::to_string(e.first) + ", expected " +
-                                           std::to_string(pos_[e.input]));
-    std::vector<engine::Batch> batches;
-    ENTENTE_RETURN_IF_ERROR(read_range(e.input, e.first, e.last, batches));
-    for (auto& b : batches) push_input(e.input, std::move(b));
-    pos_[e.input] = e.last + 1;
-    journal_next_ = seq + 1;
-    if (!flush_outputs(/*replaying=*/true)) return make_error(Errc::io_error, state_);
-  }
+  std::deque<std::pair<uint64_t, JournalEntry>> pending(entries.begin(), entries.end());
+  ENTENTE_RETURN_IF_ERROR(replay(pending));
   for (size_t o = 0; o < outputs_.size(); ++o) {
     // With a state stream, the journal may lead further than the outputs
     // (it is written first): replay appended the rest. In the store, both
@@ -593,7 +607,119 @@ Status QueryRunner::recover() {
                                            "' has tuples up to " + std::to_string(have - 1) +
                                            " but recovery reproduced up to " + std::to_string(out_next_[o] - 1));
   }
+  return Status::Ok();
+}
+
+Status QueryRunner::replay(std::deque<std::pair<uint64_t, JournalEntry>>& entries) {
+  // The journal in its original order: the same pushes give the same
+  // outputs; the ones already in the output logs are dropped by seq.
+  while (!entries.empty()) {
+    const auto& [seq, e] = entries.front();
+    if (e.first != pos_[e.input])
+      return make_error(Errc::corrupt, "query '" + meta_.name + "': journal entry " + std::to_string(seq) +
+                                           " starts at " + std::to_string(e.first) + ", expected " +
+                                           std::to_string(pos_[e.input]));
+    std::vector<engine::Batch> batches;
+    ENTENTE_RETURN_IF_ERROR(read_range(e.input, e.first, e.last, batches));
+    for (auto& b : batches) push_input(e.input, std::move(b));
+    pos_[e.input] = e.last + 1;
+    journal_next_ = seq + 1;
+    entries.pop_front();
+    if (!flush_outputs(/*replaying=*/true)) return make_error(Errc::io_error, state_);
+  }
   for (size_t i = 0; i < inputs_.size(); ++i) positions_[i].store(pos_[i]);
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------ warm standby
+
+void QueryRunner::begin_warm() {
+  std::lock_guard lock(mu_);
+  warm_ = true;
+  state_ = "warm";
+}
+
+Status QueryRunner::warm_read() {
+  const std::string what = "query '" + meta_.name + "': state stream copy '" + state_log_->meta().name + "'";
+  engine::Batch batch;
+  std::vector<StateRow> rows;
+  for (;;) {
+    std::vector<store::LogRecord> recs;
+    ENTENTE_RETURN_IF_ERROR(store::StreamLog::read(*env_.store, state_log_->meta().id, warm_from_, 64, 8u << 20, recs));
+    if (recs.empty()) return Status::Ok();
+    // Trimmed past what this standby read: it cannot go on.
+    if (recs.front().first > warm_from_)
+      return make_error(Errc::conflict, what + ": records " + std::to_string(warm_from_) + " to " +
+                                            std::to_string(recs.front().first - 1) + " were trimmed before the "
+                                            "standby read them");
+    for (const auto& rec : recs) {
+      ENTENTE_RETURN_IF_ERROR(decode_state_record(rec, inputs_.size(), what, batch, rows));
+      for (const StateRow& r : rows) {
+        if (r.seq < warm_from_) continue;
+        if (r.kind == kStateCheckpoint) {
+          next_checkpoint_id_ = std::max(next_checkpoint_id_, static_cast<uint64_t>(r.a) + 1);
+          continue;
+        }
+        const auto seq = static_cast<uint64_t>(r.a);
+        if (seq < warm_expect_) continue;
+        if (seq > warm_expect_)
+          return make_error(Errc::conflict, what + ": journal entry " + std::to_string(warm_expect_) +
+                                                " is missing (found " + std::to_string(seq) + ")");
+        warm_pending_.emplace_back(seq, JournalEntry{static_cast<uint32_t>(r.b), static_cast<uint64_t>(r.c),
+                                                     static_cast<uint64_t>(r.d)});
+        ++warm_expect_;
+      }
+      warm_from_ = rec.last + 1;
+    }
+  }
+}
+
+Result<uint64_t> QueryRunner::warm() {
+  std::lock_guard lock(mu_);
+  if (!warm_) return make_error(Errc::conflict, "query '" + meta_.name + "' is not a warm standby");
+  if (!warm_loaded_) {
+    // The last checkpoint the copy holds, and the journal after it.
+    std::vector<std::pair<uint64_t, JournalEntry>> entries;
+    ENTENTE_RETURN_IF_ERROR(load_state(entries, &warm_from_));
+    for (size_t i = 0; i < inputs_.size(); ++i) pins_[i].store(pos_[i]);
+    warm_pending_.assign(entries.begin(), entries.end());
+    warm_expect_ = entries.empty() ? journal_next_ : entries.back().first + 1;
+    warm_loaded_ = true;
+  } else {
+    ENTENTE_RETURN_IF_ERROR(warm_read());
+  }
+  ENTENTE_RETURN_IF_ERROR(replay(warm_pending_));
+  return journal_next_;
+}
+
+Status QueryRunner::promote(const std::vector<StreamPtr>& inputs, std::vector<StreamPtr> outputs, StreamPtr state) {
+  std::lock_guard lock(mu_);
+  if (!warm_ || !warm_loaded_) return make_error(Errc::conflict, "query '" + meta_.name + "' is not a warm standby");
+  if (inputs != inputs_)
+    return make_error(Errc::conflict, "query '" + meta_.name + "': its inputs are read from other streams now");
+  if (outputs.size() != outputs_.size() || !state || state->meta().id != state_log_->meta().id)
+    return make_error(Errc::conflict, "query '" + meta_.name + "': the streams taken over are not the ones the "
+                                      "standby read");
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (!outputs[o] || outputs[o]->meta().id != outputs_[o]->meta().id)
+      return make_error(Errc::conflict, "query '" + meta_.name + "': output '" + meta_.outputs[o] +
+                                            "' is not the copy the standby read");
+  // The rest of the journal, from the same log (adopted under its name).
+  state_log_ = std::move(state);
+  ENTENTE_RETURN_IF_ERROR(warm_read());
+  ENTENTE_RETURN_IF_ERROR(replay(warm_pending_));
+  // Every output the journal led to is in the log (the source stopped
+  // cleanly): the standby continues exactly where the log ends.
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const uint64_t have = outputs[o]->committed_next();
+    if (out_next_[o] != have)
+      return make_error(Errc::conflict, "query '" + meta_.name + "': output '" + meta_.outputs[o] +
+                                            "' holds tuples up to " + std::to_string(have - 1) +
+                                            " but the standby reproduced up to " + std::to_string(out_next_[o] - 1));
+  }
+  outputs_ = std::move(outputs);
+  warm_ = false;
+  state_ = "running";
   return Status::Ok();
 }
 
@@ -666,6 +792,14 @@ void QueryRunner::push_input(size_t input, engine::Batch&& batch) {
 }
 
 bool QueryRunner::flush_outputs(bool replaying) {
+  if (warm_) {
+    // A warm standby: the copies hold these outputs (or will).
+    for (size_t o = 0; o < outputs_.size(); ++o) {
+      for (auto& b : pending_out_[o]) out_next_[o] += b.rows();
+      pending_out_[o].clear();
+    }
+    return true;
+  }
   if (state_log_) {
     // The journal goes to the state stream first; outputs wait until it is
     // there and in every in-sync copy (query.h), so no output anywhere

@@ -192,6 +192,32 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // more (it starts after it) is Errc::conflict: it never will.
   Status recover();
   void start();
+
+  // Warm standby: the target of a move (docs/cluster.md, "Moving a
+  // fragment") runs the fragment over its follower copies of the state
+  // stream and outputs while the source still runs, so that the state is
+  // rebuilt before the pause, not during it. Made with begin_warm()
+  // instead of recover(), never started: each warm() reads what the state
+  // stream copy gained since the last call and replays its journal
+  // entries (the last checkpoint first, on the first call), writing
+  // nothing: the outputs they produce are counted, not appended (the
+  // copies hold them). Errors: unavailable (an input range not here yet,
+  // call again), conflict (the copy lost records this standby had not
+  // read, or it ended: build a new one), corrupt. One thread calls warm().
+  void begin_warm();
+  Result<uint64_t> warm();  // the next journal entry the standby needs
+  // Ends the standby once this node leads the streams (`outputs`, `state`:
+  // the copies it read, adopted under their own names, same logs; `inputs`:
+  // the very streams it read): the rest of the journal is replayed, and
+  // the outputs must end where the standby's count does, else an error
+  // (the caller recovers a new runner the ordinary way). Then start().
+  Status promote(const std::vector<StreamPtr>& inputs, std::vector<StreamPtr> outputs, StreamPtr state);
+  // The next journal entry (the journal's length), for a move to compare
+  // the standby's progress with (any thread).
+  uint64_t journal_next() const {
+    std::lock_guard lock(mu_);
+    return journal_next_;
+  }
   // Removes the taps and waits for a running run_some to return.
   void stop();
 
@@ -252,8 +278,15 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
                            std::vector<uint64_t> positions, std::chrono::steady_clock::time_point t0,
                            std::vector<CheckpointDone> dones);
   // Reads the state stream: restores its last complete checkpoint and
-  // returns the journal entries after it, in order.
-  Status load_state(std::vector<std::pair<uint64_t, JournalEntry>>& entries);
+  // returns the journal entries after it, in order; `end` gets the seq
+  // after the last record read.
+  Status load_state(std::vector<std::pair<uint64_t, JournalEntry>>& entries, uint64_t* end = nullptr);
+  // Replays journal entries in order from the front of `entries`, popping
+  // each one done (so a call that stops on a missing input range resumes
+  // where it stopped).
+  Status replay(std::deque<std::pair<uint64_t, JournalEntry>>& entries);
+  // The warm standby reads the state stream records from warm_from_.
+  Status warm_read();
   // The checkpoint bytes restored (either mode).
   Status restore_snapshot(uint64_t id, std::string_view bytes);
   // A checkpoint became durable (and replicated): pins, info, metrics,
@@ -297,6 +330,12 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   size_t rr_ = 0;                              // REQUIRES: mu_ (round robin)
   std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: mu_
   std::string state_ = "running";              // REQUIRES: mu_
+  // Warm standby (begin_warm): outputs are counted, not written.
+  bool warm_ = false;                          // REQUIRES: mu_
+  bool warm_loaded_ = false;                   // REQUIRES: mu_ (its checkpoint restored)
+  uint64_t warm_from_ = 0;                     // REQUIRES: mu_ (next state seq to read)
+  uint64_t warm_expect_ = 0;                   // REQUIRES: mu_ (next journal seq to queue)
+  std::deque<std::pair<uint64_t, JournalEntry>> warm_pending_;  // REQUIRES: mu_
   std::optional<CheckpointInfo> last_checkpoint_;     // REQUIRES: cp_mu_
   // The boxes' counts at the last checkpoint, and the rates since the one
   // before (QueryInfo).

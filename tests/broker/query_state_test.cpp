@@ -511,5 +511,87 @@ TEST_F(QueryStateStream, AGapInTheJournalIsCorruptionNamingTheQueryAndTheEntry) 
   runner_.reset();
 }
 
+TEST_F(QueryStateStream, AWarmStandbyFollowsTheJournalWritesNothingAndContinuesWhereTheOutputEnds) {
+  gate_.open();
+  ASSERT_TRUE(start_runner().ok());
+  publish(rows(0, 1'000, 1000));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 1'001; }));
+  ASSERT_TRUE(runner_->drain_and_checkpoint().ok());
+  publish(rows(0, 500, 1000));
+
+  // A move's target: the same fragment over the same logs (a follower's
+  // copies, on another node), warming while the runner still runs.
+  QueryMeta m = runner_->meta();
+  QueryRunner::Env env{store_.get(), gc_.get(), pool_.get(), nullptr, gate_.fn()};
+  auto made = QueryRunner::create(m, {in_}, {out_}, env, state_);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::shared_ptr<QueryRunner> standby = *made;
+  standby->begin_warm();
+  EXPECT_EQ(standby->info().state, "warm");
+  auto warmed = standby->warm();
+  ASSERT_TRUE(warmed.ok()) << warmed.error().message;
+
+  // The runner closes the first window (1,000 counts) and goes on; the
+  // standby replays each journal entry as it comes, and writes nothing.
+  publish(rows(0, 200, 2 * kHourMs));
+  ASSERT_TRUE(eventually([&] { return out_->committed_next() == 1'001; })) << out_->committed_next();
+  publish(rows(200, 100, 2 * kHourMs));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 1'801; }));
+  ASSERT_TRUE(eventually([&] {
+    auto w = standby->warm();
+    return w.ok() && *w == runner_->journal_next();
+  }));
+  EXPECT_EQ(out_->committed_next(), 1'001u) << "the standby wrote outputs";
+
+  // Promoting it with other input streams than it read is refused.
+  StreamPtr other_in = make_stream("in", 1, kInSchema);
+  EXPECT_EQ(standby->promote({other_in}, {out_}, state_).error().code, Errc::conflict);
+
+  // The move: the runner stops, a last entry or two land, the standby
+  // takes the rest and continues; the output has no gap and no repeat.
+  publish(rows(300, 50, 2 * kHourMs));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 1'851; }));
+  runner_->stop();
+  flush();
+  const uint64_t journal = runner_->journal_next();
+  Status promoted = standby->promote({in_}, {out_}, state_);
+  ASSERT_TRUE(promoted.ok()) << promoted.error().message;
+  EXPECT_EQ(standby->journal_next(), journal);
+  EXPECT_EQ(standby->info().state, "running");
+  runner_ = standby;
+  runner_->start();
+  publish(rows(0, 1, 4 * kHourMs));  // closes the second window: 350 keys
+  ASSERT_TRUE(eventually([&] { return out_->committed_next() == 1'351; })) << out_->committed_next();
+  auto [sum, n] = output_counts();
+  EXPECT_EQ(n, 1'350u);
+  EXPECT_EQ(sum, 1'500 + 350);
+}
+
+TEST_F(QueryStateStream, AStandbyWhoseCopyWasTrimmedPastWhatItReadCannotGoOn) {
+  gate_.open();
+  ASSERT_TRUE(start_runner().ok());
+  publish(rows(0, 100, 1000));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 101; }));
+  QueryRunner::Env env{store_.get(), gc_.get(), pool_.get(), nullptr, gate_.fn()};
+  auto made = QueryRunner::create(runner_->meta(), {in_}, {out_}, env, state_);
+  ASSERT_TRUE(made.ok());
+  std::shared_ptr<QueryRunner> standby = *made;
+  standby->begin_warm();
+  ASSERT_TRUE(standby->warm().ok());
+  // More journal, a checkpoint, and the copy trimmed to it before the
+  // standby read what came between.
+  publish(rows(100, 100, 1000));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 201; }));
+  ASSERT_TRUE(runner_->drain_and_checkpoint().ok());
+  flush();
+  ASSERT_TRUE(store::StreamLog::erase_before(*store_, state_->meta().id, runner_->state_trim_before()).ok());
+  auto w = standby->warm();
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().code, Errc::conflict);
+  EXPECT_NE(w.error().message.find("trimmed"), std::string::npos) << w.error().message;
+  // A runner that is not a standby is not promoted.
+  EXPECT_EQ(runner_->promote({in_}, {out_}, state_).error().code, Errc::conflict);
+}
+
 }  // namespace
 }  // namespace entente::broker::detail

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "rapidjson/document.h"
 #include "tests/integration/support/cut_query.h"
@@ -70,8 +71,16 @@ class ClusterMove : public ThreeNodeDomain {
     EXPECT_STREQ(d["to"].GetString(), to.c_str()) << r.body;
     EXPECT_STREQ(d["state"].GetString(), "moved") << r.body;
     EXPECT_GT(d["pause_ms"].GetDouble(), 0.0) << r.body;
+    // The target warmed a standby from the fragment's checkpoint and
+    // journal before the fragment stopped here.
+    EXPECT_TRUE(d.HasMember("warm_standby") && d["warm_standby"].GetBool()) << r.body;
     std::printf("move of %s %s -> %s: %s\n", fragment.c_str(), from.c_str(), to.c_str(), r.body.c_str());
     EXPECT_EQ(placed(fragment), to);
+    // The target continued from that standby rather than restoring the
+    // checkpoint after the pause.
+    const std::string metrics = node(to.back() - '0').request("GET", "/metrics", {}, kReaderToken).body;
+    EXPECT_NE(metrics.find(R"(outcome="promoted")"), std::string::npos) << metrics;
+    EXPECT_EQ(metrics.find(R"(outcome="fell_back")"), std::string::npos) << metrics;
   }
 };
 
@@ -107,13 +116,23 @@ TEST_F(ClusterMove, AStatefulFragmentMovesBetweenNodesWhileItRunsAndTheOutputSta
   EXPECT_EQ(reader.status, 403u) << reader.body;
   EXPECT_EQ(placed("c"), "n3");
 
-  for (int b = 1; b <= 30; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
-  ASSERT_NO_FATAL_FAILURE(expect_move(1, "c", "n3", "n1"));  // through the node it goes to
-  for (int b = 31; b <= 60; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
-  ASSERT_NO_FATAL_FAILURE(expect_move(3, "c", "n1", "n2"));  // through a third node
-  for (int b = 61; b <= 90; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
-  ASSERT_NO_FATAL_FAILURE(expect_move(2, "b", "n2", "n3"));  // the map, whose reader moved too
-  for (int b = 91; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  // Each move is made while the producer publishes.
+  auto moving_while_publishing = [&](int first, int last, auto&& move_it) {
+    std::thread producer([&] {
+      for (int b = first; b <= last; ++b) {
+        publish(b);
+        std::this_thread::sleep_for(2ms);
+      }
+    });
+    move_it();
+    producer.join();
+  };
+  for (int b = 1; b <= 20; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  moving_while_publishing(21, 40, [&] { expect_move(1, "c", "n3", "n1"); });  // through the node it goes to
+  moving_while_publishing(41, 70, [&] { expect_move(3, "c", "n1", "n2"); });  // through a third node
+  moving_while_publishing(71, 100, [&] { expect_move(2, "b", "n2", "n3"); });  // the map, whose reader moved too
+  ASSERT_FALSE(HasFailure());
+  for (int b = 101; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
   ASSERT_NO_FATAL_FAILURE(publish(0));
 
   // The entry says what moved, where and why.
@@ -124,6 +143,9 @@ TEST_F(ClusterMove, AStatefulFragmentMovesBetweenNodesWhileItRunsAndTheOutputSta
   EXPECT_STREQ(q["moves"][1]["from"].GetString(), "n1");
   EXPECT_STREQ(q["moves"][2]["fragment"].GetString(), "b");
   EXPECT_NE(std::string(q["moves"][2]["reason"].GetString()).find("moved on request"), std::string::npos);
+  // Each with the pause its move measured.
+  for (const auto& mv : q["moves"].GetArray())
+    EXPECT_TRUE(mv.HasMember("pause_ms") && mv["pause_ms"].IsNumber()) << mv["fragment"].GetString();
 
   int64_t total = 0;
   ASSERT_NO_FATAL_FAILURE(
