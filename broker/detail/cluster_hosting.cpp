@@ -4,7 +4,7 @@
 // peer domain. The move is admitted only under a hosting contract in force
 // between D (host) and this domain (owner) that permits every box kind of
 // the fragment and whose maximum load covers the fragment's measured load
-// plus what D already runs for this domain (contracts::may_host,
+// plus what D already runs for this domain (contracts::may_host_fragment,
 // docs/contracts.md, "The hosting check"); otherwise 403 naming the term
 // that fails, and nothing moves.
 //
@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <set>
 
 #include "broker/detail/node_impl.h"
@@ -76,40 +75,6 @@ uint64_t asked_load(double cpu_ms_per_s) {
   if (!(up >= 1)) return 1;
   if (up >= static_cast<double>(contracts::kMaxLoad)) return contracts::kMaxLoad;
   return static_cast<uint64_t>(up);
-}
-
-// Whether a fragment of box kinds `kinds` (sorted) with load `load` may
-// be hosted by `host` for `owner`: the grant of one contract permitting
-// every kind, or may_host's refusal for the first kind refused.
-Result<contracts::HostingGrant> admit_hosting(const contracts::Ledger& ledger, const std::string& owner,
-                                              const std::string& host, const std::vector<std::string>& kinds,
-                                              uint64_t load, uint64_t hosted_load, int64_t now_ms) {
-  if (kinds.empty()) return make_error(Errc::invalid_argument, "the fragment has no box");
-  std::vector<contracts::HostingGrant> grants;
-  for (const std::string& kind : kinds) {
-    auto g = contracts::may_host(ledger, contracts::HostingRequest{owner, host, kind, load, hosted_load}, now_ms);
-    if (!g.ok()) return g.error();
-    grants.push_back(*g);
-  }
-  // The fragment runs under one contract: the cheapest that each kind was
-  // granted under and that permits every kind (may_host answers the
-  // cheapest per kind, so kinds may land on different contracts).
-  std::sort(grants.begin(), grants.end(), [](const auto& a, const auto& b) {
-    return a.price_min != b.price_min ? a.price_min < b.price_min : a.contract_id < b.contract_id;
-  });
-  for (const auto& g : grants) {
-    auto c = ledger.get(g.contract_id);
-    if (!c.ok()) continue;
-    const auto& permitted = c->current().terms.hosting.box_kinds;
-    if (std::all_of(kinds.begin(), kinds.end(), [&](const std::string& k) {
-          return std::binary_search(permitted.begin(), permitted.end(), k);
-        }))
-      return g;
-  }
-  std::string each;
-  for (size_t i = 0; i < kinds.size(); ++i) each += (i ? ", " : "") + kinds[i];
-  return make_error(Errc::permission_denied, "no one hosting contract from host " + host + " for owner " + owner +
-                                                 " permits every box kind of the fragment (" + each + ")");
 }
 
 }  // namespace
@@ -195,7 +160,9 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
   // exist (see the top of this file).
   const uint64_t hosted_load = 0;
   const std::string what = "fragment " + fragment + " of query '" + query + "'";
-  auto grant = admit_hosting(*ledger, config_.domain, target->domain, kinds, load, hosted_load, now_unix_ms());
+  auto grant = contracts::may_host_fragment(
+      *ledger, contracts::FragmentHostingRequest{config_.domain, target->domain, kinds, load, hosted_load},
+      now_unix_ms());
   if (!grant.ok()) {
     const unsigned status = grant.error().code == Errc::invalid_argument ? 400 : 403;
     answer(http::Response::problem(status, status == 400 ? "Bad Request" : "Forbidden",
@@ -207,7 +174,7 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
   for (const auto& k : kinds) kind_list += (kind_list.empty() ? "" : ", ") + k;
   answer(http::Response::problem(
       501, "Not Implemented",
-      "contract " + grant->contract_id + " permits hosting " + what + " (box kinds " + kind_list + ", load " +
+      "contract " + grant->contract_id + " permits hosting " + what + " (box kinds " + kind_list + "; load " +
           std::to_string(load) + " + " + std::to_string(hosted_load) + " hosted of at most " +
           std::to_string(grant->max_load) + " CPU ms/s) on " + where +
           ", but running a fragment in another domain is not available yet; nothing moved",
