@@ -8,13 +8,18 @@
 // docs/contracts.md, "The hosting check"); otherwise 403 naming the term
 // that fails, and nothing moves.
 //
-// What an admitted move does: nothing yet. Running a fragment in another
-// domain (its declarative definition and checkpoint sent over the
-// federation link, the host reading the owner's streams and writing
-// outputs the owner reads back, privacy on the host, load-seconds metered
-// on both ledgers) is not built, so an admitted move answers 501 naming
-// the contract that would govern it, and the fragment keeps running where
-// it is. It is here so that the refusals, which are final, hold now.
+// Once admitted here, the fragment is offered to the host node over the
+// federation link (federation/hosting.h): its declarative definition (the
+// fragment's query network, never code) and its load. The host checks the
+// offer against its own ledger, with the box kinds its own engine reads
+// from the definition, and replies; its refusal answers 403 as well.
+//
+// What an offer the host admits leads to: nothing yet. Running the
+// fragment there (its checkpoint sent, the host reading the owner's
+// streams and writing outputs the owner reads back, privacy on the host,
+// load-seconds metered on both ledgers) is not built, so an admitted move
+// answers 501 naming the contract that would govern it, and the fragment
+// keeps running where it is.
 
 #include <algorithm>
 #include <chrono>
@@ -28,6 +33,7 @@
 #include "contracts/terms.h"
 #include "engine/fragments.h"
 #include "federation/contracting.h"
+#include "federation/hosting.h"
 #include "federation/peering.h"
 #include "rapidjson/document.h"
 
@@ -170,15 +176,39 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
                                        "; nothing moved"));
     return true;
   }
+  // The host checks the offer itself (federation/hosting.h): its own
+  // ledger, the box kinds of the definition as its engine reads it.
+  federation::Hosting* hosting = peering_->hosting();
+  if (hosting == nullptr) {
+    answer(http::Response::problem(503, "Service Unavailable", "the federation is not started; nothing moved"));
+    return true;
+  }
   std::string kind_list;
   for (const auto& k : kinds) kind_list += (kind_list.empty() ? "" : ", ") + k;
-  answer(http::Response::problem(
-      501, "Not Implemented",
-      "contract " + grant->contract_id + " permits hosting " + what + " (box kinds " + kind_list + "; load " +
-          std::to_string(load) + " + " + std::to_string(hosted_load) + " hosted of at most " +
-          std::to_string(grant->max_load) + " CPU ms/s) on " + where +
-          ", but running a fragment in another domain is not available yet; nothing moved",
-      "\"contract\":\"" + grant->contract_id + "\""));
+  const std::string terms = "(box kinds " + kind_list + "; load " + std::to_string(load) + " + " +
+                            std::to_string(hosted_load) + " hosted of at most " + std::to_string(grant->max_load) +
+                            " CPU ms/s)";
+  const std::string permitted = "contract " + grant->contract_id + " permits hosting " + what + " " + terms +
+                                " on " + where;
+  hosting->offer(
+      certs::Identity{target->domain, target->node},
+      federation::Hosting::Offer{query, fragment, q->meta().network_json, load},
+      [answer, what, where, permitted](Result<federation::Hosting::Reply> reply) {
+        if (!reply.ok()) {
+          answer(http::Response::problem(503, "Service Unavailable", permitted + ", but the offer to " + where +
+                                                                         " got no reply: " + reply.error().message +
+                                                                         "; nothing moved"));
+        } else if (!reply->admitted) {
+          answer(http::Response::problem(403, "Forbidden", what + " may not move to " + where + ": " + where +
+                                                               " refuses it: " + reply->reason + "; nothing moved"));
+        } else {
+          answer(http::Response::problem(
+              501, "Not Implemented",
+              permitted + ", and " + where + " admitted the offer under contract " + reply->contract +
+                  ", but running a fragment in another domain is not available yet; nothing moved",
+              "\"contract\":\"" + reply->contract + "\""));
+        }
+      });
   return true;
 }
 

@@ -13,8 +13,9 @@
 // an expired one, with one that excludes a box kind of the fragment, with
 // one whose maximum load the fragment's measured load exceeds, to an
 // unknown node and to a domain that is no peer; with a contract that
-// permits it, it answers 501 (hosted runs are not built yet) naming that
-// contract. Nothing moves: the fragment still runs on acme/n2, and at the
+// permits it, the fragment's definition is offered to beta/n1 over the
+// link, which checks it against its own ledger and admits it, and the move
+// answers 501 (hosted runs are not built yet) naming that contract. Nothing moves: the fragment still runs on acme/n2, and at the
 // end the cut query's output equals the whole one row for row.
 #include <gtest/gtest.h>
 
@@ -212,6 +213,11 @@ TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringI
   const std::string ample = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
   auto admitted = move(2, R"({"domain":"beta","node":"n1"})");
   ASSERT_NO_FATAL_FAILURE(expect_refused(admitted, 501, "contract " + ample + " permits hosting fragment b"));
+  // beta/n1 received the fragment's definition over the link and checked
+  // it against its own ledger.
+  EXPECT_NE(problem_detail(admitted.body).find("beta/n1 admitted the offer under contract " + ample),
+            std::string::npos)
+      << admitted.body;
   EXPECT_NE(problem_detail(admitted.body).find("not available yet; nothing moved"), std::string::npos) << admitted.body;
   std::printf("load of fragment b: %.2f CPU ms/s, %.3f CPU s; admitted move: %s\n", loaded.cpu_ms_per_s,
               loaded.cpu_seconds, admitted.body.c_str());
