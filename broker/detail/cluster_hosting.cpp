@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <set>
 
@@ -83,6 +84,40 @@ uint64_t asked_load(double cpu_ms_per_s) {
   return static_cast<uint64_t>(up);
 }
 
+// The target's names, and whether it is a node of a peer domain this node
+// has a link to (in any state: GET /v1/peers): the refusal, or nothing.
+std::optional<http::Response> check_host_target(const HostTarget& target, const federation::PeersReport& peers,
+                                                const std::string& own_domain) {
+  if (!certs::valid_name(target.domain)) {
+    return http::Response::problem(400, "Bad Request", "$.domain: '" + target.domain.substr(0, 64) +
+                                                           "' is not a domain name ([a-z][a-z0-9-]*, at most 63 "
+                                                           "characters)");
+  }
+  if (!certs::valid_name(target.node)) {
+    return http::Response::problem(400, "Bad Request", "$.node: '" + target.node.substr(0, 64) +
+                                                           "' is not a node name ([a-z][a-z0-9-]*, at most 63 "
+                                                           "characters)");
+  }
+  std::vector<std::string> nodes;
+  for (const auto& p : peers.peers)
+    if (p.link.identity.domain == target.domain) nodes.push_back(p.link.identity.node);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  if (nodes.empty()) {
+    return http::Response::problem(400, "Bad Request", "$.domain: " + target.domain + " is not a peer domain of " +
+                                                           own_domain + " (no link to any of its nodes); nothing "
+                                                           "moved");
+  }
+  if (!std::binary_search(nodes.begin(), nodes.end(), target.node)) {
+    std::string known;
+    for (const auto& n : nodes) known += (known.empty() ? "" : ", ") + n;
+    return http::Response::problem(400, "Bad Request", "$.node: " + target.node + " is not a node of domain " +
+                                                           target.domain + " known to " + own_domain +
+                                                           " (its nodes: " + known + "); nothing moved");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& params,
@@ -95,36 +130,8 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
   const std::string& query = params.at(0);
   const std::string& fragment = params.at(1);
   const std::string where = target->domain + "/" + target->node;
-  if (!certs::valid_name(target->domain)) {
-    answer(http::Response::problem(400, "Bad Request", "$.domain: '" + target->domain.substr(0, 64) +
-                                                       "' is not a domain name ([a-z][a-z0-9-]*, at most 63 "
-                                                       "characters)"));
-    return true;
-  }
-  if (!certs::valid_name(target->node)) {
-    answer(http::Response::problem(400, "Bad Request", "$.node: '" + target->node.substr(0, 64) +
-                                                       "' is not a node name ([a-z][a-z0-9-]*, at most 63 "
-                                                       "characters)"));
-    return true;
-  }
-  // The host's nodes this node knows: those its peer links name.
-  std::vector<std::string> nodes;
-  for (const auto& p : peering_->peers_report().peers)
-    if (p.link.identity.domain == target->domain) nodes.push_back(p.link.identity.node);
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  if (nodes.empty()) {
-    answer(http::Response::problem(400, "Bad Request", "$.domain: " + target->domain + " is not a peer domain of " +
-                                                       config_.domain + " (no link to any of its nodes); nothing "
-                                                       "moved"));
-    return true;
-  }
-  if (!std::binary_search(nodes.begin(), nodes.end(), target->node)) {
-    std::string known;
-    for (const auto& n : nodes) known += (known.empty() ? "" : ", ") + n;
-    answer(http::Response::problem(400, "Bad Request", "$.node: " + target->node + " is not a node of domain " +
-                                                       target->domain + " known to " + config_.domain +
-                                                       " (its nodes: " + known + "); nothing moved"));
+  if (auto refused = check_host_target(*target, peering_->peers_report(), config_.domain)) {
+    answer(std::move(*refused));
     return true;
   }
   auto entry = cut_entry(query, true);
