@@ -114,15 +114,19 @@ Hosting::Hosting(const contracts::Ledger& ledger, std::string self_domain, Hooks
 
 void Hosting::offer(const certs::Identity& host, const Offer& offer, Done done, std::chrono::milliseconds timeout) {
   uint64_t id = 0;
+  bool stopped = false;
   {
     std::lock_guard lock(mu_);
-    if (pending_.size() >= kMaxPendingOffers) {
-      // Outside the lock below: done may call back into this object.
-      id = 0;
-    } else {
+    stopped = stopped_;
+    if (!stopped && pending_.size() < kMaxPendingOffers) {
       id = next_id_++;
       pending_[id] = Pending{host, Clock::now() + timeout, done};
     }
+  }
+  // Refusals outside the lock: `done` may call back into this object.
+  if (stopped) {
+    done(make_error(Errc::unavailable, "this node is stopping"));
+    return;
   }
   if (id == 0) {
     done(make_error(Errc::unavailable, std::to_string(kMaxPendingOffers) + " hosting offers wait for a reply "
@@ -265,6 +269,10 @@ void Hosting::expire(Clock::time_point now) {
 }
 
 void Hosting::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+  }
   fail_where([](const Pending&) { return true; }, "this node is stopping");
 }
 

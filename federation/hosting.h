@@ -77,7 +77,7 @@ class Hosting final {
 
   // Owner side: sends `offer` to `host`; `done` runs once, with the reply,
   // or unavailable when the link is down, the node has kMaxPendingOffers
-  // offers waiting, or no reply came within `timeout`.
+  // offers waiting or is stopping, or no reply came within `timeout`.
   void offer(const certs::Identity& host, const Offer& offer, Done done,
              std::chrono::milliseconds timeout = kOfferTimeout);
 
@@ -88,7 +88,8 @@ class Hosting final {
   void on_link_down(const certs::Identity& peer);
   // Offers past their deadline fail (unavailable).
   void expire(Clock::time_point now = Clock::now());
-  // Every offer waiting fails (the node stops).
+  // Every offer waiting fails, and offers made afterwards fail at once
+  // (the node stops).
   void stop();
 
   // Host side, the check of one offer from domain `owner` (exposed for
@@ -109,6 +110,7 @@ class Hosting final {
   const std::string self_domain_;
   Hooks hooks_;
   std::mutex mu_;
+  bool stopped_ = false;                  // guarded by mu_
   uint64_t next_id_ = 1;                  // guarded by mu_
   std::map<uint64_t, Pending> pending_;   // guarded by mu_
 };

@@ -179,6 +179,27 @@ TEST_F(HostingOffer, NoReplyFailsTheOfferOnceAndALateOneIsIgnored) {
   acme_->on_link_down(beta_id_);
   ASSERT_TRUE(other->has_value());
   EXPECT_NE((*other)->error().message.find("link went down"), std::string::npos);
+  // Stopping fails what waits, and what comes after at once.
+  auto waiting = std::make_shared<std::optional<Result<Hosting::Reply>>>();
+  acme_->offer(beta_id_, Hosting::Offer{"cut", "b", network(), 1},
+               [waiting](Result<Hosting::Reply> r) { *waiting = std::move(r); });
+  EXPECT_FALSE(waiting->has_value());
+  acme_->stop();
+  ASSERT_TRUE(waiting->has_value());
+  EXPECT_NE((*waiting)->error().message.find("stopping"), std::string::npos);
+  auto after = offer(network());
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->error().message, "this node is stopping");
+}
+
+TEST_F(HostingOffer, AtMost64OffersWait) {
+  deliver_ = false;
+  int failed = 0;
+  for (size_t i = 0; i < kMaxPendingOffers + 3; ++i)
+    acme_->offer(beta_id_, Hosting::Offer{"cut", "b", network(), 1}, [&failed](Result<Hosting::Reply> r) {
+      if (!r.ok() && r.error().message.find("wait for a reply already") != std::string::npos) ++failed;
+    });
+  EXPECT_EQ(failed, 3);
   acme_->stop();
 }
 
