@@ -9,8 +9,8 @@
 #include "federation/contracting.h"
 #include "federation/detail/common.h"
 #include "federation/hosting.h"
-#include "rapidjson/document.h"
 #include "federation/rate_limiter.h"
+#include "rapidjson/document.h"
 
 namespace entente::federation {
 namespace {
