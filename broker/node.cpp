@@ -1087,6 +1087,11 @@ void NodeImpl::register_collectors() {
               static_cast<double>(info.lag_tuples));
       w.gauge("entente_query_running", "1 when the query runs, 0 when it failed", {{"query", qn}},
               info.state == "running" ? 1 : 0);
+      w.counter("entente_query_cpu_seconds_total", "CPU time a query (or fragment) runner spent on this node",
+                {{"query", qn}}, info.cpu_seconds);
+      w.gauge("entente_query_load_cpu_ms_per_s",
+              "A query (or fragment) runner's CPU milliseconds per second over the last 10 s", {{"query", qn}},
+              info.cpu_ms_per_s);
       for (auto& b : info.boxes) {
         Labels l{{"query", qn}, {"box", b.id}, {"type", b.type}};
         w.counter("entente_box_tuples_in_total", "Tuples into a box", l, static_cast<double>(b.stats.tuples_in));

@@ -83,4 +83,44 @@ Result<HostingGrant> may_host(const Ledger& ledger, const HostingRequest& r, int
   return make_error(Errc::permission_denied, not_in_force(*between.front(), now_ms));
 }
 
+Result<HostingGrant> may_host_fragment(const Ledger& ledger, const FragmentHostingRequest& r, int64_t now_ms) {
+  if (r.box_kinds.empty()) return make_error(Errc::invalid_argument, "hosting request names no box kind");
+  // Each kind on its own first: the refusal of the first kind no contract
+  // permits is the most specific reason.
+  for (const std::string& kind : r.box_kinds) {
+    auto g = may_host(ledger, HostingRequest{r.owner, r.host, kind, r.load, r.hosted_load}, now_ms);
+    if (!g.ok()) return g.error();
+  }
+  std::vector<std::string> kinds = r.box_kinds;
+  std::sort(kinds.begin(), kinds.end());
+  kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+  ContractFilter filter;
+  filter.kind = Kind::hosting;
+  filter.peer = r.host;
+  const std::vector<Contract> all = ledger.list(filter, now_ms);
+  const Contract* best = nullptr;
+  for (const Contract& c : all) {
+    const HostingTerms& h = c.current().terms.hosting;
+    if (h.host != r.host || h.owner != r.owner || !c.in_force(now_ms)) continue;
+    if (r.load + r.hosted_load > h.max_load) continue;
+    // box_kinds are stored sorted (terms.h).
+    if (!std::includes(h.box_kinds.begin(), h.box_kinds.end(), kinds.begin(), kinds.end())) continue;
+    if (best != nullptr) {
+      const uint64_t pb = best->current().terms.hosting.price_min;
+      if (h.price_min > pb || (h.price_min == pb && c.id > best->id)) continue;
+    }
+    best = &c;
+  }
+  if (best == nullptr) {
+    std::string each;
+    for (size_t i = 0; i < kinds.size(); ++i) each += (i ? ", " : "") + kinds[i];
+    return make_error(Errc::permission_denied, "no one hosting contract from host " + r.host + " for owner " +
+                                                   r.owner + " permits every box kind of the fragment (" + each +
+                                                   ")");
+  }
+  const HostingTerms& h = best->current().terms.hosting;
+  return HostingGrant{best->id, h.price_min, h.price_max, h.max_load, h.notice_seconds,
+                      best->current().terms.valid_until_ms};
+}
+
 }  // namespace entente::contracts

@@ -1,11 +1,13 @@
 #pragma once
 // The hosting check (docs/architecture.md, "Contracts"): may a box of kind
-// K, owned by domain O, with load L, move to host domain H now? The one
-// function the box-moving code calls (there is none yet: boxes do not move);
-// it answers from the ledger alone.
+// K, owned by domain O, with load L, move to host domain H now? And may a
+// fragment, several boxes of several kinds moving together? The functions
+// the fragment-moving code calls (docs/cluster.md, "Moving a fragment to
+// another domain"); they answer from the ledger alone.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "contracts/ledger.h"
 #include "base/result.h"
@@ -39,5 +41,25 @@ struct HostingGrant {
 //                       1000 CPU ms/s"
 //   invalid_argument   a malformed request.
 Result<HostingGrant> may_host(const Ledger& ledger, const HostingRequest& request, int64_t now_ms);
+
+// A fragment: boxes of several kinds that move together and run under one
+// contract.
+struct FragmentHostingRequest {
+  std::string owner;
+  std::string host;
+  std::vector<std::string> box_kinds;  // 1.. kinds (repeats allowed)
+  uint64_t load = 0;         // the fragment's load, CPU ms per second (1..1'000'000)
+  uint64_t hosted_load = 0;  // what `host` already runs for `owner` (0..1'000'000)
+};
+
+// Yes with the cheapest in-force contract (lowest price_min, then id) that
+// permits every kind of the fragment and whose maximum covers load +
+// hosted_load; or no: may_host's answer for the first kind (in the order
+// given) that no contract permits, else, when each kind is permitted by
+// some contract but no one contract permits them all, permission_denied
+// "no one hosting contract from host beta for owner acme permits every box
+// kind of the fragment (aggregate, join)". invalid_argument for no kind.
+Result<HostingGrant> may_host_fragment(const Ledger& ledger, const FragmentHostingRequest& request,
+                                       int64_t now_ms);
 
 }  // namespace entente::contracts

@@ -8,12 +8,24 @@
 #include "contracts/terms.h"
 #include "federation/contracting.h"
 #include "federation/detail/common.h"
+#include "federation/hosting.h"
 #include "federation/rate_limiter.h"
+#include "rapidjson/document.h"
 
 namespace entente::federation {
 namespace {
 
 using detail::Clock;
+
+// A CONTROL message whose "type" starts with "hosting." (federation/hosting.h).
+bool is_hosting_message(std::string_view payload) {
+  rapidjson::Document d;
+  d.Parse(payload.data(), payload.size());
+  if (d.HasParseError() || !d.IsObject()) return false;
+  auto t = d.FindMember("type");
+  return t != d.MemberEnd() && t->value.IsString() &&
+         std::string_view(t->value.GetString(), t->value.GetStringLength()).starts_with("hosting.");
+}
 
 // A CA file's text, for comparing pins across a reload; at most 1 MiB (a
 // CA file is a few KiB). Empty when unreadable.
@@ -197,6 +209,12 @@ Status Peering::open_contracting() {
                                        host_.metrics(), std::move(hooks));
   if (!contracting.ok()) return contracting.error();
   contracting_ = std::move(*contracting);
+  Hosting::Hooks hosting_hooks;
+  hosting_hooks.send_to_peer = [this](const certs::Identity& peer, const std::string& message) {
+    return wire_.send(peer, FrameType::control, 0, message).ok();
+  };
+  hosting_hooks.log = [this](const std::string& line) { host_.log(line); };
+  hosting_ = std::make_unique<Hosting>(contracting_->ledger(), self_.domain, std::move(hosting_hooks));
   exports_.set_ledger(&contracting_->ledger());
   metering_.set_ledger(&contracting_->ledger());
   return {};
@@ -238,6 +256,7 @@ void Peering::stop() {
   }
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
+  if (hosting_) hosting_->stop();
   exports_.stop();
   if (links_) links_->stop();
   if (contracting_) contracting_->flush_usage();
@@ -266,12 +285,16 @@ void Peering::on_link_up(const certs::Identity& peer) {
 void Peering::on_link_down(const certs::Identity& peer, std::string_view reason) {
   exports_.on_link_down(peer);
   imports_.on_link_down(peer, reason);
+  if (hosting_) hosting_->on_link_down(peer);
 }
 
 void Peering::on_frame(const certs::Identity& peer, FrameType type, uint32_t channel, std::string_view payload) {
   switch (type) {
     case FrameType::control:
-      if (contracting_) contracting_->on_control(peer, payload);
+      // Hosting offers and replies to Hosting, the rest (contracts) to
+      // Contracting, which refuses what it does not know.
+      if (hosting_ && is_hosting_message(payload)) hosting_->on_control(peer, payload);
+      else if (contracting_) contracting_->on_control(peer, payload);
       return;
     case FrameType::open:
       exports_.on_open(peer, channel, payload);
@@ -338,6 +361,7 @@ void Peering::timer_loop() {
     // Contracts end on time: within one timer tick of valid_until.
     exports_.recheck_contracts();
     exports_.tick();
+    if (hosting_) hosting_->expire();
     if (contracting_ && Clock::now() >= next_usage_flush) {
       contracting_->flush_usage();
       next_usage_flush = Clock::now() + std::chrono::seconds(1);

@@ -48,6 +48,7 @@ struct Contract;
 namespace entente::federation {
 
 class Contracting;
+class Hosting;
 
 // What GET /v1/peers shows (the broker renders it).
 struct PeersReport {
@@ -128,6 +129,8 @@ class Peering final : public LinkHandler {
   bool is_remote(const std::string& stream) const;
   // Contract negotiation (null before start()).
   Contracting* contracting() { return contracting_.get(); }
+  // Hosting offers (null before start()).
+  Hosting* hosting() { return hosting_.get(); }
 
   // --- LinkHandler (io thread)
   void on_link_up(const certs::Identity& peer) override;
@@ -179,6 +182,7 @@ class Peering final : public LinkHandler {
   // Start-up and reload only (the main thread).
   std::map<std::string, std::string> pinned_pems_;
   std::unique_ptr<Contracting> contracting_;
+  std::unique_ptr<Hosting> hosting_;  // borrows contracting_'s ledger: declared after it
 
   Traffic traffic_;
   Acknowledgements acks_;

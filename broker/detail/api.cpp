@@ -141,6 +141,10 @@ std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string&
   for (size_t i = 0; i < m.inputs.size() && i < info.positions.size(); ++i) j.key(m.inputs[i]).u64(info.positions[i]);
   j.end_object();
   j.key("lag_tuples").u64(info.lag_tuples);
+  // What the runner costs here (cpu_load.h): what a hosting contract's
+  // max_load is compared with, and what hosting meters.
+  j.key("load").begin_object().key("cpu_ms_per_s").dbl(info.cpu_ms_per_s).key("cpu_seconds").dbl(info.cpu_seconds);
+  j.key("window_s").u64(kLoadWindowSeconds).end_object();
   j.key("checkpoint");
   if (info.checkpoint) write_checkpoint(j, *info.checkpoint);
   else j.null();

@@ -68,6 +68,8 @@ void NodeImpl::move_fragment_route(const http::Request& req, const PathParams& p
                                                     "and a `federation` section)"));
     return;
   }
+  // A node of another domain: hosting under a contract (cluster_hosting.cpp).
+  if (host_fragment_route(req, params, answer)) return;
   rapidjson::Document d;
   d.Parse(req.body.data(), req.body.size());
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("node") || !d["node"].IsString() ||

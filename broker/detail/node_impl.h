@@ -420,6 +420,10 @@ class NodeImpl final : public http::Handler {
   // --- moving a fragment to another node (cluster_moves.cpp)
   // POST /v1/queries/{name}/fragments/{fragment}/move.
   void move_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // The move route when its target is a node of another domain (hosting
+  // under a contract, cluster_hosting.cpp): answers and returns true;
+  // false when the body names a node of this domain.
+  bool host_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   struct FragmentMove {
     std::string query;
     std::string fragment;

@@ -868,6 +868,7 @@ bool QueryRunner::flush_outputs(bool replaying) {
 
 void QueryRunner::run_some() {
   if (stopped_.load(std::memory_order_acquire)) return;
+  ThreadCpuSpan cpu(cpu_load_);  // the load (cpu_load.h), whatever path the run returns by
   std::unique_lock lock(mu_);
   if (state_ != "running") return;
   // Outputs (or a full journal) to write. With a state stream each flush
@@ -1257,6 +1258,9 @@ QueryInfo QueryRunner::info() const {
     qi.positions = pos_;
   }
   qi.lag_tuples = lag_tuples();
+  const CpuLoad::Reading load = cpu_load_.read();
+  qi.cpu_ms_per_s = load.cpu_ms_per_s;
+  qi.cpu_seconds = load.cpu_seconds;
   std::lock_guard cl(cp_mu_);
   qi.checkpoint = last_checkpoint_;
   qi.tuples_in_per_s = rate_in_;

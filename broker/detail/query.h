@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "broker/detail/cpu_load.h"
 #include "broker/detail/streams.h"
 #include "engine/network.h"
 #include "store/group_commit.h"
@@ -158,6 +159,10 @@ struct QueryInfo {
   std::vector<uint64_t> positions;  // next input seq per input
   uint64_t lag_tuples = 0;
   std::optional<CheckpointInfo> checkpoint;
+  // The runner's load (cpu_load.h): CPU ms per second over the last
+  // kLoadWindowSeconds, and CPU seconds since it started on this node.
+  double cpu_ms_per_s = 0;
+  double cpu_seconds = 0;
 };
 
 class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
@@ -353,6 +358,7 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   std::atomic<bool> stopped_{false};
   std::atomic<bool> checkpoint_wanted_{false};
   std::atomic<uint64_t> state_trim_{0};
+  CpuLoad cpu_load_;  // run_some's CPU time (its own lock)
   // Set from a state append's callback when it failed; read under mu_.
   std::mutex state_failure_mu_;
   std::string state_failure_;  // REQUIRES: state_failure_mu_

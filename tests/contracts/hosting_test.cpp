@@ -1,4 +1,5 @@
-// may_host: the hosting check the box-moving code will call, on its own.
+// may_host and may_host_fragment: the hosting checks the fragment-moving
+// code calls, on their own.
 
 #include "contracts/hosting.h"
 
@@ -116,6 +117,59 @@ TEST_F(HostingTest, MalformedRequests) {
   EXPECT_EQ(ask("filter", 2'000'000, 0).error().code, Errc::invalid_argument);
   EXPECT_EQ(ask("", 10, 0).error().code, Errc::invalid_argument);
   EXPECT_EQ(ask("filter", 10, 0, kJan2027, "Beta!").error().code, Errc::invalid_argument);
+}
+
+// A fragment runs under one contract that permits all of its kinds.
+class FragmentHostingTest : public HostingTest {
+ protected:
+  Result<HostingGrant> ask_fragment(std::vector<std::string> kinds, uint64_t load, uint64_t hosted = 0) {
+    return may_host_fragment(node_.ledger(), FragmentHostingRequest{"acme", "beta", std::move(kinds), load, hosted},
+                             kJan2027);
+  }
+  Terms with(std::vector<std::string> kinds, uint64_t price, uint64_t max_load = 1000) {
+    Terms t = hosting_terms();
+    t.hosting.box_kinds = std::move(kinds);
+    t.hosting.price_min = price;
+    t.hosting.price_max = price;
+    t.hosting.max_load = max_load;
+    return t;
+  }
+};
+
+TEST_F(FragmentHostingTest, TheCheapestContractPermittingEveryKind) {
+  add(with({"filter"}, 1));
+  add(with({"join"}, 2));
+  const std::string both = add(with({"filter", "join", "map"}, 30));
+  add(with({"filter", "join"}, 20, 100));  // cheaper, but too small
+  auto r = ask_fragment({"join", "filter", "join"}, 300, 200);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->contract_id, both);
+  EXPECT_EQ(r->price_min, 30u);
+  // Each kind alone goes to its cheapest.
+  EXPECT_NE(ask_fragment({"filter"}, 300)->contract_id, both);
+}
+
+TEST_F(FragmentHostingTest, NoOneContractPermitsEveryKind) {
+  add(with({"filter"}, 1));
+  add(with({"join"}, 2));
+  auto r = ask_fragment({"join", "filter"}, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::permission_denied);
+  EXPECT_EQ(r.error().message,
+            "no one hosting contract from host beta for owner acme permits every box kind of the fragment "
+            "(filter, join)");
+}
+
+TEST_F(FragmentHostingTest, TheFirstKindRefusedSaysWhy) {
+  const std::string id = add(with({"aggregate", "filter"}, 1));
+  auto kind = ask_fragment({"filter", "map", "join"}, 10);
+  ASSERT_FALSE(kind.ok());
+  EXPECT_EQ(kind.error().message, "box kind 'map' is not in contract " + id);
+  auto load = ask_fragment({"filter", "aggregate"}, 900, 200);
+  ASSERT_FALSE(load.ok());
+  EXPECT_EQ(load.error().message, "load 900 + 200 hosted exceeds contract " + id + "'s maximum 1000 CPU ms/s");
+  EXPECT_EQ(ask_fragment({}, 10).error().code, Errc::invalid_argument);
+  EXPECT_EQ(ask_fragment({"filter"}, 0).error().code, Errc::invalid_argument);
 }
 
 }  // namespace

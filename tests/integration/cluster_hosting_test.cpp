@@ -1,0 +1,243 @@
+// A fragment moved to a node of another domain under a hosting contract
+// (docs/cluster.md, "Moving a fragment to another domain";
+// docs/contracts.md, "The hosting check"). acme is two real broker
+// processes sharing one real etcd; beta is one node; the domains are
+// linked by mutual TLS and negotiate hosting contracts over REST, each
+// signed by both. A query cut in two fragments (the filter on n1 next to
+// bids, map + 1 s tumbling count on n2) runs beside the same query whole
+// on n1 while a producer publishes.
+//
+// The fragment's load (CPU ms per second of its runner) shows in GET
+// /v1/queries/{q} and in /metrics. A move of the fragment to beta/n1 is
+// refused, each time with a 4xx naming the reason, with no contract, with
+// an expired one, with one that excludes a box kind of the fragment, with
+// one whose maximum load the fragment's measured load exceeds, to an
+// unknown node and to a domain that is no peer; with a contract that
+// permits it, the fragment's definition is offered to beta/n1 over the
+// link, which checks it against its own ledger and admits it, and the move
+// answers 501 (hosted runs are not built yet) naming that contract. Nothing moves: the fragment still runs on acme/n2, and at the
+// end the cut query's output equals the whole one row for row.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "tests/integration/support/cluster.h"
+#include "tests/integration/support/contracts.h"
+#include "tests/integration/support/cut_query.h"
+#include "tests/integration/support/federation.h"
+#include "tests/integration/support/ws_reader.h"
+#include "tests/support/etcd_process.h"
+
+namespace entente::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kAuctions = 7;
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  return d;
+}
+
+// Hosting terms: beta hosts boxes of acme.
+std::string hosting_terms(const std::string& box_kinds, uint64_t max_load, uint64_t price, int64_t until_ms) {
+  return R"({"kind":"hosting","host":"beta","owner":"acme","box_kinds":)" + box_kinds +
+         R"(,"max_load":)" + std::to_string(max_load) + R"(,"price_min":)" + std::to_string(price) +
+         R"(,"price_max":)" + std::to_string(price * 2) +
+         R"(,"notice_seconds":60,"host_may_subscribe":false,"host_may_export":false,"valid_from":)" +
+         std::to_string(seconds_from_now(-60)) + R"(,"valid_until":)" + std::to_string(until_ms) + "}";
+}
+
+// Bid i: event time i ms, so that windows close in order.
+std::string bid_row(uint64_t i) {
+  return R"({"auction":)" + std::to_string(i % kAuctions) + R"(,"price":)" + std::to_string(i % 1000) +
+         R"(,"date_time":)" + std::to_string(i) + "}";
+}
+
+class ClusterHosting : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
+    etcd_ = std::make_unique<EtcdProcess>("etcd-hosting");
+    ASSERT_TRUE(etcd_->start()) << etcd_->last_error();
+    beta_ = &fed_.add("beta", "n1");
+    for (const char* name : {"n1", "n2"}) {
+      FedNode& n = fed_.add("acme", name);
+      n.pins(*beta_);
+      n.config_extra(R"("checkpoint_interval": "200ms", )" + cluster_section(*etcd_));
+      acme_.push_back(&n);
+    }
+    beta_->pins(*acme_[0]).pins(*acme_[1]);
+    ASSERT_TRUE(fed_.start_all()) << fed_.last_error();
+    ASSERT_TRUE(eventually(20.0, [&] { return domain_up({&acme(1).process(), &acme(2).process()}, 2); }))
+        << "acme's nodes do not see each other up";
+    ASSERT_NO_FATAL_FAILURE(wait_linked(acme(1), *beta_));
+    ASSERT_NO_FATAL_FAILURE(wait_linked(acme(2), *beta_));
+  }
+
+  FedNode& acme(int i) { return *acme_.at(static_cast<size_t>(i - 1)); }
+
+  http::ClientResponse move(int via, const std::string& body, const std::string& fragment = "b") {
+    return acme(via).process().request("POST", "/v1/queries/cut/fragments/" + fragment + "/move", body, kAdminToken);
+  }
+
+  // Negotiated over REST: acme proposes, beta accepts, acme countersigns;
+  // returns the id once acme/n2, where the fragment runs, holds it active.
+  std::string agree(const std::string& terms) {
+    auto proposed = acme(1).process().request("POST", "/v1/contracts", "{\"terms\":" + terms + "}");
+    EXPECT_EQ(proposed.status, 201u) << proposed.body;
+    const std::string id = parse_contract(proposed.status, proposed.body).id;
+    EXPECT_EQ(wait_version(*beta_, id, 1).status, 200u) << "beta never received " << id;
+    auto accepted = act(*beta_, id, "accept", R"({"version":1})");
+    EXPECT_EQ(accepted.status, 200u) << accepted.body;
+    const ContractView on_n2 = wait_version(acme(2), id, 3);
+    EXPECT_EQ(on_n2.state, "active") << on_n2.body;
+    EXPECT_EQ(on_n2.last_signatures, 2u) << on_n2.body;
+    return id;
+  }
+
+  // The cut query's fragment `name` as GET /v1/queries/cut shows it.
+  struct FragmentView {
+    std::string node, state;
+    double cpu_ms_per_s = -1, cpu_seconds = -1;
+  };
+  FragmentView fragment(const std::string& name) {
+    FragmentView v;
+    auto d = parse(acme(1).process().request("GET", "/v1/queries/cut", {}, kReaderToken).body);
+    if (!d.IsObject() || !d.HasMember("fragments")) return v;
+    for (const auto& f : d["fragments"].GetArray()) {
+      if (f["name"].GetString() != name) continue;
+      v.node = f["node"].GetString();
+      if (!f.HasMember("runner") || !f["runner"].IsObject()) return v;
+      const auto& r = f["runner"];
+      v.state = r["state"].GetString();
+      if (r.HasMember("load") && r["load"].IsObject()) {
+        v.cpu_ms_per_s = r["load"]["cpu_ms_per_s"].GetDouble();
+        v.cpu_seconds = r["load"]["cpu_seconds"].GetDouble();
+      }
+    }
+    return v;
+  }
+
+  // Refused with `status`, the detail containing `reason`; the fragment
+  // still runs on acme/n2.
+  void expect_refused(const http::ClientResponse& r, unsigned status, const std::string& reason) {
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_NE(r.body.find("\"type\""), std::string::npos) << "not a problem+json: " << r.body;
+    EXPECT_NE(problem_detail(r.body).find(reason), std::string::npos) << r.body;
+    const FragmentView v = fragment("b");
+    EXPECT_EQ(v.node, "n2");
+    EXPECT_EQ(v.state, "running");
+  }
+
+  std::unique_ptr<EtcdProcess> etcd_;
+  Federation fed_;
+  FedNode* beta_ = nullptr;
+  std::vector<FedNode*> acme_;
+};
+
+TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringItsKindsAndMeasuredLoad) {
+  auto created = acme(1).process().request(
+      "POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  auto whole =
+      acme(1).process().request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  // A fragment cannot be placed on another domain's node at deploy: its
+  // load is not known yet, and a node name names no domain.
+  auto elsewhere = acme(2).process().request(
+      "POST", "/v1/queries",
+      cut_count_query("cut", "counts-cut",
+                      R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
+                      R"({"name":"b","node":"beta/n1","boxes":["cents","counts"]}]})"));
+  EXPECT_EQ(elsewhere.status, 400u) << elsewhere.body;
+  EXPECT_NE(elsewhere.body.find("$.placement.fragments[1].node"), std::string::npos) << elsewhere.body;
+  auto cut = acme(2).process().request(
+      "POST", "/v1/queries",
+      cut_count_query("cut", "counts-cut",
+                      R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
+                      R"({"name":"b","node":"n2","boxes":["cents","counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+  ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").state == "running"; })) << "fragment b does not run";
+
+  Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
+  feeder.start();
+
+  // The fragment's load, measured where it runs, in its GET and /metrics.
+  FragmentView loaded;
+  ASSERT_TRUE(eventually(60.0, [&] {
+    loaded = fragment("b");
+    return loaded.cpu_ms_per_s > 1.0;
+  })) << "fragment b's load stays at " << loaded.cpu_ms_per_s << " CPU ms/s after " << feeder.acked() << " bids";
+  EXPECT_GT(loaded.cpu_seconds, 0.0);
+  const std::string metrics = acme(2).process().request("GET", "/metrics", {}, kReaderToken).body;
+  EXPECT_NE(metrics.find("entente_query_cpu_seconds_total{query=\"cut--b\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("entente_query_load_cpu_ms_per_s{query=\"cut--b\"}"), std::string::npos);
+
+  // No contract at all.
+  ASSERT_NO_FATAL_FAILURE(
+      expect_refused(move(1, R"({"domain":"beta","node":"n1"})"), 403, "no hosting contract from host beta for owner acme"));
+
+  // An expired one (in force for a few seconds only).
+  const std::string expired = agree(hosting_terms(R"(["aggregate","filter","map"])", 1'000'000, 1, seconds_from_now(8)));
+  ASSERT_TRUE(eventually(20.0, [&] { return get_contract(acme(2), expired).state == "expired"; }));
+  ASSERT_NO_FATAL_FAILURE(expect_refused(move(2, R"({"node":"beta/n1"})"), 403,
+                                         "contract " + expired + " is not in force (expired at"));
+
+  // One that excludes a box kind of the fragment (map and aggregate).
+  const std::string no_aggregate = agree(hosting_terms(R"(["filter","join","map"])", 1'000'000, 2, seconds_from_now(3600)));
+  ASSERT_NO_FATAL_FAILURE(expect_refused(move(1, R"({"domain":"beta","node":"n1"})"), 403,
+                                         "box kind 'aggregate' is not in contract " + no_aggregate));
+
+  // One whose maximum load (1 CPU ms/s) the fragment's exceeds.
+  const std::string small = agree(hosting_terms(R"(["aggregate","map"])", 1, 3, seconds_from_now(3600)));
+  ASSERT_NO_FATAL_FAILURE(
+      expect_refused(move(2, R"({"domain":"beta","node":"n1"})"), 403, "exceeds contract " + small + "'s maximum 1 CPU ms/s"));
+
+  // An unknown node of beta; a domain that is not a peer; a bad name.
+  ASSERT_NO_FATAL_FAILURE(expect_refused(move(1, R"({"domain":"beta","node":"n9"})"), 400,
+                                         "n9 is not a node of domain beta known to acme (its nodes: n1)"));
+  ASSERT_NO_FATAL_FAILURE(
+      expect_refused(move(1, R"({"node":"gamma/n1"})"), 400, "gamma is not a peer domain of acme"));
+  ASSERT_NO_FATAL_FAILURE(expect_refused(move(1, R"({"domain":"Beta!","node":"n1"})"), 400, "not a domain name"));
+
+  // A contract that permits it: admitted under that contract, but a hosted
+  // run is not available yet: 501, and nothing moved.
+  const std::string ample = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
+  auto admitted = move(2, R"({"domain":"beta","node":"n1"})");
+  ASSERT_NO_FATAL_FAILURE(expect_refused(admitted, 501, "contract " + ample + " permits hosting fragment b"));
+  // beta/n1 received the fragment's definition over the link and checked
+  // it against its own ledger.
+  EXPECT_NE(problem_detail(admitted.body).find("beta/n1 admitted the offer under contract " + ample),
+            std::string::npos)
+      << admitted.body;
+  EXPECT_NE(problem_detail(admitted.body).find("not available yet; nothing moved"), std::string::npos) << admitted.body;
+  std::printf("load of fragment b: %.2f CPU ms/s, %.3f CPU s; admitted move: %s\n", loaded.cpu_ms_per_s,
+              loaded.cpu_seconds, admitted.body.c_str());
+
+  // A move within the domain is untouched by the hosting path.
+  auto same = move(1, R"({"domain":"acme","node":"n2"})");
+  EXPECT_EQ(same.status, 409u) << same.body;
+  EXPECT_NE(same.body.find("runs on n2 already"), std::string::npos) << same.body;
+
+  // The output is intact: the cut query equals the whole one row for row.
+  feeder.stop();
+  ASSERT_GT(feeder.acked(), 0u) << feeder.last_failure();
+  // The end marker, long after every bid: closes every window.
+  const std::string end = R"([{"auction":-1,"price":0,"date_time":1000000000}])";
+  ASSERT_EQ(acme(1).process().request("POST", "/v1/streams/bids/tuples", end, kPublisherToken).status, 200u);
+  int64_t counted = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      expect_cut_output_equals_whole(acme(1).process(), acme(2).process(), 1, 90s, counted));
+  EXPECT_EQ(counted, static_cast<int64_t>(feeder.acked())) << "the counts do not add up to every bid acknowledged";
+}
+
+}  // namespace
+}  // namespace entente::testing
