@@ -667,6 +667,7 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
     if (ctx->takeover) ctx->warm = take_standby(runner);
     Diagnostics diag;
     auto q = deploy_query(network, diag, ctx.get());
+    if (ctx->warm) standby_taken(runner, q.ok() && *q == ctx->warm);
     if (!q.ok()) {
       registered();
       if (diag.ok()) done(q.error(), false);

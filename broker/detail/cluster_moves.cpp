@@ -431,7 +431,19 @@ Status NodeImpl::move_warm(const FragmentMove& m, const QueryRunner& q) {
   return Status::Ok();
 }
 
-bool NodeImpl::move_await_target(const FragmentMove& m) {
+bool NodeImpl::move_await_target(const FragmentMove& m, bool warm) {
+  // The take-over continued from the standby: the target says so at once
+  // (asking the runner itself waits for the run it is in, catching up).
+  if (warm) {
+    bool fell_back = false;
+    const bool promoted = move_wait(kTakeoverWait, [&] {
+      http::Response g = standby_request(m, "GET");
+      if (g.status == 200 && g.body.find(R"("state":"promoted")") != std::string::npos) return true;
+      fell_back = g.status == 404;  // taken but not promoted: a recovery
+      return fell_back;
+    });
+    if (promoted && !fell_back) return true;
+  }
   // take_over_fragments on the target records the move in the entry.
   auto placed_there = [&] {
     auto e = cut_entry(m.query);
@@ -525,7 +537,7 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   // 6. The target runs it. 7. This node's logs of the fragment's streams,
   // and its reads of other nodes, go: it copies the streams afresh as a
   // follower.
-  const bool running = move_await_target(m);
+  const bool running = move_await_target(m, warm.ok());
   const auto t_run = Clock::now();
   release_fragment_streams(meta);
   // GET /v1/queries/{q} shows it with the move.

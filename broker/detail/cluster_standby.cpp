@@ -9,7 +9,9 @@
 // does not grow with it.
 //
 //   POST   /v1/queries/{q}/fragments/{f}/standby  builds one (202) or says
-//                                                 how far it is (200)
+//                                                 how far it is (200; once
+//                                                 the take-over continued
+//                                                 from it, "promoted")
 //   GET    the same path                          how far it is
 //   DELETE the same path                          drops it (a move rolled back)
 //
@@ -50,7 +52,10 @@ void NodeImpl::standby_route(const http::Request& req, const PathParams& params,
     JsonOut j;
     j.begin_object().key("query").str(query).key("fragment").str(fragment).key("node").str(config_.node);
     const Standby& s = it->second;
-    j.key("state").str(!s.runner ? (s.error.empty() ? "building" : "failed") : s.error.empty() ? "warm" : "waiting");
+    j.key("state").str(s.promoted  ? "promoted"
+                       : s.taken   ? "taking_over"
+                       : !s.runner ? (s.error.empty() ? "building" : "failed")
+                                   : s.error.empty() ? "warm" : "waiting");
     j.key("journal_next").u64(s.journal_next);
     if (!s.error.empty()) j.key("error").str(s.error);
     j.end_object();
@@ -85,8 +90,9 @@ void NodeImpl::standby_route(const http::Request& req, const PathParams& params,
   {
     std::lock_guard lock(standby_mu_);
     auto it = standbys_.find(runner);
-    if (it != standbys_.end() && !it->second.runner && !it->second.error.empty()) {
-      standbys_.erase(it);  // it failed: built again
+    if (it != standbys_.end() && !it->second.runner && !it->second.taken &&
+        (it->second.promoted || !it->second.error.empty())) {
+      standbys_.erase(it);  // it failed, or served a move before: built again
       it = standbys_.end();
     }
     known = it != standbys_.end();
@@ -161,8 +167,22 @@ std::shared_ptr<QueryRunner> NodeImpl::take_standby(const std::string& name) {
   auto it = standbys_.find(name);
   if (it == standbys_.end() || !it->second.runner) return nullptr;
   auto runner = std::move(it->second.runner);
-  standbys_.erase(it);
+  it->second.runner = nullptr;
+  it->second.taken = true;
   return runner;
+}
+
+void NodeImpl::standby_taken(const std::string& name, bool promoted) {
+  std::lock_guard lock(standby_mu_);
+  auto it = standbys_.find(name);
+  if (it == standbys_.end() || !it->second.taken) return;
+  if (!promoted) {
+    standbys_.erase(it);
+    return;
+  }
+  it->second.taken = false;
+  it->second.promoted = true;
+  it->second.touched = Clock::now();
 }
 
 void NodeImpl::standby_loop() {

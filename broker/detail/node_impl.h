@@ -444,8 +444,9 @@ class NodeImpl final : public http::Handler {
   // Every stream's entry names `to` (epoch + 1), in one transaction; an
   // error when they could not pass (none did).
   Status move_hand_over(const std::vector<std::string>& streams, const std::string& to, const std::string& what);
-  // The target runs the fragment (within the wait's bounds).
-  bool move_await_target(const FragmentMove& m);
+  // The target runs the fragment (within the wait's bounds); `warm`: from
+  // the standby it warmed (asked of the standby, else of the fragment).
+  bool move_await_target(const FragmentMove& m, bool warm);
   bool in_sync_everywhere(const std::vector<std::string>& streams, const std::string& node) const;
   void stop_moves();
   // Polls `done` until it holds, `bound` passes or the node stops.
@@ -481,9 +482,17 @@ class NodeImpl final : public http::Handler {
     uint64_t journal_next = 0;            // replayed up to (warm() result)
     std::string error;                    // the last warm() error
     std::chrono::steady_clock::time_point touched;
+    // Promoted by the take-over and running: kept (without its runner)
+    // so that the move sees it at once, without asking the runner itself.
+    bool promoted = false;
+    bool taken = false;  // by a take-over, which has not said how it went
   };
-  // The standby of runner `name`, taken out of the standbys (null if none).
+  // The standby of runner `name`, taken out of the standbys (null if none);
+  // the take-over then says how it went (standby_taken).
   std::shared_ptr<QueryRunner> take_standby(const std::string& name);
+  // `promoted`: the take-over continued from it and the fragment runs;
+  // else it recovered another way, and the standby is forgotten.
+  void standby_taken(const std::string& name, bool promoted);
   void standby_loop();
   void stop_standbys();
   std::mutex standby_mu_;
