@@ -735,7 +735,7 @@ Result<StreamPtr> NodeImpl::adopt_replica(const std::string& mirror, StreamMeta 
   return s;
 }
 
-Status NodeImpl::delete_stream(const std::string& name) {
+Status NodeImpl::delete_stream(const std::string& name, const std::string& moved_to) {
   StreamPtr s;
   {
     std::unique_lock lock(catalog_mu_);
@@ -755,7 +755,8 @@ Status NodeImpl::delete_stream(const std::string& name) {
     s = it->second;
     streams_.erase(it);
   }
-  s->close();
+  if (moved_to.empty()) s->close();
+  else s->close_moved(moved_to);
   return store::StreamLog::drop(*store_, s->meta().id);
 }
 

@@ -3,7 +3,7 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut [--move]]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
@@ -65,6 +65,15 @@
 // through every node that GET /v1/queries/{name} says "running" with every
 // fragment on the node asked. The JSON line says "cut":true and the
 // fragments with their nodes and boxes.
+//
+// Move (--cut --move). Once half the chunks are published, while the
+// publishers go on, the stateful fragment that reads no input stream (q5's
+// `hot`, q8's `new-users`) is moved to the next node (POST
+// /v1/queries/{name}/fragments/{f}/move, docs/cluster.md, "Moving a
+// fragment"); its output's subscriber, told that the stream is led
+// elsewhere now (close 4010), resumes where it stopped. The rows must
+// still equal the engine-only rows one by one. The JSON line adds
+// "move": the move's answer; a move that does not answer 200 fails the run.
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +126,7 @@ struct Args {
   bool inputs_only = false;
   std::vector<int> node_pids;  // --node-pid, repeated: the nodes' processes, for their CPU time (same machine)
   bool cut = false;            // --cut: each query cut into fragments on the three nodes
+  bool move = false;           // --move (with --cut): a fragment moved mid-stream
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
@@ -340,6 +350,7 @@ struct Query {
   std::vector<int> feeds;  // stream index per network input
   std::vector<Fragment> cut;  // with --cut
   size_t output_node = 0;     // with --cut: the node of the fragment that writes the output
+  std::string movable;        // with --cut: the stateful fragment that reads no input stream
 };
 
 // The cut of q5 and q8 (see "Cut" above). A fragment that reads an input
@@ -347,10 +358,13 @@ struct Query {
 // refuses anything else with 409); the others spread the work over the
 // nodes the figure is about.
 Status plan_cut(Query& q) {
-  if (q.name == "q5") q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
-  else if (q.name == "q8")
+  if (q.name == "q5") {
+    q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
+    q.movable = "hot";
+  } else if (q.name == "q8") {
     q.cut = {{"people", {"people"}, kPersons}, {"sellers", {"sellers"}, kAuctions}, {"new-users", {"new_users"}, 2 /* the third node */}};
-  else return make_error(Errc::invalid_argument, "--cut knows how to cut q5 and q8, not " + q.name);
+    q.movable = "new-users";
+  } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5 and q8, not " + q.name);
   // Every box of the network in one fragment, as the server checks too:
   // a box renamed in the query file should fail here, clearly.
   const std::vector<std::string> ids = q.net.box_ids();
@@ -378,7 +392,7 @@ Result<Query> load_query(const std::string& name) {
   auto net = engine::QueryNetwork::parse(text, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, name + ".json: " + diag.to_string());
   if (net->outputs().size() != 1) return make_error(Errc::invalid_argument, name + ".json must have one output");
-  Query q{name, std::move(text), std::move(*net), {}, {}, 0};
+  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}};
   for (const auto& in : q.net.inputs()) {
     int s = 0;
     while (s < kStreams && in.name != kStreamNames[s]) ++s;
@@ -657,6 +671,7 @@ class Subscriber final {
   bool complete() const { return complete_.load(); }
   Clock::time_point completed_at() const { return completed_at_; }  // REQUIRES: complete()
   uint64_t rows() const { return rows_.load(); }
+  int resumed() const { return resumed_.load(); }
   // REQUIRES: stop() returned.
   const std::vector<Batch>& batches() const { return batches_; }
   const std::string& error() const { return error_; }
@@ -682,10 +697,18 @@ class Subscriber final {
       auto m = ws->receive(50);
       if (!m.ok() && m.error().code == Errc::unavailable) continue;
       if (!m.ok() || m->closed) {
-        // A slow consumer is closed (4001) and resumes; anything else ends.
-        if (m.ok() && m->close_code == 4001) {
+        // A slow consumer is closed (4001) and resumes, and so does one
+        // told that the stream is led by another node now (4010, a move:
+        // through the same node, which relays to the new leader; it may
+        // take the stream over a moment later); anything else ends.
+        if (m.ok() && (m->close_code == 4001 || m->close_code == 4010)) {
           auto again = connect(next);
+          for (int tries = 0; !again.ok() && tries < 100 && !stop_; ++tries) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            again = connect(next);
+          }
           if (again.ok()) {
+            ++resumed_;
             ws = std::move(*again);
             continue;
           }
@@ -719,6 +742,7 @@ class Subscriber final {
   std::atomic<bool> complete_{false};
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> rows_{0};
+  std::atomic<int> resumed_{0};
   Clock::time_point completed_at_{};  // written before complete_
   std::vector<Batch> batches_;        // read after stop()
   std::string error_;                 // written before failed_
@@ -749,14 +773,17 @@ class Publisher final {
   const std::string& error() const { return error_; }
 
   // Sends every message of `feed`, chunk by chunk in stream order, and
-  // waits for every answer.
-  Status run(const Feed& feed) {
+  // waits for every answer; `halfway` (if any) is called once half the
+  // chunks are sent.
+  Status run(const Feed& feed, const std::function<void()>& halfway = {}) {
     if (!error_.empty()) return make_error(Errc::io_error, error_);
     size_t at[kStreams] = {0, 0, 0};
+    size_t chunk = 0;
     // Messages interleave as the generator produced them: a chunk's
     // persons, auctions, bids (empty batches were not encoded, so each
     // stream advances by its own count of messages per chunk).
     for (const Chunk& c : feed.events.chunks) {
+      if (halfway && chunk++ == feed.events.chunks.size() / 2) halfway();
       for (int s = 0; s < kStreams; ++s)
         if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));
     }
@@ -805,6 +832,8 @@ struct E2eRun {
   std::vector<double> each_node_cpu_s;  // per --node-pid, in their order
   double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
   size_t subscribe_index = 0;  // the node the output was read through
+  std::string move;  // --move: the move's answer (JSON)
+  int resumed = 0;   // times the subscriber resumed (4001, 4010)
 };
 
 Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const Feed& f, const EngineRun& engine) {
@@ -836,9 +865,28 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   for (int pid : a.node_pids) each_cpu0.push_back(process_cpu_seconds(pid));
   const double bench_cpu0 = self_cpu_seconds();
   const auto t0 = Clock::now();
-  Status s = pub.run(f);
+  // --move: the fragment moves on its own thread, the publishers going on.
+  std::thread mover;
+  Status moved = Status::Ok();
+  auto halfway = [&] {
+    mover = std::thread([&] {
+      size_t from = 0;
+      for (const Fragment& fr : q.cut)
+        if (fr.name == q.movable) from = fr.node;
+      const std::string to = ep.name((from + 1) % ep.size());
+      auto r = bench::call(ep.deploy(), "POST", "/v1/queries/" + query_name + "/fragments/" + q.movable + "/move",
+                           "{\"node\":\"" + to + "\"}");
+      if (!r.ok()) moved = make_error(Errc::io_error, "moving " + q.movable + ": " + r.error().message);
+      else if (r->status != 200)
+        moved = make_error(Errc::unavailable, "moving " + q.movable + ": " + std::to_string(r->status) + " " + r->body);
+      else run.move = r->body;
+    });
+  };
+  Status s = pub.run(f, a.move && ep.cut() ? std::function<void()>(halfway) : std::function<void()>());
   run.publish_seconds = seconds_between(t0, Clock::now());
+  if (mover.joinable()) mover.join();
   if (!s.ok()) return s.error();
+  if (!moved.ok()) return moved.error();
   sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
   if (node_cpu0 >= 0) {
     run.node_cpu_s = nodes_cpu_seconds(a.node_pids) - node_cpu0;
@@ -848,6 +896,7 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   run.bench_cpu_s = self_cpu_seconds() - bench_cpu0;
   sub.stop();
   run.rows = sub.rows();
+  run.resumed = sub.resumed();
   if (!sub.error().empty()) run.mismatch = "subscriber: " + sub.error();
   else if (!sub.complete())
     run.mismatch = "only " + std::to_string(sub.rows()) + " of " + std::to_string(expected) + " output rows within " +
@@ -863,7 +912,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
                "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] "
-               "[--node-pid PID ...] [--cut]\n");
+               "[--node-pid PID ...] [--cut [--move]]\n");
   return 2;
 }
 
@@ -898,12 +947,17 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (n == "--inputs-only") a.inputs_only = true;
     else if (n == "--node-pid") a.node_pids.push_back(r.integer());
     else if (n == "--cut") a.cut = true;
+    else if (n == "--move") a.move = true;
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
       !(a.timeout_s > 0) || a.queries.empty()) {
     std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
     return usage();
+  }
+  if (a.move && !a.cut) {
+    std::fprintf(stderr, "%s: --move needs --cut\n", kProg);
+    return 2;
   }
   if (a.cut && ports.size() != kStreams) {
     std::fprintf(stderr, "%s: --cut takes the three ports of a domain's three nodes\n", kProg);
@@ -960,15 +1014,17 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
       "\"published\":\"%s\",\"event_bytes\":%llu,\"chunk_events\":%u,\"seconds\":%.3f,\"publish_seconds\":%.3f,"
       "\"e2e_events_per_s\":%s,\"engine_events_per_s\":%.0f,\"ratio\":%s,\"target_events_per_s\":%s,"
       "\"node_cpu_s\":%s,\"node_cpu_us_per_event\":%s,\"bench_cpu_s\":%.3f,"
-      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s%s%s%s}\n",
+      "\"results_match\":%s,\"outputs\":%llu,\"outputs_received\":%llu,\"loadavg_1m\":%.2f%s%s%s%s%s%s%s%s%s}\n",
       q.name.c_str(), ep.size(), ep.cut() ? "true" : "false", mode.c_str(), static_cast<unsigned long long>(f.events.total()),
       a.inputs_only ? "inputs" : "all", static_cast<unsigned long long>(published), a.chunk, e2e.seconds,
       e2e.publish_seconds, rate, engine_rate, ratio, q.name == "q5" ? "1000000" : "null", cpu, cpu_per_event,
       e2e.bench_cpu_s, match ? "true" : "false", static_cast<unsigned long long>(outputs),
       static_cast<unsigned long long>(e2e.rows), load, each.c_str(), ep.cluster() ? ",\"forwarded\":" : "",
       ep.cluster() ? json_escape(ep.forwarded(e2e.subscribe_index)).c_str() : "", ep.cut() ? ",\"fragments\":" : "",
-      ep.cut() ? fragments_json(ep, q).c_str() : "", match ? "" : ",\"mismatch\":",
-      match ? "" : json_escape(e2e.mismatch).c_str());
+      ep.cut() ? fragments_json(ep, q).c_str() : "",
+      e2e.move.empty() ? "" : (",\"subscriber_resumed\":" + std::to_string(e2e.resumed) + ",\"move\":").c_str(),
+      e2e.move.c_str(),
+      match ? "" : ",\"mismatch\":", match ? "" : json_escape(e2e.mismatch).c_str());
   std::fflush(stdout);
 }
 

@@ -273,7 +273,7 @@ void NodeImpl::reconcile_leadership() {
     // stream copied again from the new leader.
     StreamPtr s = find_stream(name);
     if (!s || s->meta().producer != "api") continue;
-    if (Status st = delete_stream(name); !st.ok()) {
+    if (Status st = delete_stream(name, parsed->node); !st.ok()) {
       std::fprintf(stderr, "entente: stream '%s' is led by %s now; this node's old log stays until %s\n",
                    name.c_str(), parsed->node.c_str(), st.error().message.c_str());
       continue;

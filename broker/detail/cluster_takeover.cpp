@@ -474,7 +474,8 @@ Status NodeImpl::discard_stream(const std::string& name) {
     s = it->second;
     streams_.erase(it);
   }
-  s->close();
+  // (Only logs of streams led elsewhere now come here.)
+  s->close_moved(stream_leader(name).value_or(""));
   return store::StreamLog::drop(*store_, s->meta().id);
 }
 

@@ -152,7 +152,9 @@ class NodeImpl final : public http::Handler {
   AuthResult authenticate(const http::Request& req, Role needed) const;
 
   Result<StreamPtr> create_stream(StreamMeta meta);
-  Status delete_stream(const std::string& name);
+  // `moved_to`: the node leading it now, when this node drops its log for
+  // that (its subscribers are told where to resume, close code 4010).
+  Status delete_stream(const std::string& name, const std::string& moved_to = {});
   // Stops importing another domain's stream and deletes its mirror
   // (conflict while a query reads it).
   Status delete_import(const std::string& name);

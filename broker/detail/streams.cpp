@@ -616,6 +616,19 @@ bool Stream::drain(const store::Store* log) {
   }
 }
 
+void Stream::close_moved(const std::string& to) {
+  {
+    std::lock_guard lock(append_mu_);
+    moved_to_ = to;
+  }
+  close();
+}
+
+std::string Stream::moved_to() const {
+  std::lock_guard lock(append_mu_);
+  return moved_to_;
+}
+
 void Stream::close() {
   {
     std::lock_guard lock(append_mu_);

@@ -243,6 +243,11 @@ class Stream final : public std::enable_shared_from_this<Stream> {
   uint64_t add_tap(const std::shared_ptr<Tap>& tap, TapHead head = TapHead::visible);
   void remove_tap(const Tap* tap);
   void close();  // calls on_stream_closed on every tap, refuses appends
+  // The same, for a log this node drops because the stream is led by node
+  // `to` now (a move or a failover): its taps can tell their readers where
+  // to go (moved_to()).
+  void close_moved(const std::string& to);
+  std::string moved_to() const;
   // Calls on_feed_ended(cause, reason) on every tap (an import's mirror
   // whose owner refused or ended the import).
   void end_feed(const std::string& cause, const std::string& reason);
@@ -318,6 +323,7 @@ class Stream final : public std::enable_shared_from_this<Stream> {
   std::atomic<uint64_t> visible_next_;  // stored under taps_mu_ (add_tap reads it there)
   std::atomic<int64_t> log_bytes_{-1};  // -1: not counted yet
   std::atomic<bool> closed_{false};
+  std::string moved_to_;  // REQUIRES: append_mu_ (set before the taps hear of the close)
   // Taps and visibility. Taps are called outside it, by one thread at a
   // time per head: the committer for durable taps and, while nothing is
   // hidden and the bound is kNoBound, for visible taps too; otherwise the

@@ -21,6 +21,7 @@ namespace {
 constexpr uint16_t kCloseSlowConsumer = 4001;
 constexpr uint16_t kCloseFeedEnded = 4003;
 constexpr uint16_t kCloseStreamDeleted = 4004;
+constexpr uint16_t kCloseStreamMoved = 4010;
 constexpr uint16_t kCloseTooOld = 4008;
 constexpr uint16_t kCloseInternal = 1011;
 constexpr size_t kCatchupRecords = 16;
@@ -105,6 +106,13 @@ class Subscriber final : public http::WebSocketSession,
 
   void on_stream_closed() override {
     std::lock_guard lock(mu_);
+    // Led by another node now (a move or a failover): the subscriber
+    // resumes where it stopped, through any node. Within the close
+    // reason's 123 bytes.
+    if (const std::string to = stream_->moved_to(); !to.empty()) {
+      close_locked(kCloseStreamMoved, "led by " + to.substr(0, 64) + " now; resume with from=" + std::to_string(next_));
+      return;
+    }
     close_locked(kCloseStreamDeleted, "stream '" + stream_->meta().name + "' was deleted");
   }
 
