@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "broker/config.h"
@@ -153,7 +154,9 @@ constexpr const char* kSubscribeUsage =
     "Follows STREAM and prints each tuple as an NDJSON line ({\"_seq\":..,\"_time\":..,fields}).\n"
     "The token comes from the ENTENTE_TOKEN environment variable (role reader or above).\n"
     "--from SEQ resumes at a sequence number (0: the oldest retained; default: new tuples only);\n"
-    "--count N stops after N tuples; --timeout-ms stops after that long without a tuple.\n";
+    "--count N stops after N tuples; --timeout-ms stops after that long without a tuple.\n"
+    "In a domain of several nodes, when the stream's leadership moves (close 4010) it resumes\n"
+    "where it stopped, through the same node.\n";
 
 // The "detail" of a problem+json body, or the body itself (bounded).
 std::string problem_text(std::string_view body) {
@@ -320,6 +323,28 @@ int run_subscribe(const std::vector<std::string_view>& args) {
                    o.host.c_str(), static_cast<unsigned>(o.port), m.error().message.c_str(),
                    resume_hint().c_str());
       return 1;
+    }
+    if (m->closed && m->close_code == 4010) {
+      // The stream is led by another node now (a move or a failover):
+      // resume where the node says, through the same node, which relays
+      // to the new leader (it may still be taking the stream over).
+      const size_t at = m->close_reason.rfind("from=");
+      const std::string resume = at == std::string::npos ? std::to_string(last_seq + 1)
+                                                         : m->close_reason.substr(at + 5);
+      std::fprintf(stderr, "entente subscribe: %s; resuming\n", m->close_reason.c_str());
+      std::string again = "/v1/streams/" + encoded + "/subscribe?format=json&from=" + resume;
+      auto next = http::WsClient::connect(o, again, headers);
+      for (int tries = 0; !next.ok() && tries < 50; ++tries) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        next = http::WsClient::connect(o, again, headers);
+      }
+      if (!next.ok()) {
+        std::fprintf(stderr, "entente subscribe: resuming: %s%s\n", next.error().message.c_str(),
+                     resume_hint().c_str());
+        return 1;
+      }
+      ws = std::move(next);
+      continue;
     }
     if (m->closed) {
       std::string why = m->close_reason;

@@ -6,7 +6,9 @@
 // stateful fragment is moved n3 → n1 → n2 and the map n2 → n3; the answer
 // of each move says where it went and how long the fragment paused, the
 // query's entry records the move and why, and at the end the cut query's
-// output equals the whole one row for row, numbered without gap or repeat.
+// output equals the whole one row for row, numbered without gap or repeat,
+// and a live `entente subscribe` of the output, resuming each time the
+// stream's leadership moves under it (close 4010), printed every row once.
 // Refusals are checked on the way: an unknown node, the node it runs on, a
 // fragment that reads a user stream, an unknown fragment, a bad body.
 #include <gtest/gtest.h>
@@ -127,6 +129,23 @@ TEST_F(ClusterMove, AStatefulFragmentMovesBetweenNodesWhileItRunsAndTheOutputSta
     move_it();
     producer.join();
   };
+  // A subscriber reading the output live through n3, where it is led
+  // now: `entente subscribe`, which resumes by itself when the stream's
+  // leadership moves (close 4010).
+  const uint64_t want_rows = static_cast<uint64_t>(kBatches / 10) * kAuctions;
+  std::string live;
+  std::thread subscriber([&] {
+    run_command(std::string("ENTENTE_TOKEN=") + kReaderToken + " " + ENTENTE_BIN + " subscribe --port " +
+                    std::to_string(node(3).port()) + " --from 1 --count " + std::to_string(want_rows) +
+                    " --timeout-ms 60000 counts-cut 2>&1",
+                live);
+  });
+  struct JoinOnExit {
+    std::thread& t;
+    ~JoinOnExit() {
+      if (t.joinable()) t.join();
+    }
+  } join_subscriber{subscriber};
   for (int b = 1; b <= 20; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
   moving_while_publishing(21, 40, [&] { expect_move(1, "c", "n3", "n1"); });  // through the node it goes to
   moving_while_publishing(41, 70, [&] { expect_move(3, "c", "n1", "n2"); });  // through a third node
@@ -148,8 +167,27 @@ TEST_F(ClusterMove, AStatefulFragmentMovesBetweenNodesWhileItRunsAndTheOutputSta
     EXPECT_TRUE(mv.HasMember("pause_ms") && mv["pause_ms"].IsNumber()) << mv["fragment"].GetString();
 
   int64_t total = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      expect_cut_output_equals_whole(node(1), node(3), static_cast<uint64_t>(kBatches / 10) * kAuctions, 60s, total));
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(1), node(3), want_rows, 60s, total));
+  // The live subscriber saw one stream across the moves: every sequence
+  // number once, in order.
+  subscriber.join();
+  uint64_t expect_seq = 1;
+  int resumed = 0;
+  for (size_t at = 0; at < live.size();) {
+    const size_t nl = live.find('\n', at);
+    const std::string line = live.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    at = nl == std::string::npos ? live.size() : nl + 1;
+    if (line.empty()) continue;
+    // Its notes (stderr): each time the leadership moved under it.
+    if (line.rfind("entente subscribe: led by ", 0) == 0 && line.find("resuming") != std::string::npos) {
+      ++resumed;
+      continue;
+    }
+    ASSERT_EQ(line.rfind("{\"_seq\":" + std::to_string(expect_seq) + ",", 0), 0u) << line;
+    ++expect_seq;
+  }
+  EXPECT_EQ(expect_seq - 1, want_rows) << live.substr(0, 2000);
+  EXPECT_GE(resumed, 1) << "the subscriber never saw the stream move: " << live.substr(0, 2000);
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 }
 
