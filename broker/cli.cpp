@@ -158,6 +158,24 @@ constexpr const char* kSubscribeUsage =
     "In a domain of several nodes, when the stream's leadership moves (close 4010) it resumes\n"
     "where it stopped, through the same node.\n";
 
+// After a close 4010 (`reason` "led by NODE now; resume with from=SEQ"):
+// subscribes again where the node said, through the same node, which
+// relays to the new leader (it may still be taking the stream over: tried
+// for 5 s).
+Result<std::unique_ptr<http::WsClient>> resume_moved(const http::ClientOptions& o, const std::string& encoded,
+                                                     const std::vector<std::pair<std::string, std::string>>& headers,
+                                                     const std::string& reason, uint64_t last_seq) {
+  const size_t at = reason.rfind("from=");
+  const std::string from = at == std::string::npos ? std::to_string(last_seq + 1) : reason.substr(at + 5);
+  const std::string target = "/v1/streams/" + encoded + "/subscribe?format=json&from=" + from;
+  auto ws = http::WsClient::connect(o, target, headers);
+  for (int tries = 0; !ws.ok() && tries < 50; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ws = http::WsClient::connect(o, target, headers);
+  }
+  return ws;
+}
+
 // The "detail" of a problem+json body, or the body itself (bounded).
 std::string problem_text(std::string_view body) {
   const std::string_view key = "\"detail\":\"";
@@ -325,19 +343,9 @@ int run_subscribe(const std::vector<std::string_view>& args) {
       return 1;
     }
     if (m->closed && m->close_code == 4010) {
-      // The stream is led by another node now (a move or a failover):
-      // resume where the node says, through the same node, which relays
-      // to the new leader (it may still be taking the stream over).
-      const size_t at = m->close_reason.rfind("from=");
-      const std::string resume = at == std::string::npos ? std::to_string(last_seq + 1)
-                                                         : m->close_reason.substr(at + 5);
+      // The stream is led by another node now (a move or a failover).
       std::fprintf(stderr, "entente subscribe: %s; resuming\n", m->close_reason.c_str());
-      std::string again = "/v1/streams/" + encoded + "/subscribe?format=json&from=" + resume;
-      auto next = http::WsClient::connect(o, again, headers);
-      for (int tries = 0; !next.ok() && tries < 50; ++tries) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        next = http::WsClient::connect(o, again, headers);
-      }
+      auto next = resume_moved(o, encoded, headers, m->close_reason, last_seq);
       if (!next.ok()) {
         std::fprintf(stderr, "entente subscribe: resuming: %s%s\n", next.error().message.c_str(),
                      resume_hint().c_str());

@@ -935,25 +935,8 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   store::put_key_u64(id, next_id_);
   wb.put(store::Cf::meta, kNextIdKey, id);
   ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
-  if (takeover && fragment->warm) {
-    // Moved here on request: the standby that warmed over the same logs
-    // replays the last few journal entries and continues.
-    Status s = fragment->warm->promote(ins, outs, state);
-    metrics_
-        .counter("entente_fragment_standbys_total",
-                 "Fragments moved here on request, by whether their warm standby continued (promoted) or they "
-                 "recovered from the checkpoint after all (fell_back)",
-                 {{"query", fragment->query}, {"outcome", s.ok() ? "promoted" : "fell_back"}})
-        .inc();
-    if (s.ok()) runner = fragment->warm;
-    else std::fprintf(stderr, "entente: fragment '%s': its warm standby cannot continue (%s); it recovers from its "
-                              "checkpoint and journal\n", name.c_str(), s.error().message.c_str());
-  }
-  if (takeover && runner != fragment->warm) {
-    // The restart path, on this node: the last checkpoint and the journal
-    // from the state stream copy, replayed before anything new.
-    Status s = runner->recover();
-    if (!s.ok()) return make_error(s.error().code, "taking fragment '" + name + "' over: " + s.error().message);
+  if (takeover) {
+    ENTENTE_ASSIGN_OR_RETURN(runner, take_over_runner(*fragment, runner, ins, outs, state));
   }
   ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
   if (!takeover) {
@@ -968,6 +951,32 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   // Outside the catalog lock: it waits for the state stream's followers.
   if (state && !takeover) runner->request_checkpoint([](const Result<CheckpointInfo>&) {});
   return runner;
+}
+
+Result<std::shared_ptr<QueryRunner>> NodeImpl::take_over_runner(const FragmentOf& fragment,
+                                                                std::shared_ptr<QueryRunner> fresh,
+                                                                const std::vector<StreamPtr>& ins,
+                                                                const std::vector<StreamPtr>& outs, StreamPtr state) {
+  const std::string& name = fresh->meta().name;
+  if (fragment.warm) {
+    // Moved here on request: the standby that warmed over the same logs
+    // replays the last few journal entries and continues.
+    Status s = fragment.warm->promote(ins, outs, state);
+    metrics_
+        .counter("entente_fragment_standbys_total",
+                 "Fragments moved here on request, by whether their warm standby continued (promoted) or they "
+                 "recovered from the checkpoint after all (fell_back)",
+                 {{"query", fragment.query}, {"outcome", s.ok() ? "promoted" : "fell_back"}})
+        .inc();
+    if (s.ok()) return fragment.warm;
+    std::fprintf(stderr, "entente: fragment '%s': its warm standby cannot continue (%s); it recovers from its "
+                         "checkpoint and journal\n", name.c_str(), s.error().message.c_str());
+  }
+  // The restart path, on this node: the last checkpoint and the journal
+  // from the state stream copy, replayed before anything new.
+  Status s = fresh->recover();
+  if (!s.ok()) return make_error(s.error().code, "taking fragment '" + name + "' over: " + s.error().message);
+  return fresh;
 }
 
 Status NodeImpl::delete_query(const std::string& name) {

@@ -269,7 +269,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/move", Role::admin, false, &N::move_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/standby", Role::admin, false, &N::standby_route},
-      {"GET", "/v1/queries/{name}/fragments/{fragment}/standby", Role::admin, false, &N::standby_route},
+      {"GET", "/v1/queries/{name}/fragments/{fragment}/standby", Role::reader, false, &N::standby_route},
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}/standby", Role::admin, false, &N::standby_route},
       {"GET", "/v1/checkpoints", Role::reader, false, &N::list_checkpoints},
       {"POST", "/v1/checkpoints", Role::admin, false, &N::take_checkpoints},

@@ -20,6 +20,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <thread>
 
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
@@ -37,32 +40,34 @@ constexpr auto kStandbyPeriod = std::chrono::milliseconds(2);
 
 }  // namespace
 
+http::Response NodeImpl::standby_status(const std::string& query, const std::string& fragment, int code) {
+  const std::string runner = engine::fragment_network_name(query, fragment);
+  std::lock_guard lock(standby_mu_);
+  auto it = standbys_.find(runner);
+  if (it == standbys_.end())
+    return http::Response::problem(404, "Not Found", "no standby of fragment " + fragment.substr(0, 64) +
+                                                         " of query '" + query.substr(0, 100) + "' on " +
+                                                         config_.node);
+  it->second.touched = Clock::now();
+  JsonOut j;
+  j.begin_object().key("query").str(query).key("fragment").str(fragment).key("node").str(config_.node);
+  const Standby& s = it->second;
+  j.key("state").str(s.promoted  ? "promoted"
+                     : s.taken   ? "taking_over"
+                     : !s.runner ? (s.error.empty() ? "building" : "failed")
+                                 : s.error.empty() ? "warm" : "waiting");
+  j.key("journal_next").u64(s.journal_next);
+  if (!s.error.empty()) j.key("error").str(s.error);
+  j.end_object();
+  return http::Response::json(code, j.take());
+}
+
 void NodeImpl::standby_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
   const std::string& query = params.at(0);
   const std::string& fragment = params.at(1);
   const std::string runner = engine::fragment_network_name(query, fragment);
-  auto status = [&](int code) {
-    std::lock_guard lock(standby_mu_);
-    auto it = standbys_.find(runner);
-    if (it == standbys_.end())
-      return http::Response::problem(404, "Not Found", "no standby of fragment " + fragment.substr(0, 64) +
-                                                           " of query '" + query.substr(0, 100) + "' on " +
-                                                           config_.node);
-    it->second.touched = Clock::now();
-    JsonOut j;
-    j.begin_object().key("query").str(query).key("fragment").str(fragment).key("node").str(config_.node);
-    const Standby& s = it->second;
-    j.key("state").str(s.promoted  ? "promoted"
-                       : s.taken   ? "taking_over"
-                       : !s.runner ? (s.error.empty() ? "building" : "failed")
-                                   : s.error.empty() ? "warm" : "waiting");
-    j.key("journal_next").u64(s.journal_next);
-    if (!s.error.empty()) j.key("error").str(s.error);
-    j.end_object();
-    return http::Response::json(code, j.take());
-  };
   if (req.method == "GET") {
-    answer(status(200));
+    answer(standby_status(query, fragment, 200));
     return;
   }
   if (req.method == "DELETE") {
@@ -70,13 +75,12 @@ void NodeImpl::standby_route(const http::Request& req, const PathParams& params,
     {
       std::lock_guard lock(standby_mu_);
       auto it = standbys_.find(runner);
-      if (it != standbys_.end()) {
-        dropped = it->second.runner;
-        standbys_.erase(it);
-      } else {
-        answer(status(404));
+      if (it == standbys_.end()) {
+        answer(standby_status(query, fragment, 404));
         return;
       }
+      dropped = it->second.runner;
+      standbys_.erase(it);
     }
     if (dropped) dropped->stop();
     answer(http::Response{204, "application/json", "", {}});
@@ -108,58 +112,57 @@ void NodeImpl::standby_route(const http::Request& req, const PathParams& params,
     }
   }
   if (known) {
-    answer(status(200));
+    answer(standby_status(query, fragment, 200));
     return;
   }
-  {
-    auto entry = cut_entry(query, true);
-    std::string placed;
-    if (entry)
-      for (const auto& [f, n] : entry->fragments)
-        if (f == fragment) placed = n;
-    if (placed.empty()) {
-      answer(http::Response::problem(404, "Not Found", "no fragment " + fragment.substr(0, 64) + " of query '" +
-                                                           query.substr(0, 100) + "' in domain " + config_.domain));
-      return;
-    }
-    if (placed == config_.node || find_query(runner)) {
-      answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
-                                                          "' runs on " + config_.node + " already"));
-      return;
-    }
-    QueryMeta meta;
-    meta.name = runner;
-    meta.query = query;
-    meta.fragment = fragment;
-    const std::string body = fragment_body_of(meta);
-    if (body.empty()) {
-      answer(http::Response::problem(409, "Conflict", "the query's catalog entry has no body for fragment " +
-                                                          fragment));
-      return;
-    }
-    {
-      std::lock_guard lock(standby_mu_);
-      if (!standbys_.count(runner)) standbys_[runner] = Standby{nullptr, 0, {}, Clock::now()};
-      if (!standby_thread_.joinable()) standby_thread_ = std::thread([this] { standby_loop(); });
-    }
-    run_fragment(query, fragment, body, FragmentRun::standby,
-                 [this, runner](Result<std::shared_ptr<QueryRunner>> r, bool) {
-                   std::lock_guard lock(standby_mu_);
-                   auto it = standbys_.find(runner);
-                   if (it == standbys_.end() || it->second.runner) {
-                     if (r.ok()) (*r)->stop();  // dropped meanwhile
-                     return;
-                   }
-                   if (!r.ok()) {
-                     it->second.error = r.error().message;
-                     log_line("a standby of fragment " + runner + " cannot be built here: " + r.error().message);
-                     return;
-                   }
-                   it->second.runner = *r;
-                   standby_cv_.notify_all();
-                 });
-    answer(status(202));
+  if (auto refused = build_standby(query, fragment)) {
+    answer(std::move(*refused));
+    return;
   }
+  answer(standby_status(query, fragment, 202));
+}
+
+std::optional<http::Response> NodeImpl::build_standby(const std::string& query, const std::string& fragment) {
+  const std::string runner = engine::fragment_network_name(query, fragment);
+  auto entry = cut_entry(query, true);
+  std::string placed;
+  if (entry)
+    for (const auto& [f, n] : entry->fragments)
+      if (f == fragment) placed = n;
+  if (placed.empty())
+    return http::Response::problem(404, "Not Found", "no fragment " + fragment.substr(0, 64) + " of query '" +
+                                                         query.substr(0, 100) + "' in domain " + config_.domain);
+  if (placed == config_.node || find_query(runner))
+    return http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query + "' runs on " +
+                                                        config_.node + " already");
+  QueryMeta meta;
+  meta.name = runner;
+  meta.query = query;
+  meta.fragment = fragment;
+  const std::string body = fragment_body_of(meta);
+  if (body.empty())
+    return http::Response::problem(409, "Conflict", "the query's catalog entry has no body for fragment " + fragment);
+  {
+    std::lock_guard lock(standby_mu_);
+    if (!standbys_.count(runner)) standbys_[runner] = Standby{nullptr, 0, {}, Clock::now()};
+    if (!standby_thread_.joinable()) standby_thread_ = std::thread([this] { standby_loop(); });
+  }
+  run_fragment(query, fragment, body, FragmentRun::standby, [this, runner](Result<std::shared_ptr<QueryRunner>> r, bool) {
+    std::lock_guard lock(standby_mu_);
+    auto it = standbys_.find(runner);
+    if (it == standbys_.end() || it->second.runner) {
+      if (r.ok()) (*r)->stop();  // dropped meanwhile
+      return;
+    }
+    if (!r.ok()) {
+      it->second.error = r.error().message;
+      log_line("a standby of fragment " + runner + " cannot be built here: " + r.error().message);
+      return;
+    }
+    it->second.runner = *r;
+    standby_cv_.notify_all();
+  });
+  return std::nullopt;
 }
 
 std::shared_ptr<QueryRunner> NodeImpl::take_standby(const std::string& name) {

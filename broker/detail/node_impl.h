@@ -221,6 +221,12 @@ class NodeImpl final : public http::Handler {
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
                                                     const FragmentOf* fragment = nullptr);
   Status delete_query(const std::string& name);
+  // deploy_query taking a fragment over (REQUIRES: catalog_mu_): its warm
+  // standby promoted over these streams, or else `fresh` recovered from
+  // the state stream.
+  Result<std::shared_ptr<QueryRunner>> take_over_runner(const FragmentOf& fragment, std::shared_ptr<QueryRunner> fresh,
+                                                        const std::vector<StreamPtr>& ins,
+                                                        const std::vector<StreamPtr>& outs, StreamPtr state);
   std::shared_ptr<QueryRunner> find_query(const std::string& name) const;
   std::vector<std::shared_ptr<QueryRunner>> list_queries() const;
   // Queries reading `stream` (for backpressure and delete checks).
@@ -479,6 +485,11 @@ class NodeImpl final : public http::Handler {
   // --- warm standbys of fragments moving here (cluster_standby.cpp)
   // POST|GET|DELETE /v1/queries/{name}/fragments/{fragment}/standby.
   void standby_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // The standby's state (`code` when there is one, else 404).
+  http::Response standby_status(const std::string& query, const std::string& fragment, int code);
+  // Starts building a standby of the fragment here; the refusal if it
+  // cannot be (not placed in the catalog, runs here, no body).
+  std::optional<http::Response> build_standby(const std::string& query, const std::string& fragment);
   struct Standby {
     std::shared_ptr<QueryRunner> runner;  // null while it is being built
     uint64_t journal_next = 0;            // replayed up to (warm() result)
