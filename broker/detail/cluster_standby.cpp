@@ -18,6 +18,7 @@
 // One thread warms every standby of the node in turn; a standby nobody
 // asked about for kStandbyIdle is dropped (its move gave up).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -82,7 +83,7 @@ void NodeImpl::standby_route(const http::Request& req, const PathParams& params,
       dropped = it->second.runner;
       standbys_.erase(it);
     }
-    if (dropped) dropped->stop();
+    if (dropped) drop_standby(dropped);
     answer(http::Response{204, "application/json", "", {}});
     return;
   }
@@ -209,7 +210,8 @@ void NodeImpl::standby_loop() {
         ++it;
       }
     }
-    for (auto& r : idle) r->stop();
+    for (auto& r : idle) drop_standby(r);
+    std::vector<std::shared_ptr<QueryRunner>> stopped;  // could not go on
     for (const auto& [name, runner] : work) {
       auto r = runner->warm();
       std::lock_guard lock(standby_mu_);
@@ -226,7 +228,33 @@ void NodeImpl::standby_loop() {
       // builds a new one when it asks again.
       log_line("the standby of fragment " + name + " stops: " + r.error().message);
       it->second.runner = nullptr;
+      stopped.push_back(runner);
     }
+    for (auto& r : stopped) drop_standby(r);
+  }
+}
+
+void NodeImpl::drop_standby(const std::shared_ptr<QueryRunner>& runner) {
+  runner->stop();
+  // The reads of other nodes' streams it opened (a move rolled back, or
+  // gave up), unless a fragment here reads them too: an import nobody
+  // reads would hold the producer's retention for nothing.
+  const QueryMeta& meta = runner->meta();
+  auto another_standby_reads = [&](const std::string& in) {
+    std::lock_guard lock(standby_mu_);
+    for (const auto& [_, s] : standbys_) {
+      if (!s.runner || s.runner == runner) continue;
+      const auto& ins = s.runner->meta().inputs;
+      if (std::find(ins.begin(), ins.end(), in) != ins.end()) return true;
+    }
+    return false;
+  };
+  for (auto i : meta.internal_inputs) {
+    const std::string& in = meta.inputs[i];
+    if (!in.starts_with("@") || is_replica(in) || !readers_of(in).empty() || another_standby_reads(in)) continue;
+    if (Status st = delete_import(in); !st.ok() && st.error().code != Errc::not_found)
+      log_line("the standby of fragment " + meta.name + " is dropped; its read " + in + " stays: " +
+               st.error().message);
   }
 }
 

@@ -508,6 +508,9 @@ class NodeImpl final : public http::Handler {
   void standby_taken(const std::string& name, bool promoted);
   void standby_loop();
   void stop_standbys();
+  // Stops a standby that will not be promoted, and closes the reads of
+  // other nodes it opened that nothing else here reads.
+  void drop_standby(const std::shared_ptr<QueryRunner>& runner);
   std::mutex standby_mu_;
   std::condition_variable standby_cv_;
   std::map<std::string, Standby> standbys_;  // REQUIRES: standby_mu_; by runner name
