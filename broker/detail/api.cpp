@@ -264,6 +264,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"GET", "/v1/queries/{name}/fragments/{fragment}", Role::reader, false, &N::get_fragment_route},
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/move", Role::admin, false, &N::move_fragment_route},
+      {"POST", "/v1/queries/{name}/fragments/{fragment}/split", Role::admin, false, &N::split_fragment_route},
       {"GET", "/v1/checkpoints", Role::reader, false, &N::list_checkpoints},
       {"POST", "/v1/checkpoints", Role::admin, false, &N::take_checkpoints},
       {"POST", "/v1/admin/backup", Role::admin, false, &N::post_backup},

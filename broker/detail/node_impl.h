@@ -27,6 +27,7 @@
 #include "http/server.h"
 #include "http/upstream.h"
 #include "broker/metrics.h"
+#include "engine/splits.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 
@@ -207,6 +208,16 @@ class NodeImpl final : public http::Handler {
     // own by the failover, producer "query:QUERY"); they are used as they
     // are, and the runner recovers from the state stream before it starts.
     bool takeover = false;
+    // Made by a split (cluster_splits.cpp): the runner starts from this
+    // state instead of its inputs' first tuples and a fresh executor, and
+    // the outputs `adopt` names (the split fragment's, producer
+    // "query:QUERY") are used as they are, continuing their sequence
+    // numbers. Null otherwise.
+    struct Seed {
+      QueryRunner::State state;
+      std::set<std::string> adopt;
+    };
+    std::shared_ptr<const Seed> seed;
   };
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
                                                     const FragmentOf* fragment = nullptr);
@@ -446,6 +457,29 @@ class NodeImpl final : public http::Handler {
   std::set<std::string> moving_;         // REQUIRES: move_mu_; QUERY/FRAGMENT
   bool move_stopping_ = false;           // REQUIRES: move_mu_
   std::thread move_thread_;
+  // --- splitting a fragment by key groups (cluster_splits.cpp)
+  // POST /v1/queries/{name}/fragments/{fragment}/split.
+  void split_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  struct SplitJob {
+    std::string query;
+    std::string fragment;
+    std::vector<engine::SplitPartSpec> parts;
+    http::Request req;  // the caller's, for the fragments' deploys
+    http::Respond answer;
+  };
+  // The split records of a query's entry as GET /v1/queries/{name}
+  // shows them (without the bodies kept for the merge).
+  static std::string split_records_json(const rapidjson::Value& splits);
+  void split_loop();
+  // The split, on the split thread: the answer to give.
+  http::Response run_split(const SplitJob& job);
+  void stop_splits();
+  std::mutex split_mu_;
+  std::condition_variable split_cv_;
+  std::deque<SplitJob> split_queue_;  // REQUIRES: split_mu_
+  std::set<std::string> splitting_;   // REQUIRES: split_mu_; QUERY/FRAGMENT
+  bool split_stopping_ = false;       // REQUIRES: split_mu_
+  std::thread split_thread_;
   // The PUT body the coordinator stored for fragment `meta` in the query's
   // entry; empty when there is none.
   std::string fragment_body_of(const QueryMeta& meta) const;
@@ -734,5 +768,14 @@ std::function<void(Result<ImportInfo>, const std::string& what)> join_imports(si
 // A query runner as the API shows it (GET /v1/queries/{name}); `placement`
 // is "DOMAIN/NODE".
 std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement, const Peering* peering);
+
+// The "seed" member of a PUT /v1/queries/{q}/fragments/{f} body: the state
+// a fragment made by a split starts from (cluster_splits.cpp): {"positions":
+// [...], "out_next": [...], "snapshot": HEX, "adopt": [stream, ...]}. The
+// snapshot is at most kMaxSeedSnapshotBytes (its hex twice that).
+inline constexpr size_t kMaxSeedSnapshotBytes = 4u << 20;
+inline constexpr size_t kMaxFragmentSeedBytes = 2 * kMaxSeedSnapshotBytes + (64u << 10);
+std::string fragment_seed_json(const NodeImpl::FragmentOf::Seed& seed);
+Result<std::shared_ptr<const NodeImpl::FragmentOf::Seed>> read_fragment_seed(std::string_view json);
 
 }  // namespace entente::broker::detail

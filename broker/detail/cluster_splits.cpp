@@ -1,0 +1,735 @@
+// A fragment split by key groups while it runs (docs/cluster.md,
+// "Splitting a fragment"): POST /v1/queries/{query}/fragments/{fragment}/split
+// {"parts": [{"node": N, "range": [BEGIN, END]}, ...]}.
+//
+// The split rewrites the query's cut (engine::split_fragment): in the
+// fragment's place a router (a split box in hash mode, on the fragment's
+// node, reading its input), one part per range (a copy of its boxes, on
+// the part's node) and a merge (a merge box in union mode, on the
+// fragment's node, writing the fragment's outputs). It is made at the
+// point where the fragment stops: its state then (input positions, output
+// sequence numbers, executor snapshot; QueryRunner::stopped_state) seeds
+// the new fragments: the router starts at the fragment's input positions
+// with its input clock, each part with the state of its key groups only
+// (engine::carry_snapshot), the merge fresh but continuing the outputs'
+// sequence numbers. Since the merged rows are the fragment's rows in the
+// same order (engine/splits.h), the outputs go on with no gap and no
+// repeat. Each new fragment checkpoints that seed at once into its own
+// state stream, from which it recovers and fails over like any fragment.
+//
+// Exactly once across a failure of the split itself: while it runs the
+// query's entry says "splitting", so no node runs or takes over the
+// stopped fragment meanwhile. Until the merge runs, a failure deletes what
+// was deployed and runs the fragment again from its own state stream
+// (nothing of its outputs was written by anyone else). The split runs on
+// its own thread, one at a time per node, since it waits on other nodes.
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <map>
+#include <optional>
+#include <variant>
+#include <thread>
+
+#include "broker/detail/json_out.h"
+#include "broker/detail/node_impl.h"
+#include "cluster/catalog.h"
+#include "cluster/membership.h"
+#include "engine/splits.h"
+#include "federation/peering.h"
+#include "rapidjson/document.h"
+
+namespace entente::broker::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kDeployWait = std::chrono::seconds(30);      // one fragment's PUT
+constexpr auto kCheckpointWait = std::chrono::seconds(30);  // a new fragment's first checkpoint
+constexpr size_t kMaxQueuedSplits = 4;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string fragment_target(const std::string& query, const std::string& fragment) {
+  return "/v1/queries/" + query + "/fragments/" + fragment;
+}
+
+// A request to another node with the caller's credentials.
+http::Request sub_request(const http::Request& req, std::string method, std::string target, std::string body) {
+  http::Request sub;
+  sub.method = std::move(method);
+  sub.target = target;
+  sub.path = std::move(target);
+  sub.remote = req.remote;
+  for (const auto& h : req.headers)
+    if (h.first == "authorization") sub.headers.push_back(h);
+  if (!body.empty()) {
+    sub.headers.emplace_back("content-type", "application/json");
+    sub.content_type = "application/json";
+  }
+  sub.body = std::move(body);
+  return sub;
+}
+
+std::string detail_of(const http::Response& r) {
+  rapidjson::Document d;
+  d.Parse(r.body.data(), r.body.size());
+  if (!d.HasParseError() && d.IsObject() && d.HasMember("detail") && d["detail"].IsString())
+    return d["detail"].GetString();
+  return r.body.substr(0, 300);
+}
+
+std::string hex_of(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+std::optional<std::string> bytes_of_hex(std::string_view hex) {
+  if (hex.size() % 2) return std::nullopt;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+// The body of POST .../split: {"parts": [{"node", "range"?}, ...]}; parts
+// without ranges get equal ones (all or none may have one).
+Result<std::vector<engine::SplitPartSpec>> read_split_request(std::string_view body) {
+  auto bad = [](std::string why) { return make_error(Errc::invalid_argument, std::move(why)); };
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("parts") || !d["parts"].IsArray())
+    return bad("$.parts: the parts to split the fragment into are required: [{\"node\": \"n2\", \"range\": [0, 64]}, "
+               "...] (without ranges: equal ones)");
+  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
+    if (std::string_view(it->name.GetString()) != "parts")
+      return bad("$." + std::string(it->name.GetString()).substr(0, 64) + ": unknown field");
+  const auto& parts = d["parts"];
+  if (parts.Size() < engine::kMinSplitParts || parts.Size() > engine::kMaxSplitParts)
+    return bad("$.parts: a split has " + std::to_string(engine::kMinSplitParts) + " to " +
+               std::to_string(engine::kMaxSplitParts) + " parts, not " + std::to_string(parts.Size()));
+  std::vector<std::string> nodes;
+  std::vector<engine::SplitPartSpec> out;
+  size_t with_range = 0;
+  for (rapidjson::SizeType i = 0; i < parts.Size(); ++i) {
+    const std::string at = "$.parts[" + std::to_string(i) + "]";
+    const auto& p = parts[i];
+    if (!p.IsObject() || !p.HasMember("node") || !p["node"].IsString() || p["node"].GetStringLength() == 0 ||
+        p["node"].GetStringLength() > 64)
+      return bad(at + ".node: the part's node (a string of 1 to 64 characters) is required");
+    for (auto it = p.MemberBegin(); it != p.MemberEnd(); ++it) {
+      const std::string_view key = it->name.GetString();
+      if (key != "node" && key != "range") return bad(at + "." + std::string(key).substr(0, 64) + ": unknown field");
+    }
+    nodes.emplace_back(p["node"].GetString());
+    engine::SplitPartSpec spec{p["node"].GetString(), {}};
+    if (p.HasMember("range")) {
+      const auto& r = p["range"];
+      if (!r.IsArray() || r.Size() != 2 || !r[0].IsUint() || !r[1].IsUint())
+        return bad(at + ".range: expected [begin, end], key groups 0 to " + std::to_string(engine::kKeyGroups));
+      spec.range = {r[0].GetUint(), r[1].GetUint()};
+      ++with_range;
+    }
+    out.push_back(std::move(spec));
+  }
+  if (with_range == 0) return engine::equal_split_parts(nodes);
+  if (with_range != out.size())
+    return bad("$.parts: give every part a range, or none (equal ranges)");
+  return out;
+}
+
+// The split of fragment `fragment` of `query`, from the body its
+// coordinator stored (its network, reads and writes): the rewritten cut
+// and each new fragment's PUT body (without seed), in pipeline order.
+struct SplitPlan {
+  engine::FragmentSplit split;
+  engine::QueryCut cut;
+  engine::QueryNetwork fragment_network;  // the fragment as it runs now
+  std::vector<std::pair<std::string, std::string>> bodies;  // fragment name, PUT body
+};
+
+// 400 for the parts, 409 for the fragment (what it is cannot be split).
+struct PlanError {
+  int status;
+  std::string detail;
+};
+
+std::variant<SplitPlan, PlanError> plan_split(const std::string& query, const std::string& fragment,
+                                              const std::string& node, const std::string& body,
+                                              const std::vector<engine::SplitPartSpec>& parts) {
+  rapidjson::Document b;
+  b.Parse(body.data(), body.size());
+  if (b.HasParseError() || !b.IsObject() || !b.HasMember("network") || !b["network"].IsObject())
+    return PlanError{409, "the query's catalog entry has no body for fragment " + fragment};
+  std::map<std::string, std::string> reads;  // internal stream -> producer's node
+  if (b.HasMember("reads") && b["reads"].IsArray())
+    for (const auto& r : b["reads"].GetArray())
+      if (r.IsObject() && r.HasMember("stream") && r["stream"].IsString() && r.HasMember("node") &&
+          r["node"].IsString())
+        reads[r["stream"].GetString()] = r["node"].GetString();
+  SplitPlan plan;
+  Diagnostics diag;
+  {
+    const std::string text = json_text(b["network"]);
+    auto net = engine::QueryNetwork::parse(text, diag);
+    if (!net.ok()) return PlanError{409, "fragment " + fragment + "'s network does not parse: " + net.error().message};
+    plan.fragment_network = std::move(net).value();
+  }
+  // The fragment as a query of its own named like the query, so that the
+  // new fragments and streams are named QUERY--...
+  rapidjson::Document n;
+  n.CopyFrom(b["network"], n.GetAllocator());
+  n["name"].SetString(query.c_str(), static_cast<rapidjson::SizeType>(query.size()), n.GetAllocator());
+  const std::vector<engine::FragmentSpec> placement{{fragment, node, plan.fragment_network.box_ids()}};
+  auto split = engine::split_fragment(json_text(n), placement, fragment, parts, diag);
+  if (!split.ok()) {
+    const bool parts_wrong = !diag.items().empty() && diag.items().front().path.starts_with("$.parts");
+    std::string detail = split.error().message;
+    if (diag.size() > 1) {
+      detail += "; all:";
+      for (const auto& item : diag.items()) detail += " " + item.path + ": " + item.message + ";";
+    }
+    return PlanError{parts_wrong ? 400 : 409, detail};
+  }
+  // (After the checks of what it is, which say more.)
+  if (b.HasMember("writes") && b["writes"].IsArray() && !b["writes"].Empty())
+    return PlanError{409, "fragment " + fragment + " writes internal stream " +
+                              std::string(b["writes"][0].IsString() ? b["writes"][0].GetString() : "?") +
+                              ", which another fragment reads: only a fragment that writes the query's outputs "
+                              "is split for now (its merge writes them on)"};
+  plan.split = std::move(split).value();
+  auto cut = engine::cut_query(plan.split.network, plan.split.placement, diag);
+  if (!cut.ok()) return PlanError{409, cut.error().message};
+  plan.cut = std::move(cut).value();
+  for (size_t f : plan.cut.pipeline_order) {
+    const auto& p = plan.cut.fragments[f];
+    JsonOut j;
+    j.begin_object().key("network").raw(p.network_json).key("reads").begin_array();
+    // The router reads what the fragment read (to the new cut, a query
+    // input), where it read it.
+    for (const auto& in : p.inputs)
+      if (auto r = reads.find(in); r != reads.end())
+        j.begin_object().key("stream").str(in).key("node").str(r->second).end_object();
+    for (const auto& stream : p.reads)
+      for (const auto& a : plan.cut.arcs)
+        if (a.stream == stream)
+          for (const auto& q : plan.cut.fragments)
+            if (q.name == a.from_fragment)
+              j.begin_object().key("stream").str(stream).key("node").str(q.node).end_object();
+    j.end_array().key("writes").begin_array();
+    for (const auto& w : p.writes) j.str(w);
+    j.end_array().end_object();
+    plan.bodies.emplace_back(p.name, j.take());
+  }
+  return plan;
+}
+
+// `body` with its seed.
+std::string seeded(const std::string& body, const NodeImpl::FragmentOf::Seed& seed) {
+  return body.substr(0, body.size() - 1) + ",\"seed\":" + fragment_seed_json(seed) + "}";
+}
+
+}  // namespace
+
+std::string fragment_seed_json(const NodeImpl::FragmentOf::Seed& seed) {
+  JsonOut j;
+  j.begin_object().key("positions").begin_array();
+  for (auto p : seed.state.positions) j.u64(p);
+  j.end_array().key("out_next").begin_array();
+  for (auto o : seed.state.out_next) j.u64(o);
+  j.end_array().key("snapshot").str(hex_of(seed.state.snapshot)).key("adopt").begin_array();
+  for (const auto& a : seed.adopt) j.str(a);
+  j.end_array().end_object();
+  return j.take();
+}
+
+Result<std::shared_ptr<const NodeImpl::FragmentOf::Seed>> read_fragment_seed(std::string_view json) {
+  auto bad = [](std::string why) { return make_error(Errc::invalid_argument, "$.seed" + why); };
+  rapidjson::Document d;
+  d.Parse(json.data(), json.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("positions") || !d["positions"].IsArray() ||
+      !d.HasMember("out_next") || !d["out_next"].IsArray() || !d.HasMember("snapshot") || !d["snapshot"].IsString() ||
+      !d.HasMember("adopt") || !d["adopt"].IsArray() || d.MemberCount() != 4)
+    return bad(": expected {\"positions\", \"out_next\", \"snapshot\", \"adopt\"}");
+  auto seed = std::make_shared<NodeImpl::FragmentOf::Seed>();
+  for (const auto& p : d["positions"].GetArray()) {
+    if (!p.IsUint64() || p.GetUint64() == 0) return bad(".positions: expected sequence numbers (1 or more)");
+    seed->state.positions.push_back(p.GetUint64());
+  }
+  for (const auto& o : d["out_next"].GetArray()) {
+    if (!o.IsUint64() || o.GetUint64() == 0) return bad(".out_next: expected sequence numbers (1 or more)");
+    seed->state.out_next.push_back(o.GetUint64());
+  }
+  for (const auto& a : d["adopt"].GetArray()) {
+    if (!a.IsString()) return bad(".adopt: expected stream names");
+    seed->adopt.insert(a.GetString());
+  }
+  if (d["snapshot"].GetStringLength() > 2 * kMaxSeedSnapshotBytes)
+    return bad(".snapshot: larger than " + std::to_string(kMaxSeedSnapshotBytes >> 20) + " MiB");
+  auto bytes = bytes_of_hex({d["snapshot"].GetString(), d["snapshot"].GetStringLength()});
+  if (!bytes) return bad(".snapshot: expected lowercase hex");
+  seed->state.snapshot = std::move(*bytes);
+  return std::shared_ptr<const NodeImpl::FragmentOf::Seed>(std::move(seed));
+}
+
+std::string NodeImpl::split_records_json(const rapidjson::Value& splits) {
+  if (!splits.IsArray()) return "[]";
+  rapidjson::Document d;
+  d.CopyFrom(splits, d.GetAllocator());
+  for (auto& s : d.GetArray())
+    if (s.IsObject()) s.RemoveMember("original");
+  return json_text(d);
+}
+
+void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  const std::string& query = params.at(0);
+  const std::string& fragment = params.at(1);
+  if (!catalog_ || !membership_ || !peering_) {
+    answer(http::Response::problem(409, "Conflict", "splitting a fragment needs a domain of several nodes (a "
+                                                    "`cluster` and a `federation` section)"));
+    return;
+  }
+  auto parts = read_split_request(req.body);
+  if (!parts.ok()) {
+    answer(http::Response::problem(400, "Bad Request", parts.error().message));
+    return;
+  }
+  auto entry = cut_entry(query, true);
+  if (!entry) {
+    answer(http::Response::problem(404, "Not Found", "no query '" + query.substr(0, 100) + "' cut into fragments in "
+                                                     "domain " + config_.domain));
+    return;
+  }
+  std::string from;
+  for (const auto& [f, n] : entry->fragments)
+    if (f == fragment) from = n;
+  if (from.empty()) {
+    std::string known;
+    for (const auto& [f, _] : entry->fragments) known += (known.empty() ? "" : ", ") + f;
+    answer(http::Response::problem(404, "Not Found", "query '" + query + "' has no fragment '" +
+                                                     fragment.substr(0, 64) + "' (its fragments: " + known + ")"));
+    return;
+  }
+  if (entry->state != "running") {
+    answer(http::Response::problem(409, "Conflict", "query '" + query + "' is " + entry->state +
+                                                    "; a fragment is split only while the query runs"));
+    return;
+  }
+  const cluster::MembershipView view = membership_->view();
+  for (size_t i = 0; i < parts->size(); ++i) {
+    const std::string& node = (*parts)[i].node;
+    auto member = std::find_if(view.members.begin(), view.members.end(),
+                               [&](const cluster::Member& m) { return m.record.node == node; });
+    if (member == view.members.end()) {
+      std::string known;
+      for (const auto& m : view.members) known += (known.empty() ? "" : ", ") + m.record.node;
+      answer(http::Response::problem(400, "Bad Request", "$.parts[" + std::to_string(i) + "].node: " +
+                                                         node.substr(0, 64) + " is not a node of domain " +
+                                                         config_.domain + " (its nodes: " + known + ")"));
+      return;
+    }
+    if (!member->up) {
+      answer(http::Response::problem(503, "Service Unavailable", "$.parts[" + std::to_string(i) + "].node: " + node +
+                                                                 " is down; nothing split"));
+      return;
+    }
+  }
+  // The split runs on the fragment's node.
+  if (from != config_.node) {
+    forward(req, from, answer);
+    return;
+  }
+  auto q = find_query(engine::fragment_network_name(query, fragment));
+  if (!q) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
+                                                    "' is placed on " + from + " but does not run there now; "
+                                                    "nothing split"));
+    return;
+  }
+  // Refused now, with the reason, rather than after queueing.
+  const std::string body = fragment_body_of(q->meta());
+  auto plan = plan_split(query, fragment, from, body, *parts);
+  if (auto* e = std::get_if<PlanError>(&plan)) {
+    answer(http::Response::problem(e->status, e->status == 400 ? "Bad Request" : "Conflict", e->detail));
+    return;
+  }
+  std::lock_guard lock(split_mu_);
+  const std::string key = query + "/" + fragment;
+  if (split_stopping_) {
+    answer(http::Response::problem(503, "Service Unavailable", config_.node + " is stopping; nothing split"));
+    return;
+  }
+  if (splitting_.count(key)) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
+                                                    "' is being split already"));
+    return;
+  }
+  if (split_queue_.size() >= kMaxQueuedSplits) {
+    answer(http::Response::problem(503, "Service Unavailable", std::to_string(kMaxQueuedSplits) +
+                                                               " splits wait on " + config_.node + " already; retry "
+                                                               "later"));
+    return;
+  }
+  splitting_.insert(key);
+  split_queue_.push_back(SplitJob{query, fragment, std::move(*parts), sub_request(req, "GET", "/", ""), answer});
+  if (!split_thread_.joinable()) split_thread_ = std::thread([this] { split_loop(); });
+  split_cv_.notify_one();
+}
+
+void NodeImpl::split_loop() {
+  for (;;) {
+    SplitJob job;
+    {
+      std::unique_lock lock(split_mu_);
+      split_cv_.wait(lock, [this] { return split_stopping_ || !split_queue_.empty(); });
+      if (split_stopping_) {
+        for (auto& left : split_queue_)
+          left.answer(http::Response::problem(503, "Service Unavailable", config_.node + " is stopping; nothing "
+                                                                          "split"));
+        split_queue_.clear();
+        return;
+      }
+      job = std::move(split_queue_.front());
+      split_queue_.pop_front();
+    }
+    http::Response r = run_split(job);
+    {
+      std::lock_guard lock(split_mu_);
+      splitting_.erase(job.query + "/" + job.fragment);
+    }
+    job.answer(std::move(r));
+  }
+}
+
+void NodeImpl::stop_splits() {
+  {
+    std::lock_guard lock(split_mu_);
+    split_stopping_ = true;
+  }
+  split_cv_.notify_all();
+  if (split_thread_.joinable()) split_thread_.join();
+}
+
+namespace {
+
+// Sets the query's entry's "state" (compare-and-set, a few tries); with
+// `edit`, also lets it change the rest. False when it could not be written.
+bool edit_query_entry(cluster::Catalog& catalog, const std::string& query,
+                      const std::function<bool(rapidjson::Document&)>& edit, int64_t wait_ms) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto e = catalog.get("queries/" + query);
+    if (!e) return false;
+    rapidjson::Document d;
+    d.Parse(e->value.data(), e->value.size());
+    if (d.HasParseError() || !d.IsObject()) return false;
+    if (!edit(d)) return false;
+    auto rev = catalog.update(e->key, json_text(d), e->mod_revision);
+    if (rev.ok()) {
+      catalog.wait_for(*rev, wait_ms);
+      return true;
+    }
+  }
+  return false;
+}
+
+void set_member(rapidjson::Document& d, const char* key, rapidjson::Value v) {
+  d.RemoveMember(key);
+  d.AddMember(rapidjson::StringRef(key), v, d.GetAllocator());
+}
+
+}  // namespace
+
+http::Response NodeImpl::run_split(const SplitJob& job) {
+  const auto t0 = Clock::now();
+  const std::string runner = engine::fragment_network_name(job.query, job.fragment);
+  const std::string what = "splitting fragment " + job.fragment + " of query '" + job.query + "'";
+  const int64_t etcd_ms = config_.cluster.etcd_timeout_ms;
+  auto failed = [&](int status, const std::string& why) {
+    log_line(what + ": " + why);
+    return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
+  };
+  auto q = find_query(runner);
+  if (!q) return failed(409, "the fragment does not run on " + config_.node + " now; nothing split");
+  const QueryMeta meta = q->meta();
+  const std::string body = fragment_body_of(meta);
+  auto planned = plan_split(job.query, job.fragment, config_.node, body, job.parts);
+  if (auto* e = std::get_if<PlanError>(&planned)) return failed(e->status, e->detail);
+  const SplitPlan& plan = std::get<SplitPlan>(planned);
+  const engine::FragmentSplit& split = plan.split;
+
+  // 1. No node runs or takes over the fragment while it is split.
+  auto set_state = [&](const std::string& state) {
+    return edit_query_entry(*catalog_, job.query, [&](rapidjson::Document& d) {
+      set_member(d, "state", rapidjson::Value(state.c_str(), d.GetAllocator()));
+      return true;
+    }, etcd_ms);
+  };
+  if (!set_state("splitting")) return failed(503, "the query's catalog entry could not be updated; nothing split");
+  // 2. The fragment stops here; its state then seeds the new fragments.
+  if (Status st = detach_query(runner); !st.ok()) {
+    set_state("running");
+    return failed(503, "stopping the fragment: " + st.error().message + "; nothing split");
+  }
+  const auto t_stop = Clock::now();
+  auto state = q->stopped_state();
+  auto rerun = [&](const std::string& why) {
+    rerun_fragment(meta, body);
+    set_state("running");
+    return failed(409, why + "; the fragment runs on " + config_.node + " again, unsplit");
+  };
+  if (!state.ok()) return rerun("the fragment's state: " + state.error().message);
+
+  // 3. The seeds: the router continues the fragment's input positions and
+  // clock; each part holds its key groups; the merge continues the outputs.
+  std::map<std::string, std::shared_ptr<FragmentOf::Seed>> seeds;
+  auto plan_of = [&](const std::string& name) -> const engine::FragmentPlan& {
+    for (const auto& f : plan.cut.fragments)
+      if (f.name == name) return f;
+    throw std::logic_error("no fragment " + name);  // split_fragment named them
+  };
+  {
+    const auto& router = plan_of(split.router_fragment);
+    auto snap = engine::carry_snapshot(plan.fragment_network, state->snapshot, router.network, {}, nullptr);
+    if (!snap.ok()) return rerun("the router's state: " + snap.error().message);
+    auto s = std::make_shared<FragmentOf::Seed>();
+    s->state = {state->positions, std::vector<uint64_t>(router.network.outputs().size(), 1), std::move(*snap)};
+    seeds[split.router_fragment] = s;
+  }
+  for (size_t i = 0; i < split.parts.size(); ++i) {
+    const auto& part = plan_of(split.part_fragments[i]);
+    auto snap = engine::carry_snapshot(plan.fragment_network, state->snapshot, part.network, split.part_boxes[i],
+                                       &split.parts[i].range);
+    if (!snap.ok()) return rerun("part " + std::to_string(i) + "'s state: " + snap.error().message);
+    if (snap->size() > kMaxSeedSnapshotBytes)
+      return rerun("part " + std::to_string(i) + "'s state is " + std::to_string(snap->size()) + " bytes; a split "
+                   "ships at most " + std::to_string(kMaxSeedSnapshotBytes >> 20) + " MiB per part for now");
+    auto s = std::make_shared<FragmentOf::Seed>();
+    s->state = {std::vector<uint64_t>(part.network.inputs().size(), 1),
+                std::vector<uint64_t>(part.network.outputs().size(), 1), std::move(*snap)};
+    seeds[split.part_fragments[i]] = s;
+  }
+  {
+    const auto& merge = plan_of(split.merge_fragment);
+    auto s = std::make_shared<FragmentOf::Seed>();
+    s->state.positions.assign(merge.network.inputs().size(), 1);
+    for (const auto& o : merge.network.outputs()) {
+      auto at = std::find(meta.outputs.begin(), meta.outputs.end(), o.name);
+      if (at == meta.outputs.end()) return rerun("the merge writes '" + o.name + "', which the fragment did not");
+      s->state.out_next.push_back(state->out_next[static_cast<size_t>(at - meta.outputs.begin())]);
+      s->adopt.insert(o.name);
+    }
+    seeds[split.merge_fragment] = s;
+  }
+
+  // 4. The new fragments, producers first: router, parts, merge.
+  std::vector<std::pair<std::string, std::string>> deployed;  // fragment, node
+  auto node_of = [&](const std::string& name) {
+    for (const auto& f : split.placement)
+      if (f.name == name) return f.node;
+    return config_.node;
+  };
+  auto undo = [&]() {
+    for (auto it = deployed.rbegin(); it != deployed.rend(); ++it) {
+      const auto& [name, node] = *it;
+      const std::string r = engine::fragment_network_name(job.query, name);
+      if (node == config_.node) {
+        // Here (the router): its streams go, not the mirror it shares
+        // with the fragment, which runs again on it.
+        if (auto rq = find_query(r)) {
+          const QueryMeta m = rq->meta();
+          (void)detach_query(r);
+          for (const auto& o : m.outputs) {
+            (void)discard_stream(o);
+            (void)catalog_->erase("streams/" + o);
+          }
+          (void)discard_stream(m.state_stream);
+          (void)catalog_->erase("streams/" + m.state_stream);
+        }
+        continue;
+      }
+      auto done = std::make_shared<std::promise<void>>();
+      auto f = done->get_future();
+      forward(sub_request(job.req, "DELETE", fragment_target(job.query, name), ""), node,
+              [done](http::Response) { done->set_value(); });
+      (void)f.wait_for(kDeployWait);
+    }
+  };
+  for (const auto& [name, fbody] : plan.bodies) {
+    const std::string node = node_of(name);
+    auto answered = std::make_shared<std::promise<http::Response>>();
+    auto f = answered->get_future();
+    forward(sub_request(job.req, "PUT", fragment_target(job.query, name), seeded(fbody, *seeds.at(name))), node,
+            [answered](http::Response r) { answered->set_value(std::move(r)); });
+    std::optional<http::Response> r;
+    if (f.wait_for(kDeployWait) == std::future_status::ready) r = f.get();
+    if (!r || r->status != 201) {
+      undo();
+      return rerun("deploying fragment " + name + " on " + node + ": " +
+                   (r ? std::to_string(r->status) + " " + detail_of(*r) : std::string("no answer within 30 s")));
+    }
+    deployed.emplace_back(name, node);
+  }
+  const auto t_run = Clock::now();
+
+  // 5. Each new fragment's seed is in its state stream (its first
+  // checkpoint) before the entry counts on it: a node taking one over
+  // recovers from there.
+  bool checkpointed = true;
+  for (const auto& [name, node] : deployed) {
+    const auto until = Clock::now() + kCheckpointWait;
+    bool has = false;
+    while (!has && Clock::now() < until) {
+      auto answered = std::make_shared<std::promise<http::Response>>();
+      auto f = answered->get_future();
+      forward(sub_request(job.req, "GET", fragment_target(job.query, name), ""), node,
+              [answered](http::Response r) { answered->set_value(std::move(r)); });
+      if (f.wait_for(std::chrono::seconds(2)) == std::future_status::ready) {
+        const http::Response r = f.get();
+        rapidjson::Document d;
+        d.Parse(r.body.data(), r.body.size());
+        has = r.status == 200 && d.IsObject() && d.HasMember("checkpoint") && d["checkpoint"].IsObject();
+      }
+      if (!has) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    checkpointed &= has;
+  }
+
+  // 6. The entry: the new fragments in the split one's place, their arcs,
+  // the split recorded (with what the merge restores), running again.
+  const auto& parts = split.parts;
+  const bool written = edit_query_entry(*catalog_, job.query, [&](rapidjson::Document& d) {
+    auto& a = d.GetAllocator();
+    if (!d.HasMember("fragments") || !d["fragments"].IsArray()) return false;
+    rapidjson::Value fragments(rapidjson::kArrayType);
+    rapidjson::Value original;
+    for (auto& f : d["fragments"].GetArray()) {
+      if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || f["name"].GetString() != job.fragment) {
+        fragments.PushBack(rapidjson::Value(f, a), a);
+        continue;
+      }
+      original.CopyFrom(f, a);
+      for (const auto& [name, fbody] : plan.bodies) {
+        rapidjson::Value e(rapidjson::kObjectType), boxes(rapidjson::kArrayType), b;
+        for (const auto& id : plan_of(name).network.box_ids()) boxes.PushBack(rapidjson::Value(id.c_str(), a), a);
+        rapidjson::Document parsed;
+        parsed.Parse(fbody.data(), fbody.size());
+        b.CopyFrom(parsed, a);
+        e.AddMember("name", rapidjson::Value(name.c_str(), a), a)
+            .AddMember("node", rapidjson::Value(node_of(name).c_str(), a), a)
+            .AddMember("boxes", boxes, a)
+            .AddMember("body", b, a);
+        fragments.PushBack(e, a);
+      }
+    }
+    if (original.IsNull()) return false;
+    d["fragments"] = fragments;
+    if (d.HasMember("arcs") && d["arcs"].IsArray()) {
+      for (auto& arc : d["arcs"].GetArray())
+        if (arc.IsObject() && arc.HasMember("to_fragments") && arc["to_fragments"].IsArray())
+          for (auto& t : arc["to_fragments"].GetArray())
+            if (t.IsString() && t.GetString() == job.fragment)
+              t.SetString(split.router_fragment.c_str(), a);
+      for (const auto& arc : plan.cut.arcs) {
+        rapidjson::Value v(rapidjson::kObjectType), to(rapidjson::kArrayType);
+        for (const auto& t : arc.to_fragments) to.PushBack(rapidjson::Value(t.c_str(), a), a);
+        v.AddMember("stream", rapidjson::Value(arc.stream.c_str(), a), a)
+            .AddMember("from", rapidjson::Value(arc.from.c_str(), a), a)
+            .AddMember("from_fragment", rapidjson::Value(arc.from_fragment.c_str(), a), a)
+            .AddMember("to_fragments", to, a);
+        d["arcs"].PushBack(v, a);
+      }
+    }
+    rapidjson::Value rec(rapidjson::kObjectType), pv(rapidjson::kArrayType), keys(rapidjson::kArrayType);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      rapidjson::Value p(rapidjson::kObjectType), range(rapidjson::kArrayType);
+      range.PushBack(parts[i].range.begin, a).PushBack(parts[i].range.end, a);
+      p.AddMember("fragment", rapidjson::Value(split.part_fragments[i].c_str(), a), a)
+          .AddMember("node", rapidjson::Value(parts[i].node.c_str(), a), a)
+          .AddMember("range", range, a);
+      pv.PushBack(p, a);
+    }
+    for (const auto& k : split.keys) keys.PushBack(rapidjson::Value(k.c_str(), a), a);
+    rec.AddMember("fragment", rapidjson::Value(job.fragment.c_str(), a), a)
+        .AddMember("node", rapidjson::Value(config_.node.c_str(), a), a)
+        .AddMember("keyed_box", rapidjson::Value(split.keyed_box.c_str(), a), a)
+        .AddMember("keys", keys, a)
+        .AddMember("router", rapidjson::Value(split.router_fragment.c_str(), a), a)
+        .AddMember("parts", pv, a)
+        .AddMember("merge", rapidjson::Value(split.merge_fragment.c_str(), a), a)
+        .AddMember("at_ms", rapidjson::Value(static_cast<int64_t>(wall_ms())), a)
+        .AddMember("original", original, a);
+    if (!d.HasMember("splits") || !d["splits"].IsArray()) set_member(d, "splits", rapidjson::Value(rapidjson::kArrayType));
+    d["splits"].PushBack(rec, a);
+    set_member(d, "state", rapidjson::Value("running", a));
+    return true;
+  }, etcd_ms);
+  if (!written) {
+    // The merge writes the outputs now: the fragment cannot come back
+    // (its rows would repeat). The entry is left "splitting" for an
+    // operator to see (docs/cluster.md, "Splitting a fragment").
+    return failed(503, "the new fragments run, but the query's catalog entry could not be updated; it stays "
+                       "\"splitting\"");
+  }
+  // 7. The fragment's state stream goes (its outputs are the merge's now;
+  // the mirror of its input is the router's).
+  (void)discard_stream(meta.state_stream);
+  (void)catalog_->erase("streams/" + meta.state_stream);
+  const auto t_end = Clock::now();
+
+  JsonOut j;
+  j.begin_object();
+  j.key("query").str(job.query).key("fragment").str(job.fragment).key("state").str("split");
+  j.key("keyed_box").str(split.keyed_box).key("keys").begin_array();
+  for (const auto& k : split.keys) j.str(k);
+  j.end_array();
+  j.key("router").begin_object().key("fragment").str(split.router_fragment).key("node").str(config_.node).end_object();
+  j.key("parts").begin_array();
+  for (size_t i = 0; i < parts.size(); ++i)
+    j.begin_object()
+        .key("fragment")
+        .str(split.part_fragments[i])
+        .key("node")
+        .str(parts[i].node)
+        .key("range")
+        .begin_array()
+        .u64(parts[i].range.begin)
+        .u64(parts[i].range.end)
+        .end_array()
+        .key("state_bytes")
+        .u64(seeds.at(split.part_fragments[i])->state.snapshot.size())
+        .end_object();
+  j.end_array();
+  j.key("merge").begin_object().key("fragment").str(split.merge_fragment).key("node").str(config_.node).end_object();
+  j.key("checkpointed").boolean(checkpointed);
+  // The outputs were written by nobody from the stop here to the merge's
+  // start.
+  j.key("pause_ms").dbl(ms_between(t_stop, t_run));
+  j.key("total_ms").dbl(ms_between(t0, t_end));
+  j.end_object();
+  log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
+  return http::Response::json(200, j.take());
+}
+
+}  // namespace entente::broker::detail

@@ -1,0 +1,155 @@
+// Splitting a running fragment by key groups (docs/cluster.md, "Splitting a
+// fragment"): acme is three real broker processes sharing one real etcd,
+// with peer links; a query cut in three fragments (filter on n1, map on n2,
+// a 1 s tumbling count per auction on n3) runs beside the same query whole
+// on n1. While the producer publishes, the count is split into two parts
+// (n1 and n3, each restored with the key groups of its half from the
+// count's state at the split, behind a router on n3 that continues from the
+// count's input position, recombined by a merge on n3 that continues the
+// output stream); at the end the cut query's output equals the whole one
+// row for row, numbered 1..N without gap or repeat, both parts having
+// counted rows. The refusals: a fragment whose state is not keyed (naming
+// its box), ranges that overlap or leave key groups out, an unknown node,
+// one part, an unknown fragment, a bad body, a reader's token.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "tests/integration/support/cut_query.h"
+#include "tests/integration/support/domain.h"
+#include "tests/integration/support/ws_reader.h"
+
+namespace entente::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kBatches = 120;
+constexpr int kRowsPerBatch = 20;
+constexpr int kAuctions = 7;
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.c_str());
+  return d;
+}
+
+class ClusterSplit : public ThreeNodeDomain {
+ protected:
+  ClusterSplit() : ThreeNodeDomain("etcd-split", R"("checkpoint_interval": "200ms", )") {}
+
+  static std::string batch(int b) { return cut_bid_batch(b, kBatches, kRowsPerBatch, kAuctions); }
+
+  void publish(int b) {
+    const std::string problem = post_through_any(
+        processes(), 0,
+        "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b == 0 ? kBatches + 1 : b), batch(b));
+    if (!problem.empty()) FAIL() << "batch " << b << ": " << problem;
+  }
+
+  http::ClientResponse split(int via, const std::string& fragment, const std::string& body) {
+    return node(via).request("POST", "/v1/queries/cut/fragments/" + fragment + "/split", body, kAdminToken);
+  }
+
+  // Expects a refusal with `status` whose detail contains `says`.
+  void expect_refused(int via, const std::string& fragment, const std::string& body, unsigned status,
+                      const std::string& says) {
+    auto r = split(via, fragment, body);
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_NE(r.body.find(says), std::string::npos) << r.body;
+  }
+};
+
+TEST_F(ClusterSplit, AKeyedFragmentSplitMidStreamKeepsTheOutputExactAndRefusalsSayWhy) {
+  ASSERT_EQ(node(2).request("POST", "/v1/streams",
+                            R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}")
+                .status,
+            201u);
+  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  auto cut = node(3).request(
+      "POST", "/v1/queries",
+      cut_count_query("cut", "counts-cut",
+                      R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
+                      R"({"name":"b","node":"n2","boxes":["cents"]},{"name":"c","node":"n3","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+
+  // Refused, nothing split: each names why.
+  expect_refused(1, "a", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 409,
+                 "the fragment's state is not keyed: none of its boxes ('keep' (filter)) keeps state by key group");
+  expect_refused(2, "c", R"({"parts":[{"node":"n1","range":[0,70]},{"node":"n3","range":[64,128]}]})", 400,
+                 "key-group range [64, 128) overlaps the part before it, which ends at 70");
+  expect_refused(2, "c", R"({"parts":[{"node":"n1","range":[0,60]},{"node":"n3","range":[60,100]}]})", 400,
+                 "key groups [100, 128) are left to no part");
+  expect_refused(2, "c", R"({"parts":[{"node":"n1","range":[0,64]},{"node":"n3"}]})", 400,
+                 "give every part a range, or none");
+  expect_refused(1, "c", R"({"parts":[{"node":"n1"},{"node":"n9"}]})", 400,
+                 "$.parts[1].node: n9 is not a node of domain acme");
+  expect_refused(1, "c", R"({"parts":[{"node":"n1"}]})", 400, "a split has 2 to 16 parts, not 1");
+  expect_refused(1, "zz", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 404, "has no fragment 'zz'");
+  expect_refused(1, "c", R"({"nodes":["n1","n2"]})", 400, "$.parts: the parts to split the fragment into");
+  auto reader =
+      node(1).request("POST", "/v1/queries/cut/fragments/c/split", R"({"parts":[{"node":"n1"},{"node":"n2"}]})",
+                      kReaderToken);
+  EXPECT_EQ(reader.status, 403u) << reader.body;
+
+  for (int b = 1; b <= 50; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  // Split through a node that is neither the fragment's nor a part's.
+  auto r = split(2, "c", R"({"parts":[{"node":"n1"},{"node":"n3"}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  std::printf("split of c: %s\n", r.body.c_str());
+  auto s = parse(r.body);
+  ASSERT_TRUE(s.IsObject() && s.HasMember("parts") && s["parts"].IsArray() && s["parts"].Size() == 2) << r.body;
+  EXPECT_STREQ(s["state"].GetString(), "split");
+  EXPECT_STREQ(s["keyed_box"].GetString(), "counts");
+  EXPECT_STREQ(s["router"]["fragment"].GetString(), "c-split");
+  EXPECT_STREQ(s["router"]["node"].GetString(), "n3");
+  EXPECT_STREQ(s["merge"]["fragment"].GetString(), "c-merge");
+  EXPECT_STREQ(s["parts"][0]["node"].GetString(), "n1");
+  EXPECT_EQ(s["parts"][0]["range"][1].GetUint(), 64u);
+  EXPECT_STREQ(s["parts"][1]["fragment"].GetString(), "c-1");
+  EXPECT_TRUE(s["checkpointed"].GetBool()) << r.body;
+  EXPECT_GT(s["pause_ms"].GetDouble(), 0.0);
+
+  for (int b = 51; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  ASSERT_NO_FATAL_FAILURE(publish(0));
+
+  // The entry shows the new fragments where they run and records the split.
+  auto q = parse(node(1).request("GET", "/v1/queries/cut", {}, kReaderToken).body);
+  ASSERT_TRUE(q.IsObject() && q.HasMember("fragments") && q.HasMember("splits")) << "GET /v1/queries/cut";
+  std::map<std::string, std::string> where;
+  for (const auto& f : q["fragments"].GetArray()) where[f["name"].GetString()] = f["node"].GetString();
+  EXPECT_EQ(where.count("c"), 0u);
+  EXPECT_EQ(where["c-split"], "n3");
+  EXPECT_EQ(where["c-0"], "n1");
+  EXPECT_EQ(where["c-1"], "n3");
+  EXPECT_EQ(where["c-merge"], "n3");
+  ASSERT_EQ(q["splits"].Size(), 1u);
+  EXPECT_STREQ(q["splits"][0]["fragment"].GetString(), "c");
+  EXPECT_FALSE(q["splits"][0].HasMember("original"));
+
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      expect_cut_output_equals_whole(node(1), node(3), static_cast<uint64_t>(kBatches / 10) * kAuctions, 90s, total));
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+
+  // Both parts counted rows after the split.
+  for (const auto& [part, n] : std::vector<std::pair<std::string, int>>{{"c-0", 1}, {"c-1", 3}}) {
+    auto f = parse(node(n).request("GET", "/v1/queries/cut/fragments/" + part, {}, kReaderToken).body);
+    ASSERT_TRUE(f.IsObject() && f.HasMember("boxes") && f["boxes"].IsArray()) << part;
+    uint64_t in = 0;
+    for (const auto& b : f["boxes"].GetArray())
+      if (b.HasMember("tuples_in")) in += b["tuples_in"].GetUint64();
+    EXPECT_GT(in, 0u) << part << " counted nothing";
+  }
+  // A split fragment is split once: its parts are fragments of their own.
+  expect_refused(1, "c", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 404, "has no fragment 'c'");
+}
+
+}  // namespace
+}  // namespace entente::testing
