@@ -455,4 +455,50 @@ Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view by
   return out;
 }
 
+Result<std::string> join_snapshots(const QueryNetwork& to, const QueryNetwork& router, std::string_view router_bytes,
+                                   const std::vector<SnapshotPart>& parts) {
+  const NetworkDef& td = *to.def();
+  const NetworkDef& rd = *router.def();
+  if (rd.inputs.size() != td.inputs.size())
+    return make_error(Errc::invalid_argument, "joining snapshots: the router has " + std::to_string(rd.inputs.size()) +
+                                                  " inputs, '" + td.name + "' " + std::to_string(td.inputs.size()));
+  if (parts.empty()) return make_error(Errc::invalid_argument, "joining snapshots: no parts");
+  std::vector<detail::InputClock> clocks;
+  {
+    std::vector<std::unique_ptr<Box>> unused;
+    ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(rd, router_bytes, clocks, unused));
+  }
+  // Per box of `to`: each part's state of its copy.
+  std::map<std::string, std::vector<std::string>> states;
+  std::vector<KeyGroupRange> ranges;
+  for (const SnapshotPart& p : parts) {
+    const NetworkDef& pd = *p.network->def();
+    std::vector<detail::InputClock> part_clocks;
+    std::vector<std::unique_ptr<Box>> boxes;
+    ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(pd, p.bytes, part_clocks, boxes));
+    for (const auto& [orig, copy] : *p.boxes) {
+      size_t b = 0;
+      while (b < pd.boxes.size() && pd.boxes[b].id != copy) ++b;
+      if (b == pd.boxes.size())
+        return make_error(Errc::invalid_argument, "joining snapshots: no box " + quote(copy) + " in '" + pd.name + "'");
+      states[orig].push_back(boxes[b]->snapshot());
+    }
+    ranges.push_back(p.range);
+  }
+  ENTENTE_ASSIGN_OR_RETURN(auto fresh, detail::build_boxes(td));
+  for (size_t b = 0; b < td.boxes.size(); ++b) {
+    auto it = states.find(td.boxes[b].id);
+    if (it == states.end() || it->second.size() != parts.size())
+      return make_error(Errc::invalid_argument, "joining snapshots: not every part has a copy of box " +
+                                                    quote(td.boxes[b].id));
+    const std::vector<std::string_view> views(it->second.begin(), it->second.end());
+    if (Status st = fresh[b]->restore_joined(views, ranges); !st.ok())
+      return make_error(st.error().code, "restoring box " + quote(td.boxes[b].id) + " from its parts: " +
+                                             st.error().message);
+  }
+  std::string out;
+  detail::write_network_snapshot(td, clocks, fresh, out);
+  return out;
+}
+
 }  // namespace entente::engine

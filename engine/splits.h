@@ -100,4 +100,24 @@ Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view by
                                    const std::vector<std::pair<std::string, std::string>>& boxes,
                                    const KeyGroupRange* keep);
 
+// One part of a split, for join_snapshots: its network, a snapshot of it,
+// (box of the fragment, its copy in the part) pairs, its key groups.
+struct SnapshotPart {
+  const QueryNetwork* network = nullptr;
+  std::string_view bytes;
+  const std::vector<std::pair<std::string, std::string>>* boxes = nullptr;
+  KeyGroupRange range;
+};
+
+// The inverse of a split (merging it back): a snapshot of `to`, the
+// fragment as it was, from snapshots of its router and its parts taken
+// once each part had consumed everything the router sent it. Each box of
+// `to` is restored from its copies in the parts (Box::restore_joined: a
+// keyed box takes the key groups of each part's range), `to`'s input clocks
+// from the router's (as many inputs). Errors: a snapshot that does not
+// decode, a box of `to` some part has no copy of, parts whose keyed boxes
+// stand at different windows (not drained to one point).
+Result<std::string> join_snapshots(const QueryNetwork& to, const QueryNetwork& router, std::string_view router_bytes,
+                                   const std::vector<SnapshotPart>& parts);
+
 }  // namespace entente::engine

@@ -269,6 +269,52 @@ std::vector<std::string> run_split(const QueryNetwork& net, const FragmentSplit&
   return rows_of(merge.output("out"));
 }
 
+// Split at record `at`, merged back at record `back`: the router fed up to
+// there, every part and the merge fed all the router and the parts wrote;
+// then the fragment, restored from the parts' joined states and the
+// router's input clock, runs the rest. The rows of the merge, then of the
+// fragment.
+std::vector<std::string> run_split_and_merge(const QueryNetwork& net, const FragmentSplit& split, const Midstream& m,
+                                             size_t at, size_t back) {
+  const QueryCut cut = cut_ok(split.network, split.placement);
+  const QueryCut unsplit = cut_ok(net, kPlacement);
+  const FragmentPlan& agg = plan_of(unsplit, "agg");
+  const FragmentPlan& router_plan = plan_of(cut, split.router_fragment);
+  Stage router(router_plan);
+  auto rs = carry_snapshot(agg.network, m.snapshot, router_plan.network, {}, nullptr);
+  EXPECT_TRUE(rs.ok()) << (rs.ok() ? "" : rs.error().message);
+  EXPECT_TRUE(router.restore(*rs).ok());
+  router.feed(m.input, m.records, at, back);
+  Stage merge(plan_of(cut, split.merge_fragment));
+  std::vector<std::unique_ptr<Stage>> parts;
+  std::vector<std::string> part_snapshots;
+  for (size_t i = 0; i < split.parts.size(); ++i) {
+    const FragmentPlan& plan = plan_of(cut, split.part_fragments[i]);
+    auto& part = *parts.emplace_back(std::make_unique<Stage>(plan));
+    auto ps = carry_snapshot(agg.network, m.snapshot, plan.network, split.part_boxes[i], &split.parts[i].range);
+    EXPECT_TRUE(ps.ok()) << (ps.ok() ? "" : ps.error().message);
+    EXPECT_TRUE(part.restore(*ps).ok());
+    auto recs = router.records(plan.reads.at(0));
+    part.feed(plan.reads.at(0), recs, 0, recs.size());
+    auto outs = part.records(plan.writes.at(0));
+    merge.feed(plan.writes.at(0), outs, 0, outs.size());
+    part_snapshots.push_back(part.executor().snapshot());
+  }
+  std::vector<SnapshotPart> sp;
+  for (size_t i = 0; i < split.parts.size(); ++i)
+    sp.push_back({&plan_of(cut, split.part_fragments[i]).network, part_snapshots[i], &split.part_boxes[i],
+                  split.parts[i].range});
+  auto joined = join_snapshots(agg.network, router_plan.network, router.executor().snapshot(), sp);
+  EXPECT_TRUE(joined.ok()) << (joined.ok() ? "" : joined.error().message);
+  std::vector<std::string> rows = rows_of(merge.output("out"));
+  Stage again(agg);
+  EXPECT_TRUE(again.restore(*joined).ok());
+  again.feed(m.input, m.records, back, m.records.size());
+  again.finish();
+  for (auto& r : rows_of(again.output("out"))) rows.push_back(r);
+  return rows;
+}
+
 TEST(SplitFragment, RewritesTheNetworkAndPlacement) {
   const auto split = split_ok(kQ5, kPlacement, "agg", equal_split_parts({"n2", "n3"}));
   EXPECT_EQ(split.keyed_box, "counts");
@@ -325,6 +371,54 @@ TEST(SplitFragment, TheOutputAfterASplitMidstreamIsTheWholeQuerys) {
         ASSERT_EQ(got[r], m.whole[r]) << "row " << r << ", split at record " << at << " into " << parts.size();
     }
   }
+}
+
+TEST(SplitFragment, MergedBackMidstreamTheOutputIsStillTheWholeQuerys) {
+  const QueryNetwork net = parse_ok(kQ5);
+  const QueryCut cut = cut_ok(net, kPlacement);
+  const auto bids = make_bids(60, 50);
+  for (auto [at, back] : std::vector<std::pair<size_t, size_t>>{{0, 10}, {7, 30}, {23, 24}, {23, 40}}) {
+    const Midstream m = run_to_middle(net, cut, bids, at);
+    ASSERT_LT(back, m.records.size());
+    for (const auto& parts : std::vector<std::vector<SplitPartSpec>>{
+             equal_split_parts({"n2", "n3"}), {{"n1", {0, 5}}, {"n2", {5, 100}}, {"n3", {100, 128}}}}) {
+      const FragmentSplit split = split_ok(kQ5, kPlacement, "agg", parts);
+      const auto after = run_split_and_merge(net, split, m, at, back);
+      std::vector<std::string> got = m.before;
+      got.insert(got.end(), after.begin(), after.end());
+      ASSERT_EQ(got.size(), m.whole.size()) << "split at " << at << ", merged at " << back;
+      for (size_t r = 0; r < got.size(); ++r)
+        ASSERT_EQ(got[r], m.whole[r]) << "row " << r << ", split at " << at << ", merged at " << back;
+    }
+  }
+}
+
+TEST(SplitFragment, JoiningRefusesPartsNotDrainedToOnePoint) {
+  const QueryNetwork net = parse_ok(kQ5);
+  const QueryCut cut = cut_ok(net, kPlacement);
+  const auto bids = make_bids(40, 50);
+  const Midstream early = run_to_middle(net, cut, bids, 5);
+  const Midstream late = run_to_middle(net, cut, bids, 30);
+  const FragmentSplit split = split_ok(kQ5, kPlacement, "agg", equal_split_parts({"n2", "n3"}));
+  const QueryCut scut = cut_ok(split.network, split.placement);
+  const QueryNetwork& agg = plan_of(cut, "agg").network;
+  const QueryNetwork& router = plan_of(scut, split.router_fragment).network;
+  std::vector<std::string> snaps;
+  for (size_t i = 0; i < 2; ++i) {
+    auto ps = carry_snapshot(agg, (i == 0 ? early : late).snapshot, plan_of(scut, split.part_fragments[i]).network,
+                             split.part_boxes[i], &split.parts[i].range);
+    ASSERT_TRUE(ps.ok());
+    snaps.push_back(*ps);
+  }
+  auto rs = carry_snapshot(agg, late.snapshot, router, {}, nullptr);
+  ASSERT_TRUE(rs.ok());
+  std::vector<SnapshotPart> sp;
+  for (size_t i = 0; i < 2; ++i)
+    sp.push_back({&plan_of(scut, split.part_fragments[i]).network, snaps[i], &split.part_boxes[i],
+                  split.parts[i].range});
+  auto joined = join_snapshots(agg, router, *rs, sp);
+  ASSERT_FALSE(joined.ok());
+  EXPECT_NE(joined.error().message.find("stand at different windows"), std::string::npos) << joined.error().message;
 }
 
 TEST(SplitFragment, EachPartKeepsOnlyItsKeyGroups) {
