@@ -265,6 +265,8 @@ const std::vector<RouteInfo>& api_routes() {
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/move", Role::admin, false, &N::move_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/split", Role::admin, false, &N::split_fragment_route},
+      {"POST", "/v1/queries/{name}/fragments/{fragment}/merge", Role::admin, false, &N::merge_fragment_route},
+      {"POST", "/v1/queries/{name}/fragments/{fragment}/state", Role::admin, false, &N::fragment_state_route},
       {"GET", "/v1/checkpoints", Role::reader, false, &N::list_checkpoints},
       {"POST", "/v1/checkpoints", Role::admin, false, &N::take_checkpoints},
       {"POST", "/v1/admin/backup", Role::admin, false, &N::post_backup},

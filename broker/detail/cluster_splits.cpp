@@ -375,6 +375,13 @@ void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& 
     answer(http::Response::problem(e->status, e->status == 400 ? "Bad Request" : "Conflict", e->detail));
     return;
   }
+  enqueue_split(SplitJob{false, query, fragment, std::move(*parts), sub_request(req, "GET", "/", ""), answer});
+}
+
+void NodeImpl::enqueue_split(SplitJob job) {
+  const std::string& query = job.query;
+  const std::string& fragment = job.fragment;
+  const http::Respond answer = job.answer;
   std::lock_guard lock(split_mu_);
   const std::string key = query + "/" + fragment;
   if (split_stopping_) {
@@ -383,7 +390,7 @@ void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& 
   }
   if (splitting_.count(key)) {
     answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
-                                                    "' is being split already"));
+                                                    "' is being split or merged already"));
     return;
   }
   if (split_queue_.size() >= kMaxQueuedSplits) {
@@ -393,7 +400,7 @@ void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& 
     return;
   }
   splitting_.insert(key);
-  split_queue_.push_back(SplitJob{query, fragment, std::move(*parts), sub_request(req, "GET", "/", ""), answer});
+  split_queue_.push_back(std::move(job));
   if (!split_thread_.joinable()) split_thread_ = std::thread([this] { split_loop(); });
   split_cv_.notify_one();
 }
@@ -414,7 +421,7 @@ void NodeImpl::split_loop() {
       job = std::move(split_queue_.front());
       split_queue_.pop_front();
     }
-    http::Response r = run_split(job);
+    http::Response r = job.merge ? run_merge(job) : run_split(job);
     {
       std::lock_guard lock(split_mu_);
       splitting_.erase(job.query + "/" + job.fragment);
@@ -725,6 +732,364 @@ http::Response NodeImpl::run_split(const SplitJob& job) {
   j.key("checkpointed").boolean(checkpointed);
   // The outputs were written by nobody from the stop here to the merge's
   // start.
+  j.key("pause_ms").dbl(ms_between(t_stop, t_run));
+  j.key("total_ms").dbl(ms_between(t0, t_end));
+  j.end_object();
+  log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
+  return http::Response::json(200, j.take());
+}
+
+// ------------------------------------------------------------ merging back
+
+namespace {
+
+// The last split of `fragment` recorded in the entry `d` that is not
+// merged yet; null when none.
+const rapidjson::Value* split_record(const rapidjson::Document& d, const std::string& fragment) {
+  if (!d.IsObject() || !d.HasMember("splits") || !d["splits"].IsArray()) return nullptr;
+  const rapidjson::Value* found = nullptr;
+  for (const auto& s : d["splits"].GetArray())
+    if (s.IsObject() && s.HasMember("fragment") && s["fragment"].IsString() && s["fragment"].GetString() == fragment &&
+        !s.HasMember("merged_at_ms") && s.HasMember("original") && s["original"].IsObject())
+      found = &s;
+  return found;
+}
+
+// The position of `runner`'s input reading `stream` (its name, or a
+// mirror "@NODE/stream"), from its GET answer; 0 when absent.
+uint64_t position_of(const rapidjson::Value& runner, const std::string& stream) {
+  if (!runner.IsObject() || !runner.HasMember("positions") || !runner["positions"].IsObject()) return 0;
+  for (auto it = runner["positions"].MemberBegin(); it != runner["positions"].MemberEnd(); ++it) {
+    const std::string name = it->name.GetString();
+    const bool same = name == stream || (name.size() > stream.size() && name.ends_with("/" + stream));
+    if (same && it->value.IsUint64()) return it->value.GetUint64();
+  }
+  return 0;
+}
+
+}  // namespace
+
+void NodeImpl::fragment_state_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  const std::string runner = engine::fragment_network_name(params.at(0), params.at(1));
+  auto q = find_query(runner);
+  if (!q) {
+    answer(http::Response::problem(404, "Not Found", "no fragment " + params.at(1).substr(0, 40) + " of query '" +
+                                                         params.at(0).substr(0, 100) + "' on " + config_.node));
+    return;
+  }
+  rapidjson::Document d;
+  d.Parse(req.body.data(), req.body.size());
+  const size_t inputs = q->meta().inputs.size();
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("consumed") || !d["consumed"].IsArray() ||
+      d["consumed"].Size() != inputs) {
+    answer(http::Response::problem(400, "Bad Request", "$.consumed: expected the next sequence number of each of the "
+                                                       "fragment's " + std::to_string(inputs) + " inputs"));
+    return;
+  }
+  // Only once it has read that far: its state then is the one the merge
+  // joins (its inputs get nothing more).
+  const auto positions = q->info().positions;
+  for (size_t i = 0; i < inputs; ++i) {
+    const auto& c = d["consumed"][static_cast<rapidjson::SizeType>(i)];
+    if (!c.IsUint64()) {
+      answer(http::Response::problem(400, "Bad Request", "$.consumed[" + std::to_string(i) + "]: expected a sequence "
+                                                         "number"));
+      return;
+    }
+    if (positions.at(i) < c.GetUint64()) {
+      answer(http::Response::problem(409, "Conflict", "fragment " + params.at(1) + " has read " +
+                                                      q->meta().inputs[i] + " up to " +
+                                                      std::to_string(positions.at(i)) + ", not yet " +
+                                                      std::to_string(c.GetUint64())));
+      return;
+    }
+  }
+  auto state = q->stopped_state();
+  if (!state.ok()) {
+    answer(problem_for(state.error()));
+    return;
+  }
+  FragmentOf::Seed seed;
+  seed.state = std::move(state).value();
+  if (seed.state.snapshot.size() > kMaxSeedSnapshotBytes) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + params.at(1) + "'s state is " +
+                                                    std::to_string(seed.state.snapshot.size()) + " bytes; at most " +
+                                                    std::to_string(kMaxSeedSnapshotBytes >> 20) + " MiB are shipped"));
+    return;
+  }
+  answer(http::Response::json(200, fragment_seed_json(seed)));
+}
+
+void NodeImpl::merge_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer) {
+  const std::string& query = params.at(0);
+  const std::string& fragment = params.at(1);
+  if (!catalog_ || !membership_ || !peering_) {
+    answer(http::Response::problem(409, "Conflict", "merging a fragment needs a domain of several nodes"));
+    return;
+  }
+  auto entry = cut_entry(query, true);
+  if (!entry) {
+    answer(http::Response::problem(404, "Not Found", "no query '" + query.substr(0, 100) + "' cut into fragments in "
+                                                     "domain " + config_.domain));
+    return;
+  }
+  rapidjson::Document d;
+  d.Parse(entry->json.data(), entry->json.size());
+  const rapidjson::Value* rec = split_record(d, fragment);
+  if (!rec) {
+    answer(http::Response::problem(404, "Not Found", "query '" + query + "' has no split fragment '" +
+                                                     fragment.substr(0, 64) + "' to merge"));
+    return;
+  }
+  if (entry->state != "running") {
+    answer(http::Response::problem(409, "Conflict", "query '" + query + "' is " + entry->state +
+                                                    "; a fragment is merged only while the query runs"));
+    return;
+  }
+  // The merge runs where the router and the merge fragment run.
+  const std::string router = (*rec)["router"].GetString();
+  const std::string merge = (*rec)["merge"].GetString();
+  std::string router_node, merge_node;
+  for (const auto& [f, n] : entry->fragments) {
+    if (f == router) router_node = n;
+    if (f == merge) merge_node = n;
+  }
+  if (router_node.empty() || router_node != merge_node) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + router + " runs on " + router_node + " and " +
+                                                    merge + " on " + merge_node + ": they are merged back where "
+                                                    "both run"));
+    return;
+  }
+  if (router_node != config_.node) {
+    forward(req, router_node, answer);
+    return;
+  }
+  enqueue_split(SplitJob{true, query, fragment, {}, sub_request(req, "GET", "/", ""), answer});
+}
+
+http::Response NodeImpl::run_merge(const SplitJob& job) {
+  const auto t0 = Clock::now();
+  const std::string what = "merging fragment " + job.fragment + " of query '" + job.query + "' back";
+  const int64_t etcd_ms = config_.cluster.etcd_timeout_ms;
+  auto failed = [&](int status, const std::string& why) {
+    log_line(what + ": " + why);
+    return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
+  };
+  auto entry = cut_entry(job.query, true);
+  if (!entry) return failed(409, "the query's entry is gone");
+  rapidjson::Document d;
+  d.Parse(entry->json.data(), entry->json.size());
+  const rapidjson::Value* rec = split_record(d, job.fragment);
+  if (!rec) return failed(409, "the split is not recorded any more");
+  const std::string original_body = json_text((*rec)["original"]["body"]);
+  std::vector<engine::SplitPartSpec> specs;
+  for (const auto& p : (*rec)["parts"].GetArray())
+    specs.push_back({p["node"].GetString(), {p["range"][0].GetUint(), p["range"][1].GetUint()}});
+  // The same rewrite again (deterministic): the names and networks of the
+  // router, parts and merge.
+  auto planned = plan_split(job.query, job.fragment, config_.node, original_body, specs);
+  if (auto* e = std::get_if<PlanError>(&planned)) return failed(409, "the split cannot be replanned: " + e->detail);
+  const SplitPlan& plan = std::get<SplitPlan>(planned);
+  const engine::FragmentSplit& split = plan.split;
+  auto plan_of = [&](const std::string& name) -> const engine::FragmentPlan& {
+    for (const auto& f : plan.cut.fragments)
+      if (f.name == name) return f;
+    throw std::logic_error("no fragment " + name);
+  };
+  const std::string router_runner = engine::fragment_network_name(job.query, split.router_fragment);
+  const std::string merge_runner = engine::fragment_network_name(job.query, split.merge_fragment);
+  auto router_q = find_query(router_runner);
+  auto merge_q = find_query(merge_runner);
+  if (!router_q || !merge_q) return failed(409, "the router or the merge does not run on " + config_.node + " now");
+  const QueryMeta router_meta = router_q->meta(), merge_meta = merge_q->meta();
+  const std::string router_body = fragment_body_of(router_meta), merge_body = fragment_body_of(merge_meta);
+
+  auto set_state = [&](const std::string& state) {
+    return edit_query_entry(*catalog_, job.query, [&](rapidjson::Document& doc) {
+      set_member(doc, "state", rapidjson::Value(state.c_str(), doc.GetAllocator()));
+      return true;
+    }, etcd_ms);
+  };
+  if (!set_state("merging")) return failed(503, "the query's catalog entry could not be updated; nothing merged");
+  bool merge_stopped = false;
+  auto rollback = [&](const std::string& why) {
+    rerun_fragment(router_meta, router_body);
+    if (merge_stopped) rerun_fragment(merge_meta, merge_body);
+    set_state("running");
+    return failed(409, why + "; the parts run on, split");
+  };
+  // 1. The router stops: the parts get nothing more.
+  if (Status st = detach_query(router_runner); !st.ok()) {
+    set_state("running");
+    return failed(503, "stopping the router: " + st.error().message + "; nothing merged");
+  }
+  const auto t_stop = Clock::now();
+  auto rstate = router_q->stopped_state();
+  if (!rstate.ok()) return rollback("the router's state: " + rstate.error().message);
+
+  // 2. Each part, once it has read all the router sent it: its state.
+  auto get_json = [&](const std::string& node, const std::string& method, const std::string& target,
+                      const std::string& body, rapidjson::Document& out) {
+    auto answered = std::make_shared<std::promise<http::Response>>();
+    auto f = answered->get_future();
+    forward(sub_request(job.req, method, target, body), node,
+            [answered](http::Response r) { answered->set_value(std::move(r)); });
+    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return 0u;
+    http::Response r = f.get();
+    out.Parse(r.body.data(), r.body.size());
+    return r.status;
+  };
+  std::vector<QueryRunner::State> part_states;
+  for (size_t i = 0; i < split.parts.size(); ++i) {
+    const auto& part = plan_of(split.part_fragments[i]);
+    const std::string& stream = part.reads.at(0);
+    const auto at = std::find(router_meta.outputs.begin(), router_meta.outputs.end(), stream);
+    if (at == router_meta.outputs.end()) return rollback("the router does not write " + stream);
+    const uint64_t target = rstate->out_next[static_cast<size_t>(at - router_meta.outputs.begin())];
+    const std::string node = split.parts[i].node;
+    const std::string path = fragment_target(job.query, split.part_fragments[i]);
+    const auto until = Clock::now() + kCheckpointWait;
+    bool read = false;
+    while (!read && Clock::now() < until) {
+      rapidjson::Document g;
+      read = get_json(node, "GET", path, "", g) == 200 && position_of(g, stream) >= target;
+      if (!read) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!read) return rollback("part " + split.part_fragments[i] + " on " + node + " did not read all the router "
+                               "sent it within 30 s");
+    rapidjson::Document st;
+    const unsigned status =
+        get_json(node, "POST", path + "/state", "{\"consumed\":[" + std::to_string(target) + "]}", st);
+    if (status != 200) return rollback("part " + split.part_fragments[i] + "'s state: " + json_text(st));
+    auto seed = read_fragment_seed(json_text(st));
+    if (!seed.ok()) return rollback("part " + split.part_fragments[i] + "'s state: " + seed.error().message);
+    part_states.push_back((*seed)->state);
+  }
+  // 3. The merge, once it has read all the parts wrote, stops.
+  {
+    std::vector<uint64_t> targets(merge_meta.inputs.size(), 0);
+    for (size_t i = 0; i < split.parts.size(); ++i) {
+      const std::string& stream = plan_of(split.part_fragments[i]).writes.at(0);
+      for (size_t k = 0; k < merge_meta.inputs.size(); ++k)
+        if (merge_meta.inputs[k] == stream || merge_meta.inputs[k].ends_with("/" + stream))
+          targets[k] = part_states[i].out_next.at(0);
+    }
+    auto caught_up = [&] {
+      const auto positions = merge_q->info().positions;
+      for (size_t k = 0; k < targets.size(); ++k)
+        if (positions.at(k) < targets[k]) return false;
+      return true;
+    };
+    const auto until = Clock::now() + kCheckpointWait;
+    while (!caught_up() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!caught_up()) return rollback("the merge did not read all the parts wrote within 30 s");
+  }
+  if (Status st = detach_query(merge_runner); !st.ok()) return rollback("stopping the merge: " + st.error().message);
+  merge_stopped = true;
+  auto mstate = merge_q->stopped_state();
+  if (!mstate.ok()) return rollback("the merge's state: " + mstate.error().message);
+
+  // 4. The fragment's state: its boxes joined from the parts, its input
+  // clock the router's; it continues at the router's input positions and
+  // the merge's output sequence numbers.
+  std::vector<engine::SnapshotPart> parts;
+  for (size_t i = 0; i < split.parts.size(); ++i)
+    parts.push_back({&plan_of(split.part_fragments[i]).network, part_states[i].snapshot, &split.part_boxes[i],
+                     split.parts[i].range});
+  auto joined = engine::join_snapshots(plan.fragment_network, plan_of(split.router_fragment).network,
+                                       rstate->snapshot, parts);
+  if (!joined.ok()) return rollback("joining the parts' states: " + joined.error().message);
+  FragmentOf::Seed seed;
+  seed.state.positions = rstate->positions;
+  seed.state.snapshot = std::move(*joined);
+  for (const auto& o : plan.fragment_network.outputs()) {
+    auto at = std::find(merge_meta.outputs.begin(), merge_meta.outputs.end(), o.name);
+    if (at == merge_meta.outputs.end()) return rollback("the merge does not write '" + o.name + "'");
+    seed.state.out_next.push_back(mstate->out_next[static_cast<size_t>(at - merge_meta.outputs.begin())]);
+    seed.adopt.insert(o.name);
+  }
+  // 5. The fragment runs again, here.
+  {
+    rapidjson::Document r;
+    const unsigned status = get_json(config_.node, "PUT", fragment_target(job.query, job.fragment),
+                                     seeded(original_body, seed), r);
+    if (status != 201) return rollback("deploying fragment " + job.fragment + ": " + json_text(r));
+  }
+  const auto t_run = Clock::now();
+  bool checkpointed = false;
+  for (const auto until = Clock::now() + kCheckpointWait; !checkpointed && Clock::now() < until;) {
+    if (auto f = find_query(engine::fragment_network_name(job.query, job.fragment)))
+      checkpointed = f->info().checkpoint.has_value();
+    if (!checkpointed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+  // 6. The entry: the fragment as it was in the place of the router, the
+  // parts and the merge; the split marked merged.
+  std::set<std::string> gone{split.router_fragment, split.merge_fragment};
+  for (const auto& p : split.part_fragments) gone.insert(p);
+  const bool written = edit_query_entry(*catalog_, job.query, [&](rapidjson::Document& doc) {
+    auto& a = doc.GetAllocator();
+    rapidjson::Value* r = const_cast<rapidjson::Value*>(split_record(doc, job.fragment));
+    if (!r || !doc.HasMember("fragments") || !doc["fragments"].IsArray()) return false;
+    rapidjson::Value fragments(rapidjson::kArrayType);
+    for (auto& f : doc["fragments"].GetArray()) {
+      const std::string name = f.IsObject() && f.HasMember("name") && f["name"].IsString() ? f["name"].GetString() : "";
+      if (name == split.router_fragment) {
+        rapidjson::Value original((*r)["original"], a);
+        original["node"].SetString(config_.node.c_str(), a);
+        fragments.PushBack(original, a);
+      } else if (!gone.count(name)) {
+        fragments.PushBack(rapidjson::Value(f, a), a);
+      }
+    }
+    doc["fragments"] = fragments;
+    if (doc.HasMember("arcs") && doc["arcs"].IsArray()) {
+      rapidjson::Value arcs(rapidjson::kArrayType);
+      for (auto& arc : doc["arcs"].GetArray()) {
+        if (arc.IsObject() && arc.HasMember("from_fragment") && arc["from_fragment"].IsString() &&
+            gone.count(arc["from_fragment"].GetString()))
+          continue;
+        if (arc.IsObject() && arc.HasMember("to_fragments") && arc["to_fragments"].IsArray())
+          for (auto& t : arc["to_fragments"].GetArray())
+            if (t.IsString() && t.GetString() == split.router_fragment) t.SetString(job.fragment.c_str(), a);
+        arcs.PushBack(rapidjson::Value(arc, a), a);
+      }
+      doc["arcs"] = arcs;
+    }
+    r->AddMember("merged_at_ms", rapidjson::Value(static_cast<int64_t>(wall_ms())), a);
+    r->RemoveMember("original");
+    set_member(doc, "state", rapidjson::Value("running", a));
+    return true;
+  }, etcd_ms);
+  if (!written)
+    return failed(503, "the fragment runs again, but the query's catalog entry could not be updated; it stays "
+                       "\"merging\"");
+
+  // 7. What the split made goes: the merge's reads and state stream, the
+  // parts (each on its node), the router's streams and state stream (not
+  // the mirror of its input, which the fragment reads again).
+  for (const auto& in : merge_meta.inputs)
+    if (in.starts_with("@")) (void)delete_import(in);
+  (void)discard_stream(merge_meta.state_stream);
+  (void)catalog_->erase("streams/" + merge_meta.state_stream);
+  for (size_t i = 0; i < split.parts.size(); ++i) {
+    rapidjson::Document ignored;
+    (void)get_json(split.parts[i].node, "DELETE", fragment_target(job.query, split.part_fragments[i]), "", ignored);
+  }
+  for (const auto& o : router_meta.outputs) {
+    (void)discard_stream(o);
+    (void)catalog_->erase("streams/" + o);
+  }
+  (void)discard_stream(router_meta.state_stream);
+  (void)catalog_->erase("streams/" + router_meta.state_stream);
+  const auto t_end = Clock::now();
+
+  JsonOut j;
+  j.begin_object();
+  j.key("query").str(job.query).key("fragment").str(job.fragment).key("state").str("merged");
+  j.key("node").str(config_.node).key("checkpointed").boolean(checkpointed);
+  // From the router's stop to the fragment's run: what it read meanwhile
+  // the parts and the merge finished.
   j.key("pause_ms").dbl(ms_between(t_stop, t_run));
   j.key("total_ms").dbl(ms_between(t0, t_end));
   j.end_object();

@@ -461,6 +461,7 @@ class NodeImpl final : public http::Handler {
   // POST /v1/queries/{name}/fragments/{fragment}/split.
   void split_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   struct SplitJob {
+    bool merge = false;  // the reverse: the parts of split fragment `fragment` joined
     std::string query;
     std::string fragment;
     std::vector<engine::SplitPartSpec> parts;
@@ -470,6 +471,16 @@ class NodeImpl final : public http::Handler {
   // The split records of a query's entry as GET /v1/queries/{name}
   // shows them (without the bodies kept for the merge).
   static std::string split_records_json(const rapidjson::Value& splits);
+  // POST /v1/queries/{name}/fragments/{fragment}/merge: the parts of a
+  // split fragment joined back into it.
+  void merge_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // POST /v1/queries/{name}/fragments/{fragment}/state {"consumed": [SEQ
+  // per input]}: once the fragment's runner has read its inputs up to
+  // there, its state (QueryRunner::stopped_state) as a seed's JSON.
+  void fragment_state_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  http::Response run_merge(const SplitJob& job);
+  // Queues a split or a merge on the split thread (one per fragment).
+  void enqueue_split(SplitJob job);
   void split_loop();
   // The split, on the split thread: the answer to give.
   http::Response run_split(const SplitJob& job);

@@ -208,10 +208,11 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   Result<CheckpointInfo> drain_and_checkpoint();
 
   // Splitting a fragment (docs/cluster.md, "Splitting a fragment"). What
-  // a stopped runner holds: every row it produced flushed to its outputs
-  // first, then its next input positions, next output sequence numbers and
-  // executor snapshot. REQUIRES: stop() called. conflict when the runner
-  // failed.
+  // the runner holds: every row it produced flushed to its outputs first,
+  // then its next input positions, next output sequence numbers and
+  // executor snapshot. After stop(), where it stopped; on a running runner
+  // whose inputs get nothing more (a part of a split being merged back),
+  // where it stands. conflict when the runner failed.
   struct State {
     std::vector<uint64_t> positions;
     std::vector<uint64_t> out_next;

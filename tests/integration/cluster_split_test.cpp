@@ -65,7 +65,7 @@ class ClusterSplit : public ThreeNodeDomain {
   }
 };
 
-TEST_F(ClusterSplit, AKeyedFragmentSplitMidStreamKeepsTheOutputExactAndRefusalsSayWhy) {
+TEST_F(ClusterSplit, AKeyedFragmentSplitAndMergedBackMidStreamKeepsTheOutputExactAndRefusalsSayWhy) {
   ASSERT_EQ(node(2).request("POST", "/v1/streams",
                             R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}")
                 .status,
@@ -116,8 +116,7 @@ TEST_F(ClusterSplit, AKeyedFragmentSplitMidStreamKeepsTheOutputExactAndRefusalsS
   EXPECT_TRUE(s["checkpointed"].GetBool()) << r.body;
   EXPECT_GT(s["pause_ms"].GetDouble(), 0.0);
 
-  for (int b = 51; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
-  ASSERT_NO_FATAL_FAILURE(publish(0));
+  for (int b = 51; b <= 80; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
 
   // The entry shows the new fragments where they run and records the split.
   auto q = parse(node(1).request("GET", "/v1/queries/cut", {}, kReaderToken).body);
@@ -133,22 +132,49 @@ TEST_F(ClusterSplit, AKeyedFragmentSplitMidStreamKeepsTheOutputExactAndRefusalsS
   EXPECT_STREQ(q["splits"][0]["fragment"].GetString(), "c");
   EXPECT_FALSE(q["splits"][0].HasMember("original"));
 
+  // Both parts count rows once split.
+  for (const auto& [part, n] : std::vector<std::pair<std::string, int>>{{"c-0", 1}, {"c-1", 3}}) {
+    uint64_t in = 0;
+    EXPECT_TRUE(eventually(30.0, [&, part = part, n = n] {
+      auto f = parse(node(n).request("GET", "/v1/queries/cut/fragments/" + part, {}, kReaderToken).body);
+      in = 0;
+      if (f.IsObject() && f.HasMember("boxes") && f["boxes"].IsArray())
+        for (const auto& b : f["boxes"].GetArray())
+          if (b.HasMember("tuples_in")) in += b["tuples_in"].GetUint64();
+      return in > 0;
+    })) << part << " counted nothing";
+  }
+  // A split fragment is split once: its parts are fragments of their own.
+  expect_refused(1, "c", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 404, "has no fragment 'c'");
+  auto no_split = node(1).request("POST", "/v1/queries/cut/fragments/b/merge", "", kAdminToken);
+  EXPECT_EQ(no_split.status, 404u) << no_split.body;
+  EXPECT_NE(no_split.body.find("has no split fragment 'b'"), std::string::npos) << no_split.body;
+
+  // Merged back mid-stream, through a part's node.
+  auto m = node(1).request("POST", "/v1/queries/cut/fragments/c/merge", "", kAdminToken);
+  ASSERT_EQ(m.status, 200u) << m.body;
+  std::printf("merge of c: %s\n", m.body.c_str());
+  auto md = parse(m.body);
+  EXPECT_STREQ(md["state"].GetString(), "merged");
+  EXPECT_TRUE(md["checkpointed"].GetBool());
+  for (int b = 81; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  ASSERT_NO_FATAL_FAILURE(publish(0));
+
+  q = parse(node(2).request("GET", "/v1/queries/cut", {}, kReaderToken).body);
+  ASSERT_TRUE(q.IsObject() && q.HasMember("fragments") && q.HasMember("splits"));
+  where.clear();
+  for (const auto& f : q["fragments"].GetArray()) where[f["name"].GetString()] = f["node"].GetString();
+  EXPECT_EQ(where.size(), 3u);
+  EXPECT_EQ(where["c"], "n3");
+  EXPECT_TRUE(q["splits"][0].HasMember("merged_at_ms"));
+  EXPECT_STREQ(q["state"].GetString(), "running");
+  // The parts are gone from their nodes.
+  EXPECT_EQ(node(1).request("GET", "/v1/queries/cut/fragments/c-0", {}, kReaderToken).status, 404u);
+
   int64_t total = 0;
   ASSERT_NO_FATAL_FAILURE(
       expect_cut_output_equals_whole(node(1), node(3), static_cast<uint64_t>(kBatches / 10) * kAuctions, 90s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
-
-  // Both parts counted rows after the split.
-  for (const auto& [part, n] : std::vector<std::pair<std::string, int>>{{"c-0", 1}, {"c-1", 3}}) {
-    auto f = parse(node(n).request("GET", "/v1/queries/cut/fragments/" + part, {}, kReaderToken).body);
-    ASSERT_TRUE(f.IsObject() && f.HasMember("boxes") && f["boxes"].IsArray()) << part;
-    uint64_t in = 0;
-    for (const auto& b : f["boxes"].GetArray())
-      if (b.HasMember("tuples_in")) in += b["tuples_in"].GetUint64();
-    EXPECT_GT(in, 0u) << part << " counted nothing";
-  }
-  // A split fragment is split once: its parts are fragments of their own.
-  expect_refused(1, "c", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 404, "has no fragment 'c'");
 }
 
 }  // namespace
