@@ -177,5 +177,59 @@ TEST_F(ClusterSplit, AKeyedFragmentSplitAndMergedBackMidStreamKeepsTheOutputExac
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
 }
 
+// NEXMark q5's shape: a sliding count per auction (2 s windows every
+// 500 ms). Split into three uneven parts over the three nodes, merged back,
+// split again into two: the output is the whole query's row for row.
+TEST_F(ClusterSplit, ASlidingCountSplitInThreeMergedAndSplitAgainMatchesTheWholeQuery) {
+  ASSERT_EQ(node(1).request("POST", "/v1/streams",
+                            R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}")
+                .status,
+            201u);
+  auto sliding = [](std::string q) {
+    const std::string tumbling = R"("window":{"type":"tumbling","size":"1s"})";
+    return q.replace(q.find(tumbling), tumbling.size(), R"("window":{"type":"sliding","size":"2s","slide":"500ms"})");
+  };
+  auto whole = node(1).request("POST", "/v1/queries",
+                               sliding(cut_count_query("whole", "counts-whole", R"({"node":"n1"})")));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  auto cut = node(2).request(
+      "POST", "/v1/queries",
+      sliding(cut_count_query("cut", "counts-cut",
+                              R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
+                              R"({"name":"b","node":"n2","boxes":["cents"]},)"
+                              R"({"name":"c","node":"n2","boxes":["counts"]}]})")));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+
+  for (int b = 1; b <= 30; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  auto r = split(3, "c",
+                 R"({"parts":[{"node":"n1","range":[0,20]},{"node":"n2","range":[20,90]},)"
+                 R"({"node":"n3","range":[90,128]}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  std::printf("split of c in three: %s\n", r.body.c_str());
+  for (int b = 31; b <= 60; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  auto m = node(3).request("POST", "/v1/queries/cut/fragments/c/merge", "", kAdminToken);
+  ASSERT_EQ(m.status, 200u) << m.body;
+  std::printf("merge of c: %s\n", m.body.c_str());
+  for (int b = 61; b <= 90; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  r = split(1, "c", R"({"parts":[{"node":"n3"},{"node":"n1"}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  std::printf("split of c in two: %s\n", r.body.c_str());
+  for (int b = 91; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  ASSERT_NO_FATAL_FAILURE(publish(0));
+
+  auto q = parse(node(1).request("GET", "/v1/queries/cut", {}, kReaderToken).body);
+  ASSERT_TRUE(q.IsObject() && q.HasMember("splits") && q["splits"].IsArray());
+  ASSERT_EQ(q["splits"].Size(), 2u);
+  EXPECT_TRUE(q["splits"][0].HasMember("merged_at_ms"));
+  EXPECT_EQ(q["splits"][0]["parts"].Size(), 3u);
+  EXPECT_FALSE(q["splits"][1].HasMember("merged_at_ms"));
+
+  // Each tuple counts in the 4 windows that hold it.
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      expect_cut_output_equals_whole(node(1), node(2), static_cast<uint64_t>(kBatches / 10) * kAuctions, 90s, total));
+  EXPECT_EQ(total, 4 * int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+}
+
 }  // namespace
 }  // namespace entente::testing
