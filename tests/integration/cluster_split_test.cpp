@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 #include <map>
 #include <string>
 #include <utility>
@@ -175,6 +176,77 @@ TEST_F(ClusterSplit, AKeyedFragmentSplitAndMergedBackMidStreamKeepsTheOutputExac
   ASSERT_NO_FATAL_FAILURE(
       expect_cut_output_equals_whole(node(1), node(3), static_cast<uint64_t>(kBatches / 10) * kAuctions, 90s, total));
   EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+}
+
+// After the split each new fragment is a fragment like any other: kill -9
+// of the node running the router, the merge and one part (restarted 20
+// batches later), then of the node leading bids and running the other
+// part (restarted at once), while the producer publishes: the output is
+// still the whole query's, row for row; deleting the query leaves no
+// internal stream of it on any node.
+TEST_F(ClusterSplit, SplitFragmentsRecoverAcrossKillNineOfTheirNodes) {
+  ASSERT_EQ(node(2).request("POST", "/v1/streams",
+                            R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}")
+                .status,
+            201u);
+  auto whole = node(1).request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
+  ASSERT_EQ(whole.status, 201u) << whole.body;
+  auto cut = node(3).request(
+      "POST", "/v1/queries",
+      cut_count_query("cut", "counts-cut",
+                      R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
+                      R"({"name":"b","node":"n2","boxes":["cents"]},{"name":"c","node":"n3","boxes":["counts"]}]})"));
+  ASSERT_EQ(cut.status, 201u) << cut.body;
+  for (int b = 1; b <= 20; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
+  auto r = split(2, "c", R"({"parts":[{"node":"n1"},{"node":"n3"}]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+
+  auto wait_through = [&](int b) {
+    const uint64_t want = static_cast<uint64_t>(b / 10) * kAuctions;
+    uint64_t got = 0;
+    ASSERT_TRUE(eventually(30.0, [&] {
+      for (FedNode* n : nodes_) {
+        if (!n->running()) continue;
+        got = next_seq(n->process(), "counts-cut") - 1;
+        return got >= want;
+      }
+      return false;
+    })) << "the cut query's output has " << got << " rows after batch " << b << ", expected " << want;
+  };
+  for (int b = 21; b <= kBatches; ++b) {
+    if (b == 40 || b == 80) {
+      ASSERT_NO_FATAL_FAILURE(wait_through(b - 1));
+    }
+    if (b == 40) nodes_[2]->process().kill();
+    if (b == 60) {
+      ASSERT_TRUE(nodes_[2]->start()) << nodes_[2]->last_error();
+    }
+    if (b == 80) {
+      nodes_[0]->process().kill();
+      std::this_thread::sleep_for(300ms);
+      ASSERT_TRUE(nodes_[0]->start()) << nodes_[0]->last_error();
+    }
+    const std::string problem = post_through_any(
+        processes(), static_cast<size_t>(b),
+        "/v1/streams/bids/tuples?producer_id=p&producer_seq=" + std::to_string(b), batch(b));
+    ASSERT_TRUE(problem.empty()) << "batch " << b << ": " << problem;
+  }
+  ASSERT_NO_FATAL_FAILURE(publish(0));
+  ASSERT_TRUE(eventually(30.0, [&] { return all_up(); }));
+
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(node(2), node(2), 1, 90s, total));
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+
+  auto del = node(1).request("DELETE", "/v1/queries/cut", {}, kAdminToken);
+  ASSERT_EQ(del.status, 204u) << del.body;
+  for (int i = 1; i <= 3; ++i) {
+    std::string all;
+    EXPECT_TRUE(eventually(10.0, [&] {
+      all = node(i).request("GET", "/v1/streams?internal=true", {}, kReaderToken).body;
+      return all.find("cut--") == std::string::npos;
+    })) << "node " << i << ": " << all;
+  }
 }
 
 // NEXMark q5's shape: a sliding count per auction (2 s windows every
