@@ -441,8 +441,8 @@ void NodeImpl::stop_splits() {
 
 namespace {
 
-// Sets the query's entry's "state" (compare-and-set, a few tries); with
-// `edit`, also lets it change the rest. False when it could not be written.
+// Compare-and-set of the query's entry through `edit` (false from it: no
+// change), a few tries. False when it could not be written.
 bool edit_query_entry(cluster::Catalog& catalog, const std::string& query,
                       const std::function<bool(rapidjson::Document&)>& edit, int64_t wait_ms) {
   for (int attempt = 0; attempt < 5; ++attempt) {
