@@ -591,6 +591,13 @@ http::Response NodeImpl::run_split(const SplitJob& job) {
             [answered](http::Response r) { answered->set_value(std::move(r)); });
     std::optional<http::Response> r;
     if (f.wait_for(kDeployWait) == std::future_status::ready) r = f.get();
+    // The merge writes the outputs: if it runs after all (an answer lost
+    // or late), the fragment must not run again beside it.
+    if (name == split.merge_fragment && !(r && r->status == 201) &&
+        find_query(engine::fragment_network_name(job.query, name))) {
+      deployed.emplace_back(name, node);
+      continue;
+    }
     if (!r || r->status != 201) {
       undo();
       return rerun("deploying fragment " + name + " on " + node + ": " +
@@ -934,7 +941,8 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
     auto f = answered->get_future();
     forward(sub_request(job.req, method, target, body), node,
             [answered](http::Response r) { answered->set_value(std::move(r)); });
-    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return 0u;
+    const auto bound = method == "GET" ? std::chrono::seconds(5) : std::chrono::seconds(kDeployWait);
+    if (f.wait_for(bound) != std::future_status::ready) return 0u;
     http::Response r = f.get();
     out.Parse(r.body.data(), r.body.size());
     return r.status;
@@ -1013,7 +1021,10 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
     rapidjson::Document r;
     const unsigned status = get_json(config_.node, "PUT", fragment_target(job.query, job.fragment),
                                      seeded(original_body, seed), r);
-    if (status != 201) return rollback("deploying fragment " + job.fragment + ": " + json_text(r));
+    // (Running after all, its answer lost: the merge must not run again.)
+    if (status != 201 && !find_query(engine::fragment_network_name(job.query, job.fragment)))
+      return rollback("deploying fragment " + job.fragment + ": " +
+                      (status == 0 ? std::string("no answer within 30 s") : json_text(r)));
   }
   const auto t_run = Clock::now();
   bool checkpointed = false;
