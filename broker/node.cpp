@@ -862,6 +862,10 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     if (takeover) {
       if (auto s = adopt(out.name, "output")) outs.push_back(s);
     } else if (seed && seed->adopt.count(out.name)) {
+      // One writer at a time: the fragment split (or merged back) stopped.
+      for (const auto& [other, q] : queries_)
+        for (const auto& written : q->meta().outputs)
+          if (written == out.name && taken.empty()) taken = path + ": query '" + other + "' writes '" + out.name + "'";
       if (auto s = adopt(out.name, "output")) adopted[o] = s;
     } else if (internal) {
       if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
