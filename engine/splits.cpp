@@ -231,6 +231,97 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
   return s;
 }
 
+// The query document with the fragment's boxes out, the router, the
+// copies and the merge in: arcs into the fragment go to the router, arcs
+// and outputs from its exit port come from the merge.
+std::string rewritten_document(const NetworkDef& def, const Shape& shape, const std::set<std::string>& ids,
+                               const FragmentSplit& out) {
+  rapidjson::Document doc;
+  doc.CopyFrom(*def.doc, doc.GetAllocator());
+  auto& a = doc.GetAllocator();
+  doc.RemoveMember("placement");
+  const std::string entry_id = def.boxes[shape.entry.first].id;
+  const std::string exit_id = def.boxes[shape.exit.first].id;
+  const uint32_t exit_port = shape.exit.second;
+  auto copy_of = [&](const std::string& id, size_t part) { return id + "-p" + std::to_string(part); };
+
+  rapidjson::Value boxes(rapidjson::kArrayType);
+  std::vector<const rapidjson::Value*> originals;  // the fragment's boxes, in document order
+  for (auto& b : doc["boxes"].GetArray()) {
+    if (!ids.count(b["id"].GetString())) {
+      boxes.PushBack(rapidjson::Value(b, a), a);
+      continue;
+    }
+    originals.push_back(&b);
+  }
+  {
+    rapidjson::Value router(rapidjson::kObjectType), options(rapidjson::kObjectType), keys(rapidjson::kArrayType),
+        ranges(rapidjson::kArrayType);
+    for (const auto& k : out.keys) keys.PushBack(str_value(k, a), a);
+    for (const auto& p : out.parts) {
+      rapidjson::Value r(rapidjson::kArrayType);
+      r.PushBack(p.range.begin, a).PushBack(p.range.end, a);
+      ranges.PushBack(r, a);
+    }
+    options.AddMember("mode", "hash", a).AddMember("keys", keys, a).AddMember("ranges", ranges, a);
+    router.AddMember("id", str_value(out.router_box, a), a)
+        .AddMember("type", "split", a)
+        .AddMember("options", options, a)
+        .AddMember("description", str_value("routes fragment " + out.fragment + "'s input by key group", a), a);
+    boxes.PushBack(router, a);
+  }
+  for (size_t i = 0; i < out.parts.size(); ++i)
+    for (const rapidjson::Value* b : originals) {
+      rapidjson::Value copy(*b, a);
+      copy["id"] = str_value(copy_of(b->operator[]("id").GetString(), i), a);
+      boxes.PushBack(copy, a);
+    }
+  {
+    rapidjson::Value merge(rapidjson::kObjectType);
+    merge.AddMember("id", str_value(out.merge_box, a), a)
+        .AddMember("type", "merge", a)
+        .AddMember("options", rapidjson::Value(rapidjson::kObjectType), a)
+        .AddMember("description", str_value("recombines fragment " + out.fragment + "'s parts in order", a), a);
+    boxes.PushBack(merge, a);
+  }
+  doc["boxes"] = boxes;
+
+  rapidjson::Value arcs(rapidjson::kArrayType);
+  auto arc = [&](const std::string& from, const std::string& to) {
+    rapidjson::Value v(rapidjson::kObjectType);
+    v.AddMember("from", str_value(from, a), a).AddMember("to", str_value(to, a), a);
+    arcs.PushBack(v, a);
+  };
+  std::vector<std::pair<std::string, std::string>> inner;  // arcs inside the fragment, in document order
+  for (const auto& v : doc["arcs"].GetArray()) {
+    const std::string from = v["from"].GetString(), to = v["to"].GetString();
+    const auto [from_id, from_port] = split_end(from);
+    const auto [to_id, to_port] = split_end(to);
+    const bool from_in = ids.count(from_id) > 0, to_in = ids.count(to_id) > 0;
+    if (from_in && to_in) inner.emplace_back(from, to);
+    else if (to_in) arc(from, out.router_box);  // the one entry
+    else if (from_in) arc(out.merge_box, to);   // from the one exit port
+    else arc(from, to);
+  }
+  for (size_t i = 0; i < out.parts.size(); ++i) {
+    arc(end_of(out.router_box, static_cast<uint32_t>(i)), end_of(copy_of(entry_id, i), shape.entry.second));
+    for (const auto& [from, to] : inner) {
+      const auto [from_id, from_port] = split_end(from);
+      const auto [to_id, to_port] = split_end(to);
+      arc(end_of(copy_of(from_id, i), from_port), end_of(copy_of(to_id, i), to_port));
+    }
+    arc(end_of(copy_of(exit_id, i), exit_port), end_of(out.merge_box, static_cast<uint32_t>(i)));
+  }
+  doc["arcs"] = arcs;
+  for (auto& o : doc["outputs"].GetArray())
+    if (ids.count(split_end(o["from"].GetString()).first)) o["from"] = str_value(out.merge_box, a);
+
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  doc.Accept(w);
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
 }  // namespace
 
 std::vector<SplitPartSpec> equal_split_parts(const std::vector<std::string>& nodes) {
@@ -306,93 +397,7 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
   }
   if (diag.size() > first) return summary(fragment, diag, first);
 
-  // The rewritten document: the fragment's boxes out, the router, the
-  // copies and the merge in; arcs into the fragment go to the router,
-  // arcs and outputs from its exit port come from the merge.
-  rapidjson::Document doc;
-  doc.CopyFrom(*def.doc, doc.GetAllocator());
-  auto& a = doc.GetAllocator();
-  doc.RemoveMember("placement");
-  const std::string entry_id = def.boxes[shape.entry.first].id;
-  const std::string exit_id = def.boxes[shape.exit.first].id;
-  const uint32_t exit_port = shape.exit.second;
-  auto copy_of = [&](const std::string& id, size_t part) { return id + "-p" + std::to_string(part); };
-
-  rapidjson::Value boxes(rapidjson::kArrayType);
-  std::vector<const rapidjson::Value*> originals;  // the fragment's boxes, in document order
-  for (auto& b : doc["boxes"].GetArray()) {
-    if (!ids.count(b["id"].GetString())) {
-      boxes.PushBack(rapidjson::Value(b, a), a);
-      continue;
-    }
-    originals.push_back(&b);
-  }
-  {
-    rapidjson::Value router(rapidjson::kObjectType), options(rapidjson::kObjectType), keys(rapidjson::kArrayType),
-        ranges(rapidjson::kArrayType);
-    for (const auto& k : out.keys) keys.PushBack(str_value(k, a), a);
-    for (const auto& p : parts) {
-      rapidjson::Value r(rapidjson::kArrayType);
-      r.PushBack(p.range.begin, a).PushBack(p.range.end, a);
-      ranges.PushBack(r, a);
-    }
-    options.AddMember("mode", "hash", a).AddMember("keys", keys, a).AddMember("ranges", ranges, a);
-    router.AddMember("id", str_value(out.router_box, a), a)
-        .AddMember("type", "split", a)
-        .AddMember("options", options, a)
-        .AddMember("description", str_value("routes fragment " + out.fragment + "'s input by key group", a), a);
-    boxes.PushBack(router, a);
-  }
-  for (size_t i = 0; i < parts.size(); ++i)
-    for (const rapidjson::Value* b : originals) {
-      rapidjson::Value copy(*b, a);
-      copy["id"] = str_value(copy_of(b->operator[]("id").GetString(), i), a);
-      boxes.PushBack(copy, a);
-    }
-  {
-    rapidjson::Value merge(rapidjson::kObjectType);
-    merge.AddMember("id", str_value(out.merge_box, a), a)
-        .AddMember("type", "merge", a)
-        .AddMember("options", rapidjson::Value(rapidjson::kObjectType), a)
-        .AddMember("description", str_value("recombines fragment " + out.fragment + "'s parts in order", a), a);
-    boxes.PushBack(merge, a);
-  }
-  doc["boxes"] = boxes;
-
-  rapidjson::Value arcs(rapidjson::kArrayType);
-  auto arc = [&](const std::string& from, const std::string& to) {
-    rapidjson::Value v(rapidjson::kObjectType);
-    v.AddMember("from", str_value(from, a), a).AddMember("to", str_value(to, a), a);
-    arcs.PushBack(v, a);
-  };
-  std::vector<std::pair<std::string, std::string>> inner;  // arcs inside the fragment, in document order
-  for (const auto& v : doc["arcs"].GetArray()) {
-    const std::string from = v["from"].GetString(), to = v["to"].GetString();
-    const auto [from_id, from_port] = split_end(from);
-    const auto [to_id, to_port] = split_end(to);
-    const bool from_in = ids.count(from_id) > 0, to_in = ids.count(to_id) > 0;
-    if (from_in && to_in) inner.emplace_back(from, to);
-    else if (to_in) arc(from, out.router_box);  // the one entry
-    else if (from_in) arc(out.merge_box, to);   // from the one exit port
-    else arc(from, to);
-  }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    arc(end_of(out.router_box, static_cast<uint32_t>(i)), end_of(copy_of(entry_id, i), shape.entry.second));
-    for (const auto& [from, to] : inner) {
-      const auto [from_id, from_port] = split_end(from);
-      const auto [to_id, to_port] = split_end(to);
-      arc(end_of(copy_of(from_id, i), from_port), end_of(copy_of(to_id, i), to_port));
-    }
-    arc(end_of(copy_of(exit_id, i), exit_port), end_of(out.merge_box, static_cast<uint32_t>(i)));
-  }
-  doc["arcs"] = arcs;
-  for (auto& o : doc["outputs"].GetArray())
-    if (ids.count(split_end(o["from"].GetString()).first)) o["from"] = str_value(out.merge_box, a);
-
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  doc.Accept(w);
-  out.network_json.assign(sb.GetString(), sb.GetSize());
+  out.network_json = rewritten_document(def, shape, ids, out);
   Diagnostics rewritten;
   auto parsed = QueryNetwork::parse(out.network_json, rewritten);
   if (!parsed.ok())  // a bug here, not the user's

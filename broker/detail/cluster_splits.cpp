@@ -28,6 +28,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <set>
 #include <optional>
 #include <variant>
 #include <thread>
@@ -466,7 +467,206 @@ void set_member(rapidjson::Document& d, const char* key, rapidjson::Value v) {
   d.AddMember(rapidjson::StringRef(key), v, d.GetAllocator());
 }
 
+// The fragment `name` of the split's cut (split_fragment named them all).
+const engine::FragmentPlan& plan_of(const SplitPlan& plan, const std::string& name) {
+  for (const auto& f : plan.cut.fragments)
+    if (f.name == name) return f;
+  throw std::logic_error("no fragment " + name);
+}
+
+// Where the split places fragment `name` (`fallback`: the split one's node).
+std::string node_of(const engine::FragmentSplit& split, const std::string& name, const std::string& fallback) {
+  for (const auto& f : split.placement)
+    if (f.name == name) return f.node;
+  return fallback;
+}
+
+using SeedPtr = std::shared_ptr<NodeImpl::FragmentOf::Seed>;
+
+// The new fragments' seeds from the split fragment's state (`meta`: its
+// runner's): the router continues its input positions and clock, each
+// part holds its key groups, the merge continues its outputs.
+Result<std::map<std::string, SeedPtr>> split_seeds(const SplitPlan& plan, const QueryRunner::State& state,
+                                                   const QueryMeta& meta) {
+  const engine::FragmentSplit& split = plan.split;
+  std::map<std::string, SeedPtr> seeds;
+  const auto& router = plan_of(plan, split.router_fragment);
+  auto snap = engine::carry_snapshot(plan.fragment_network, state.snapshot, router.network, {}, nullptr);
+  if (!snap.ok()) return make_error(snap.error().code, "the router's state: " + snap.error().message);
+  auto r = std::make_shared<NodeImpl::FragmentOf::Seed>();
+  r->state = {state.positions, std::vector<uint64_t>(router.network.outputs().size(), 1), std::move(*snap)};
+  seeds[split.router_fragment] = r;
+  for (size_t i = 0; i < split.parts.size(); ++i) {
+    const auto& part = plan_of(plan, split.part_fragments[i]);
+    auto ps = engine::carry_snapshot(plan.fragment_network, state.snapshot, part.network, split.part_boxes[i],
+                                     &split.parts[i].range);
+    if (!ps.ok()) return make_error(ps.error().code, "part " + std::to_string(i) + "'s state: " + ps.error().message);
+    if (ps->size() > kMaxSeedSnapshotBytes)
+      return make_error(Errc::limit_exceeded, "part " + std::to_string(i) + "'s state is " +
+                                                  std::to_string(ps->size()) + " bytes; a split ships at most " +
+                                                  std::to_string(kMaxSeedSnapshotBytes >> 20) + " MiB per part "
+                                                  "for now");
+    auto p = std::make_shared<NodeImpl::FragmentOf::Seed>();
+    p->state = {std::vector<uint64_t>(part.network.inputs().size(), 1),
+                std::vector<uint64_t>(part.network.outputs().size(), 1), std::move(*ps)};
+    seeds[split.part_fragments[i]] = p;
+  }
+  const auto& merge = plan_of(plan, split.merge_fragment);
+  auto m = std::make_shared<NodeImpl::FragmentOf::Seed>();
+  m->state.positions.assign(merge.network.inputs().size(), 1);
+  for (const auto& o : merge.network.outputs()) {
+    auto at = std::find(meta.outputs.begin(), meta.outputs.end(), o.name);
+    if (at == meta.outputs.end())
+      return make_error(Errc::invalid_argument, "the merge writes '" + o.name + "', which the fragment did not");
+    m->state.out_next.push_back(state.out_next[static_cast<size_t>(at - meta.outputs.begin())]);
+    m->adopt.insert(o.name);
+  }
+  seeds[split.merge_fragment] = m;
+  return seeds;
+}
+
+// The query's entry `d` once fragment `fragment` (on `node`) is split: the
+// new fragments with their bodies in its place, their arcs, the split
+// recorded (with the fragment's own entry, which a merge restores),
+// running again. False when the entry has no such fragment.
+bool record_split(rapidjson::Document& d, const SplitPlan& plan, const std::string& fragment,
+                  const std::string& node) {
+  const engine::FragmentSplit& split = plan.split;
+  const auto& parts = split.parts;
+  auto& a = d.GetAllocator();
+  if (!d.HasMember("fragments") || !d["fragments"].IsArray()) return false;
+  rapidjson::Value fragments(rapidjson::kArrayType);
+  rapidjson::Value original;
+  for (auto& f : d["fragments"].GetArray()) {
+    if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || f["name"].GetString() != fragment) {
+      fragments.PushBack(rapidjson::Value(f, a), a);
+      continue;
+    }
+    original.CopyFrom(f, a);
+    for (const auto& [name, fbody] : plan.bodies) {
+      rapidjson::Value e(rapidjson::kObjectType), boxes(rapidjson::kArrayType), b;
+      for (const auto& id : plan_of(plan, name).network.box_ids()) boxes.PushBack(rapidjson::Value(id.c_str(), a), a);
+      rapidjson::Document parsed;
+      parsed.Parse(fbody.data(), fbody.size());
+      b.CopyFrom(parsed, a);
+      e.AddMember("name", rapidjson::Value(name.c_str(), a), a)
+          .AddMember("node", rapidjson::Value(node_of(split, name, node).c_str(), a), a)
+          .AddMember("boxes", boxes, a)
+          .AddMember("body", b, a);
+      fragments.PushBack(e, a);
+    }
+  }
+  if (original.IsNull()) return false;
+  d["fragments"] = fragments;
+  if (d.HasMember("arcs") && d["arcs"].IsArray()) {
+    for (auto& arc : d["arcs"].GetArray())
+      if (arc.IsObject() && arc.HasMember("to_fragments") && arc["to_fragments"].IsArray())
+        for (auto& t : arc["to_fragments"].GetArray())
+          if (t.IsString() && t.GetString() == fragment)
+            t.SetString(split.router_fragment.c_str(), a);
+    for (const auto& arc : plan.cut.arcs) {
+      rapidjson::Value v(rapidjson::kObjectType), to(rapidjson::kArrayType);
+      for (const auto& t : arc.to_fragments) to.PushBack(rapidjson::Value(t.c_str(), a), a);
+      v.AddMember("stream", rapidjson::Value(arc.stream.c_str(), a), a)
+          .AddMember("from", rapidjson::Value(arc.from.c_str(), a), a)
+          .AddMember("from_fragment", rapidjson::Value(arc.from_fragment.c_str(), a), a)
+          .AddMember("to_fragments", to, a);
+      d["arcs"].PushBack(v, a);
+    }
+  }
+  rapidjson::Value rec(rapidjson::kObjectType), pv(rapidjson::kArrayType), keys(rapidjson::kArrayType);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    rapidjson::Value p(rapidjson::kObjectType), range(rapidjson::kArrayType);
+    range.PushBack(parts[i].range.begin, a).PushBack(parts[i].range.end, a);
+    p.AddMember("fragment", rapidjson::Value(split.part_fragments[i].c_str(), a), a)
+        .AddMember("node", rapidjson::Value(parts[i].node.c_str(), a), a)
+        .AddMember("range", range, a);
+    pv.PushBack(p, a);
+  }
+  for (const auto& k : split.keys) keys.PushBack(rapidjson::Value(k.c_str(), a), a);
+  rec.AddMember("fragment", rapidjson::Value(fragment.c_str(), a), a)
+      .AddMember("node", rapidjson::Value(node.c_str(), a), a)
+      .AddMember("keyed_box", rapidjson::Value(split.keyed_box.c_str(), a), a)
+      .AddMember("keys", keys, a)
+      .AddMember("router", rapidjson::Value(split.router_fragment.c_str(), a), a)
+      .AddMember("parts", pv, a)
+      .AddMember("merge", rapidjson::Value(split.merge_fragment.c_str(), a), a)
+      .AddMember("at_ms", rapidjson::Value(static_cast<int64_t>(wall_ms())), a)
+      .AddMember("original", original, a);
+  if (!d.HasMember("splits") || !d["splits"].IsArray()) set_member(d, "splits", rapidjson::Value(rapidjson::kArrayType));
+  d["splits"].PushBack(rec, a);
+  set_member(d, "state", rapidjson::Value("running", a));
+  return true;
+}
+
+// The answer to a split.
+std::string split_answer(const std::string& query, const engine::FragmentSplit& split, const std::string& node,
+                         const std::map<std::string, SeedPtr>& seeds, bool checkpointed, double pause_ms,
+                         double total_ms) {
+  JsonOut j;
+  j.begin_object();
+  j.key("query").str(query).key("fragment").str(split.fragment).key("state").str("split");
+  j.key("keyed_box").str(split.keyed_box).key("keys").begin_array();
+  for (const auto& k : split.keys) j.str(k);
+  j.end_array();
+  j.key("router").begin_object().key("fragment").str(split.router_fragment).key("node").str(node).end_object();
+  j.key("parts").begin_array();
+  for (size_t i = 0; i < split.parts.size(); ++i) {
+    j.begin_object().key("fragment").str(split.part_fragments[i]).key("node").str(split.parts[i].node);
+    j.key("range").begin_array().u64(split.parts[i].range.begin).u64(split.parts[i].range.end).end_array();
+    j.key("state_bytes").u64(seeds.at(split.part_fragments[i])->state.snapshot.size()).end_object();
+  }
+  j.end_array();
+  j.key("merge").begin_object().key("fragment").str(split.merge_fragment).key("node").str(node).end_object();
+  j.key("checkpointed").boolean(checkpointed);
+  // The outputs were written by nobody from the fragment's stop to the
+  // merge's start.
+  j.key("pause_ms").dbl(pause_ms).key("total_ms").dbl(total_ms);
+  j.end_object();
+  return j.take();
+}
+
 }  // namespace
+
+std::optional<http::Response> NodeImpl::call_node(const http::Request& req, const std::string& node,
+                                                  std::chrono::steady_clock::duration bound) {
+  auto answered = std::make_shared<std::promise<http::Response>>();
+  auto f = answered->get_future();
+  forward(req, node, [answered](http::Response r) { answered->set_value(std::move(r)); });
+  if (f.wait_for(bound) != std::future_status::ready) return std::nullopt;
+  return f.get();
+}
+
+bool NodeImpl::await_checkpoints(const http::Request& caller, const std::string& query,
+                                 const std::vector<std::pair<std::string, std::string>>& fragments) {
+  bool all = true;
+  for (const auto& [name, node] : fragments) {
+    const auto until = Clock::now() + kCheckpointWait;
+    bool has = false;
+    while (!has && Clock::now() < until) {
+      if (auto r = call_node(sub_request(caller, "GET", fragment_target(query, name), ""), node,
+                             std::chrono::seconds(2))) {
+        rapidjson::Document d;
+        d.Parse(r->body.data(), r->body.size());
+        has = r->status == 200 && d.IsObject() && d.HasMember("checkpoint") && d["checkpoint"].IsObject();
+      }
+      if (!has) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    all &= has;
+  }
+  return all;
+}
+
+void NodeImpl::drop_split_router(const std::string& runner, const std::vector<std::string>& outputs) {
+  if (find_query(runner)) (void)detach_query(runner);
+  // Its streams, not the mirror of its input (the fragment reads it).
+  std::vector<std::string> streams = outputs;
+  streams.push_back(state_stream_name(runner));
+  for (const auto& s : streams) {
+    (void)discard_stream(s);
+    (void)catalog_->erase("streams/" + s);
+  }
+}
 
 http::Response NodeImpl::run_split(const SplitJob& job) {
   const auto t0 = Clock::now();
@@ -500,97 +700,32 @@ http::Response NodeImpl::run_split(const SplitJob& job) {
     return failed(503, "stopping the fragment: " + st.error().message + "; nothing split");
   }
   const auto t_stop = Clock::now();
-  auto state = q->stopped_state();
   auto rerun = [&](const std::string& why) {
     rerun_fragment(meta, body);
     set_state("running");
     return failed(409, why + "; the fragment runs on " + config_.node + " again, unsplit");
   };
+  auto state = q->stopped_state();
   if (!state.ok()) return rerun("the fragment's state: " + state.error().message);
+  auto seeds = split_seeds(plan, *state, meta);
+  if (!seeds.ok()) return rerun(seeds.error().message);
 
-  // 3. The seeds: the router continues the fragment's input positions and
-  // clock; each part holds its key groups; the merge continues the outputs.
-  std::map<std::string, std::shared_ptr<FragmentOf::Seed>> seeds;
-  auto plan_of = [&](const std::string& name) -> const engine::FragmentPlan& {
-    for (const auto& f : plan.cut.fragments)
-      if (f.name == name) return f;
-    throw std::logic_error("no fragment " + name);  // split_fragment named them
-  };
-  {
-    const auto& router = plan_of(split.router_fragment);
-    auto snap = engine::carry_snapshot(plan.fragment_network, state->snapshot, router.network, {}, nullptr);
-    if (!snap.ok()) return rerun("the router's state: " + snap.error().message);
-    auto s = std::make_shared<FragmentOf::Seed>();
-    s->state = {state->positions, std::vector<uint64_t>(router.network.outputs().size(), 1), std::move(*snap)};
-    seeds[split.router_fragment] = s;
-  }
-  for (size_t i = 0; i < split.parts.size(); ++i) {
-    const auto& part = plan_of(split.part_fragments[i]);
-    auto snap = engine::carry_snapshot(plan.fragment_network, state->snapshot, part.network, split.part_boxes[i],
-                                       &split.parts[i].range);
-    if (!snap.ok()) return rerun("part " + std::to_string(i) + "'s state: " + snap.error().message);
-    if (snap->size() > kMaxSeedSnapshotBytes)
-      return rerun("part " + std::to_string(i) + "'s state is " + std::to_string(snap->size()) + " bytes; a split "
-                   "ships at most " + std::to_string(kMaxSeedSnapshotBytes >> 20) + " MiB per part for now");
-    auto s = std::make_shared<FragmentOf::Seed>();
-    s->state = {std::vector<uint64_t>(part.network.inputs().size(), 1),
-                std::vector<uint64_t>(part.network.outputs().size(), 1), std::move(*snap)};
-    seeds[split.part_fragments[i]] = s;
-  }
-  {
-    const auto& merge = plan_of(split.merge_fragment);
-    auto s = std::make_shared<FragmentOf::Seed>();
-    s->state.positions.assign(merge.network.inputs().size(), 1);
-    for (const auto& o : merge.network.outputs()) {
-      auto at = std::find(meta.outputs.begin(), meta.outputs.end(), o.name);
-      if (at == meta.outputs.end()) return rerun("the merge writes '" + o.name + "', which the fragment did not");
-      s->state.out_next.push_back(state->out_next[static_cast<size_t>(at - meta.outputs.begin())]);
-      s->adopt.insert(o.name);
-    }
-    seeds[split.merge_fragment] = s;
-  }
-
-  // 4. The new fragments, producers first: router, parts, merge.
+  // 3. The new fragments, producers first: router, parts, merge. A failure
+  // removes those deployed (the merge, which writes the outputs, comes
+  // last) and runs the fragment again.
   std::vector<std::pair<std::string, std::string>> deployed;  // fragment, node
-  auto node_of = [&](const std::string& name) {
-    for (const auto& f : split.placement)
-      if (f.name == name) return f.node;
-    return config_.node;
-  };
-  auto undo = [&]() {
+  auto undo = [&] {
     for (auto it = deployed.rbegin(); it != deployed.rend(); ++it) {
-      const auto& [name, node] = *it;
-      const std::string r = engine::fragment_network_name(job.query, name);
-      if (node == config_.node) {
-        // Here (the router): its streams go, not the mirror it shares
-        // with the fragment, which runs again on it.
-        if (auto rq = find_query(r)) {
-          const QueryMeta m = rq->meta();
-          (void)detach_query(r);
-          for (const auto& o : m.outputs) {
-            (void)discard_stream(o);
-            (void)catalog_->erase("streams/" + o);
-          }
-          (void)discard_stream(m.state_stream);
-          (void)catalog_->erase("streams/" + m.state_stream);
-        }
-        continue;
-      }
-      auto done = std::make_shared<std::promise<void>>();
-      auto f = done->get_future();
-      forward(sub_request(job.req, "DELETE", fragment_target(job.query, name), ""), node,
-              [done](http::Response) { done->set_value(); });
-      (void)f.wait_for(kDeployWait);
+      if (it->second == config_.node)  // the router, or a part here (it reads no mirror)
+        drop_split_router(engine::fragment_network_name(job.query, it->first), plan_of(plan, it->first).writes);
+      else (void)call_node(sub_request(job.req, "DELETE", fragment_target(job.query, it->first), ""), it->second,
+                           kDeployWait);
     }
   };
   for (const auto& [name, fbody] : plan.bodies) {
-    const std::string node = node_of(name);
-    auto answered = std::make_shared<std::promise<http::Response>>();
-    auto f = answered->get_future();
-    forward(sub_request(job.req, "PUT", fragment_target(job.query, name), seeded(fbody, *seeds.at(name))), node,
-            [answered](http::Response r) { answered->set_value(std::move(r)); });
-    std::optional<http::Response> r;
-    if (f.wait_for(kDeployWait) == std::future_status::ready) r = f.get();
+    const std::string node = node_of(split, name, config_.node);
+    auto r = call_node(sub_request(job.req, "PUT", fragment_target(job.query, name), seeded(fbody, *seeds->at(name))),
+                       node, kDeployWait);
     // The merge writes the outputs: if it runs after all (an answer lost
     // or late), the fragment must not run again beside it.
     if (name == split.merge_fragment && !(r && r->status == 201) &&
@@ -607,143 +742,27 @@ http::Response NodeImpl::run_split(const SplitJob& job) {
   }
   const auto t_run = Clock::now();
 
-  // 5. Each new fragment's seed is in its state stream (its first
+  // 4. Each new fragment's seed is in its state stream (its first
   // checkpoint) before the entry counts on it: a node taking one over
   // recovers from there.
-  bool checkpointed = true;
-  for (const auto& [name, node] : deployed) {
-    const auto until = Clock::now() + kCheckpointWait;
-    bool has = false;
-    while (!has && Clock::now() < until) {
-      auto answered = std::make_shared<std::promise<http::Response>>();
-      auto f = answered->get_future();
-      forward(sub_request(job.req, "GET", fragment_target(job.query, name), ""), node,
-              [answered](http::Response r) { answered->set_value(std::move(r)); });
-      if (f.wait_for(std::chrono::seconds(2)) == std::future_status::ready) {
-        const http::Response r = f.get();
-        rapidjson::Document d;
-        d.Parse(r.body.data(), r.body.size());
-        has = r.status == 200 && d.IsObject() && d.HasMember("checkpoint") && d["checkpoint"].IsObject();
-      }
-      if (!has) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    checkpointed &= has;
-  }
-
-  // 6. The entry: the new fragments in the split one's place, their arcs,
-  // the split recorded (with what the merge restores), running again.
-  const auto& parts = split.parts;
-  const bool written = edit_query_entry(*catalog_, job.query, [&](rapidjson::Document& d) {
-    auto& a = d.GetAllocator();
-    if (!d.HasMember("fragments") || !d["fragments"].IsArray()) return false;
-    rapidjson::Value fragments(rapidjson::kArrayType);
-    rapidjson::Value original;
-    for (auto& f : d["fragments"].GetArray()) {
-      if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || f["name"].GetString() != job.fragment) {
-        fragments.PushBack(rapidjson::Value(f, a), a);
-        continue;
-      }
-      original.CopyFrom(f, a);
-      for (const auto& [name, fbody] : plan.bodies) {
-        rapidjson::Value e(rapidjson::kObjectType), boxes(rapidjson::kArrayType), b;
-        for (const auto& id : plan_of(name).network.box_ids()) boxes.PushBack(rapidjson::Value(id.c_str(), a), a);
-        rapidjson::Document parsed;
-        parsed.Parse(fbody.data(), fbody.size());
-        b.CopyFrom(parsed, a);
-        e.AddMember("name", rapidjson::Value(name.c_str(), a), a)
-            .AddMember("node", rapidjson::Value(node_of(name).c_str(), a), a)
-            .AddMember("boxes", boxes, a)
-            .AddMember("body", b, a);
-        fragments.PushBack(e, a);
-      }
-    }
-    if (original.IsNull()) return false;
-    d["fragments"] = fragments;
-    if (d.HasMember("arcs") && d["arcs"].IsArray()) {
-      for (auto& arc : d["arcs"].GetArray())
-        if (arc.IsObject() && arc.HasMember("to_fragments") && arc["to_fragments"].IsArray())
-          for (auto& t : arc["to_fragments"].GetArray())
-            if (t.IsString() && t.GetString() == job.fragment)
-              t.SetString(split.router_fragment.c_str(), a);
-      for (const auto& arc : plan.cut.arcs) {
-        rapidjson::Value v(rapidjson::kObjectType), to(rapidjson::kArrayType);
-        for (const auto& t : arc.to_fragments) to.PushBack(rapidjson::Value(t.c_str(), a), a);
-        v.AddMember("stream", rapidjson::Value(arc.stream.c_str(), a), a)
-            .AddMember("from", rapidjson::Value(arc.from.c_str(), a), a)
-            .AddMember("from_fragment", rapidjson::Value(arc.from_fragment.c_str(), a), a)
-            .AddMember("to_fragments", to, a);
-        d["arcs"].PushBack(v, a);
-      }
-    }
-    rapidjson::Value rec(rapidjson::kObjectType), pv(rapidjson::kArrayType), keys(rapidjson::kArrayType);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      rapidjson::Value p(rapidjson::kObjectType), range(rapidjson::kArrayType);
-      range.PushBack(parts[i].range.begin, a).PushBack(parts[i].range.end, a);
-      p.AddMember("fragment", rapidjson::Value(split.part_fragments[i].c_str(), a), a)
-          .AddMember("node", rapidjson::Value(parts[i].node.c_str(), a), a)
-          .AddMember("range", range, a);
-      pv.PushBack(p, a);
-    }
-    for (const auto& k : split.keys) keys.PushBack(rapidjson::Value(k.c_str(), a), a);
-    rec.AddMember("fragment", rapidjson::Value(job.fragment.c_str(), a), a)
-        .AddMember("node", rapidjson::Value(config_.node.c_str(), a), a)
-        .AddMember("keyed_box", rapidjson::Value(split.keyed_box.c_str(), a), a)
-        .AddMember("keys", keys, a)
-        .AddMember("router", rapidjson::Value(split.router_fragment.c_str(), a), a)
-        .AddMember("parts", pv, a)
-        .AddMember("merge", rapidjson::Value(split.merge_fragment.c_str(), a), a)
-        .AddMember("at_ms", rapidjson::Value(static_cast<int64_t>(wall_ms())), a)
-        .AddMember("original", original, a);
-    if (!d.HasMember("splits") || !d["splits"].IsArray()) set_member(d, "splits", rapidjson::Value(rapidjson::kArrayType));
-    d["splits"].PushBack(rec, a);
-    set_member(d, "state", rapidjson::Value("running", a));
-    return true;
-  }, etcd_ms);
-  if (!written) {
+  const bool checkpointed = await_checkpoints(job.req, job.query, deployed);
+  // 5. The entry names the new fragments.
+  if (!edit_query_entry(*catalog_, job.query,
+                        [&](rapidjson::Document& d) { return record_split(d, plan, job.fragment, config_.node); },
+                        etcd_ms)) {
     // The merge writes the outputs now: the fragment cannot come back
     // (its rows would repeat). The entry is left "splitting" for an
     // operator to see (docs/cluster.md, "Splitting a fragment").
     return failed(503, "the new fragments run, but the query's catalog entry could not be updated; it stays "
                        "\"splitting\"");
   }
-  // 7. The fragment's state stream goes (its outputs are the merge's now;
+  // 6. The fragment's state stream goes (its outputs are the merge's now;
   // the mirror of its input is the router's).
   (void)discard_stream(meta.state_stream);
   (void)catalog_->erase("streams/" + meta.state_stream);
-  const auto t_end = Clock::now();
-
-  JsonOut j;
-  j.begin_object();
-  j.key("query").str(job.query).key("fragment").str(job.fragment).key("state").str("split");
-  j.key("keyed_box").str(split.keyed_box).key("keys").begin_array();
-  for (const auto& k : split.keys) j.str(k);
-  j.end_array();
-  j.key("router").begin_object().key("fragment").str(split.router_fragment).key("node").str(config_.node).end_object();
-  j.key("parts").begin_array();
-  for (size_t i = 0; i < parts.size(); ++i)
-    j.begin_object()
-        .key("fragment")
-        .str(split.part_fragments[i])
-        .key("node")
-        .str(parts[i].node)
-        .key("range")
-        .begin_array()
-        .u64(parts[i].range.begin)
-        .u64(parts[i].range.end)
-        .end_array()
-        .key("state_bytes")
-        .u64(seeds.at(split.part_fragments[i])->state.snapshot.size())
-        .end_object();
-  j.end_array();
-  j.key("merge").begin_object().key("fragment").str(split.merge_fragment).key("node").str(config_.node).end_object();
-  j.key("checkpointed").boolean(checkpointed);
-  // The outputs were written by nobody from the stop here to the merge's
-  // start.
-  j.key("pause_ms").dbl(ms_between(t_stop, t_run));
-  j.key("total_ms").dbl(ms_between(t0, t_end));
-  j.end_object();
   log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
-  return http::Response::json(200, j.take());
+  return http::Response::json(200, split_answer(job.query, split, config_.node, *seeds, checkpointed,
+                                                ms_between(t_stop, t_run), ms_between(t0, Clock::now())));
 }
 
 // ------------------------------------------------------------ merging back
@@ -874,6 +893,125 @@ void NodeImpl::merge_fragment_route(const http::Request& req, const PathParams& 
   enqueue_split(SplitJob{true, query, fragment, {}, sub_request(req, "GET", "/", ""), answer});
 }
 
+namespace {
+
+// The query's entry `doc` once split fragment `fragment` is merged back on
+// `node`: the fragment's own entry in the router's place, the parts, the
+// router, the merge and their arcs gone, the split marked merged, running
+// again. False when the split is not recorded.
+bool record_merge(rapidjson::Document& doc, const engine::FragmentSplit& split, const std::string& fragment,
+                  const std::string& node) {
+  std::set<std::string> gone{split.router_fragment, split.merge_fragment};
+  for (const auto& p : split.part_fragments) gone.insert(p);
+  auto& a = doc.GetAllocator();
+  rapidjson::Value* r = const_cast<rapidjson::Value*>(split_record(doc, fragment));
+  if (!r || !doc.HasMember("fragments") || !doc["fragments"].IsArray()) return false;
+  rapidjson::Value fragments(rapidjson::kArrayType);
+  for (auto& f : doc["fragments"].GetArray()) {
+    const std::string name = f.IsObject() && f.HasMember("name") && f["name"].IsString() ? f["name"].GetString() : "";
+    if (name == split.router_fragment) {
+      rapidjson::Value original((*r)["original"], a);
+      original["node"].SetString(node.c_str(), a);
+      fragments.PushBack(original, a);
+    } else if (!gone.count(name)) {
+      fragments.PushBack(rapidjson::Value(f, a), a);
+    }
+  }
+  doc["fragments"] = fragments;
+  if (doc.HasMember("arcs") && doc["arcs"].IsArray()) {
+    rapidjson::Value arcs(rapidjson::kArrayType);
+    for (auto& arc : doc["arcs"].GetArray()) {
+      if (arc.IsObject() && arc.HasMember("from_fragment") && arc["from_fragment"].IsString() &&
+          gone.count(arc["from_fragment"].GetString()))
+        continue;
+      if (arc.IsObject() && arc.HasMember("to_fragments") && arc["to_fragments"].IsArray())
+        for (auto& t : arc["to_fragments"].GetArray())
+          if (t.IsString() && t.GetString() == split.router_fragment) t.SetString(fragment.c_str(), a);
+      arcs.PushBack(rapidjson::Value(arc, a), a);
+    }
+    doc["arcs"] = arcs;
+  }
+  r->AddMember("merged_at_ms", rapidjson::Value(static_cast<int64_t>(wall_ms())), a);
+  r->RemoveMember("original");
+  set_member(doc, "state", rapidjson::Value("running", a));
+  return true;
+}
+
+// The merged fragment's seed: its boxes joined from the parts' states, its
+// input clock and positions the router's, its outputs continuing at the
+// merge's.
+Result<NodeImpl::FragmentOf::Seed> merged_seed(const SplitPlan& plan, const QueryRunner::State& router,
+                                               const std::vector<QueryRunner::State>& parts,
+                                               const QueryRunner::State& merge, const QueryMeta& merge_meta) {
+  const engine::FragmentSplit& split = plan.split;
+  std::vector<engine::SnapshotPart> sp;
+  for (size_t i = 0; i < split.parts.size(); ++i)
+    sp.push_back({&plan_of(plan, split.part_fragments[i]).network, parts[i].snapshot, &split.part_boxes[i],
+                  split.parts[i].range});
+  auto joined = engine::join_snapshots(plan.fragment_network, plan_of(plan, split.router_fragment).network,
+                                       router.snapshot, sp);
+  if (!joined.ok()) return make_error(joined.error().code, "joining the parts' states: " + joined.error().message);
+  NodeImpl::FragmentOf::Seed seed;
+  seed.state.positions = router.positions;
+  seed.state.snapshot = std::move(*joined);
+  for (const auto& o : plan.fragment_network.outputs()) {
+    auto at = std::find(merge_meta.outputs.begin(), merge_meta.outputs.end(), o.name);
+    if (at == merge_meta.outputs.end())
+      return make_error(Errc::invalid_argument, "the merge does not write '" + o.name + "'");
+    seed.state.out_next.push_back(merge.out_next[static_cast<size_t>(at - merge_meta.outputs.begin())]);
+    seed.adopt.insert(o.name);
+  }
+  return seed;
+}
+
+// Waits (up to 30 s) until the merge has read each part's stream up to
+// what the part wrote (parts[i].out_next).
+bool await_merge_drained(QueryRunner& merge, const SplitPlan& plan, const std::vector<QueryRunner::State>& parts) {
+  const QueryMeta& meta = merge.meta();
+  std::vector<uint64_t> targets(meta.inputs.size(), 0);
+  for (size_t i = 0; i < plan.split.parts.size(); ++i) {
+    const std::string& stream = plan_of(plan, plan.split.part_fragments[i]).writes.at(0);
+    for (size_t k = 0; k < meta.inputs.size(); ++k)
+      if (meta.inputs[k] == stream || meta.inputs[k].ends_with("/" + stream)) targets[k] = parts[i].out_next.at(0);
+  }
+  auto caught_up = [&] {
+    const auto positions = merge.info().positions;
+    for (size_t k = 0; k < targets.size(); ++k)
+      if (positions.at(k) < targets[k]) return false;
+    return true;
+  };
+  for (const auto until = Clock::now() + kCheckpointWait; !caught_up() && Clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return caught_up();
+}
+
+}  // namespace
+
+Result<QueryRunner::State> NodeImpl::drained_part_state(const http::Request& caller, const std::string& query,
+                                                        const std::string& part, const std::string& node,
+                                                        const std::string& stream, uint64_t target) {
+  const std::string path = fragment_target(query, part);
+  const auto until = Clock::now() + kCheckpointWait;
+  for (bool read = false; !read;) {
+    if (Clock::now() >= until)
+      return make_error(Errc::unavailable, "part " + part + " on " + node + " did not read all the router sent it "
+                                           "within 30 s");
+    if (auto r = call_node(sub_request(caller, "GET", path, ""), node, std::chrono::seconds(5))) {
+      rapidjson::Document g;
+      g.Parse(r->body.data(), r->body.size());
+      read = r->status == 200 && position_of(g, stream) >= target;
+    }
+    if (!read) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto r = call_node(sub_request(caller, "POST", path + "/state", "{\"consumed\":[" + std::to_string(target) + "]}"),
+                     node, kDeployWait);
+  if (!r || r->status != 200)
+    return make_error(Errc::unavailable, "part " + part + "'s state: " + (r ? detail_of(*r) : "no answer"));
+  auto seed = read_fragment_seed(r->body);
+  if (!seed.ok()) return make_error(seed.error().code, "part " + part + "'s state: " + seed.error().message);
+  return (*seed)->state;
+}
+
 http::Response NodeImpl::run_merge(const SplitJob& job) {
   const auto t0 = Clock::now();
   const std::string what = "merging fragment " + job.fragment + " of query '" + job.query + "' back";
@@ -898,11 +1036,6 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
   if (auto* e = std::get_if<PlanError>(&planned)) return failed(409, "the split cannot be replanned: " + e->detail);
   const SplitPlan& plan = std::get<SplitPlan>(planned);
   const engine::FragmentSplit& split = plan.split;
-  auto plan_of = [&](const std::string& name) -> const engine::FragmentPlan& {
-    for (const auto& f : plan.cut.fragments)
-      if (f.name == name) return f;
-    throw std::logic_error("no fragment " + name);
-  };
   const std::string router_runner = engine::fragment_network_name(job.query, split.router_fragment);
   const std::string merge_runner = engine::fragment_network_name(job.query, split.merge_fragment);
   auto router_q = find_query(router_runner);
@@ -935,174 +1068,61 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
   if (!rstate.ok()) return rollback("the router's state: " + rstate.error().message);
 
   // 2. Each part, once it has read all the router sent it: its state.
-  auto get_json = [&](const std::string& node, const std::string& method, const std::string& target,
-                      const std::string& body, rapidjson::Document& out) {
-    auto answered = std::make_shared<std::promise<http::Response>>();
-    auto f = answered->get_future();
-    forward(sub_request(job.req, method, target, body), node,
-            [answered](http::Response r) { answered->set_value(std::move(r)); });
-    const auto bound = method == "GET" ? std::chrono::seconds(5) : std::chrono::seconds(kDeployWait);
-    if (f.wait_for(bound) != std::future_status::ready) return 0u;
-    http::Response r = f.get();
-    out.Parse(r.body.data(), r.body.size());
-    return r.status;
-  };
   std::vector<QueryRunner::State> part_states;
   for (size_t i = 0; i < split.parts.size(); ++i) {
-    const auto& part = plan_of(split.part_fragments[i]);
-    const std::string& stream = part.reads.at(0);
+    const std::string& stream = plan_of(plan, split.part_fragments[i]).reads.at(0);
     const auto at = std::find(router_meta.outputs.begin(), router_meta.outputs.end(), stream);
     if (at == router_meta.outputs.end()) return rollback("the router does not write " + stream);
-    const uint64_t target = rstate->out_next[static_cast<size_t>(at - router_meta.outputs.begin())];
-    const std::string node = split.parts[i].node;
-    const std::string path = fragment_target(job.query, split.part_fragments[i]);
-    const auto until = Clock::now() + kCheckpointWait;
-    bool read = false;
-    while (!read && Clock::now() < until) {
-      rapidjson::Document g;
-      read = get_json(node, "GET", path, "", g) == 200 && position_of(g, stream) >= target;
-      if (!read) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!read) return rollback("part " + split.part_fragments[i] + " on " + node + " did not read all the router "
-                               "sent it within 30 s");
-    rapidjson::Document st;
-    const unsigned status =
-        get_json(node, "POST", path + "/state", "{\"consumed\":[" + std::to_string(target) + "]}", st);
-    if (status != 200) return rollback("part " + split.part_fragments[i] + "'s state: " + json_text(st));
-    auto seed = read_fragment_seed(json_text(st));
-    if (!seed.ok()) return rollback("part " + split.part_fragments[i] + "'s state: " + seed.error().message);
-    part_states.push_back((*seed)->state);
+    auto st = drained_part_state(job.req, job.query, split.part_fragments[i], split.parts[i].node, stream,
+                                 rstate->out_next[static_cast<size_t>(at - router_meta.outputs.begin())]);
+    if (!st.ok()) return rollback(st.error().message);
+    part_states.push_back(std::move(*st));
   }
   // 3. The merge, once it has read all the parts wrote, stops.
-  {
-    std::vector<uint64_t> targets(merge_meta.inputs.size(), 0);
-    for (size_t i = 0; i < split.parts.size(); ++i) {
-      const std::string& stream = plan_of(split.part_fragments[i]).writes.at(0);
-      for (size_t k = 0; k < merge_meta.inputs.size(); ++k)
-        if (merge_meta.inputs[k] == stream || merge_meta.inputs[k].ends_with("/" + stream))
-          targets[k] = part_states[i].out_next.at(0);
-    }
-    auto caught_up = [&] {
-      const auto positions = merge_q->info().positions;
-      for (size_t k = 0; k < targets.size(); ++k)
-        if (positions.at(k) < targets[k]) return false;
-      return true;
-    };
-    const auto until = Clock::now() + kCheckpointWait;
-    while (!caught_up() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!caught_up()) return rollback("the merge did not read all the parts wrote within 30 s");
-  }
+  if (!await_merge_drained(*merge_q, plan, part_states))
+    return rollback("the merge did not read all the parts wrote within 30 s");
   if (Status st = detach_query(merge_runner); !st.ok()) return rollback("stopping the merge: " + st.error().message);
   merge_stopped = true;
   auto mstate = merge_q->stopped_state();
   if (!mstate.ok()) return rollback("the merge's state: " + mstate.error().message);
 
-  // 4. The fragment's state: its boxes joined from the parts, its input
-  // clock the router's; it continues at the router's input positions and
-  // the merge's output sequence numbers.
-  std::vector<engine::SnapshotPart> parts;
-  for (size_t i = 0; i < split.parts.size(); ++i)
-    parts.push_back({&plan_of(split.part_fragments[i]).network, part_states[i].snapshot, &split.part_boxes[i],
-                     split.parts[i].range});
-  auto joined = engine::join_snapshots(plan.fragment_network, plan_of(split.router_fragment).network,
-                                       rstate->snapshot, parts);
-  if (!joined.ok()) return rollback("joining the parts' states: " + joined.error().message);
-  FragmentOf::Seed seed;
-  seed.state.positions = rstate->positions;
-  seed.state.snapshot = std::move(*joined);
-  for (const auto& o : plan.fragment_network.outputs()) {
-    auto at = std::find(merge_meta.outputs.begin(), merge_meta.outputs.end(), o.name);
-    if (at == merge_meta.outputs.end()) return rollback("the merge does not write '" + o.name + "'");
-    seed.state.out_next.push_back(mstate->out_next[static_cast<size_t>(at - merge_meta.outputs.begin())]);
-    seed.adopt.insert(o.name);
-  }
-  // 5. The fragment runs again, here.
-  {
-    rapidjson::Document r;
-    const unsigned status = get_json(config_.node, "PUT", fragment_target(job.query, job.fragment),
-                                     seeded(original_body, seed), r);
-    // (Running after all, its answer lost: the merge must not run again.)
-    if (status != 201 && !find_query(engine::fragment_network_name(job.query, job.fragment)))
-      return rollback("deploying fragment " + job.fragment + ": " +
-                      (status == 0 ? std::string("no answer within 30 s") : json_text(r)));
-  }
+  // 4. The fragment runs again, here, from the parts' joined states.
+  auto seed = merged_seed(plan, *rstate, part_states, *mstate, merge_meta);
+  if (!seed.ok()) return rollback(seed.error().message);
+  const std::string runner = engine::fragment_network_name(job.query, job.fragment);
+  auto put = call_node(sub_request(job.req, "PUT", fragment_target(job.query, job.fragment),
+                                   seeded(original_body, *seed)),
+                       config_.node, kDeployWait);
+  // (Running after all, its answer lost: the merge must not run again.)
+  if (!(put && put->status == 201) && !find_query(runner))
+    return rollback("deploying fragment " + job.fragment + ": " + (put ? detail_of(*put) : "no answer within 30 s"));
   const auto t_run = Clock::now();
-  bool checkpointed = false;
-  for (const auto until = Clock::now() + kCheckpointWait; !checkpointed && Clock::now() < until;) {
-    if (auto f = find_query(engine::fragment_network_name(job.query, job.fragment)))
-      checkpointed = f->info().checkpoint.has_value();
-    if (!checkpointed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const bool checkpointed = await_checkpoints(job.req, job.query, {{job.fragment, config_.node}});
 
-  // 6. The entry: the fragment as it was in the place of the router, the
-  // parts and the merge; the split marked merged.
-  std::set<std::string> gone{split.router_fragment, split.merge_fragment};
-  for (const auto& p : split.part_fragments) gone.insert(p);
-  const bool written = edit_query_entry(*catalog_, job.query, [&](rapidjson::Document& doc) {
-    auto& a = doc.GetAllocator();
-    rapidjson::Value* r = const_cast<rapidjson::Value*>(split_record(doc, job.fragment));
-    if (!r || !doc.HasMember("fragments") || !doc["fragments"].IsArray()) return false;
-    rapidjson::Value fragments(rapidjson::kArrayType);
-    for (auto& f : doc["fragments"].GetArray()) {
-      const std::string name = f.IsObject() && f.HasMember("name") && f["name"].IsString() ? f["name"].GetString() : "";
-      if (name == split.router_fragment) {
-        rapidjson::Value original((*r)["original"], a);
-        original["node"].SetString(config_.node.c_str(), a);
-        fragments.PushBack(original, a);
-      } else if (!gone.count(name)) {
-        fragments.PushBack(rapidjson::Value(f, a), a);
-      }
-    }
-    doc["fragments"] = fragments;
-    if (doc.HasMember("arcs") && doc["arcs"].IsArray()) {
-      rapidjson::Value arcs(rapidjson::kArrayType);
-      for (auto& arc : doc["arcs"].GetArray()) {
-        if (arc.IsObject() && arc.HasMember("from_fragment") && arc["from_fragment"].IsString() &&
-            gone.count(arc["from_fragment"].GetString()))
-          continue;
-        if (arc.IsObject() && arc.HasMember("to_fragments") && arc["to_fragments"].IsArray())
-          for (auto& t : arc["to_fragments"].GetArray())
-            if (t.IsString() && t.GetString() == split.router_fragment) t.SetString(job.fragment.c_str(), a);
-        arcs.PushBack(rapidjson::Value(arc, a), a);
-      }
-      doc["arcs"] = arcs;
-    }
-    r->AddMember("merged_at_ms", rapidjson::Value(static_cast<int64_t>(wall_ms())), a);
-    r->RemoveMember("original");
-    set_member(doc, "state", rapidjson::Value("running", a));
-    return true;
-  }, etcd_ms);
-  if (!written)
+  // 5. The entry gets the fragment back.
+  if (!edit_query_entry(*catalog_, job.query,
+                        [&](rapidjson::Document& doc) { return record_merge(doc, split, job.fragment, config_.node); },
+                        etcd_ms))
     return failed(503, "the fragment runs again, but the query's catalog entry could not be updated; it stays "
                        "\"merging\"");
-
-  // 7. What the split made goes: the merge's reads and state stream, the
-  // parts (each on its node), the router's streams and state stream (not
-  // the mirror of its input, which the fragment reads again).
+  // 6. What the split made goes: the merge's reads and state stream, the
+  // parts (each on its node), the router's streams.
   for (const auto& in : merge_meta.inputs)
     if (in.starts_with("@")) (void)delete_import(in);
   (void)discard_stream(merge_meta.state_stream);
   (void)catalog_->erase("streams/" + merge_meta.state_stream);
-  for (size_t i = 0; i < split.parts.size(); ++i) {
-    rapidjson::Document ignored;
-    (void)get_json(split.parts[i].node, "DELETE", fragment_target(job.query, split.part_fragments[i]), "", ignored);
-  }
-  for (const auto& o : router_meta.outputs) {
-    (void)discard_stream(o);
-    (void)catalog_->erase("streams/" + o);
-  }
-  (void)discard_stream(router_meta.state_stream);
-  (void)catalog_->erase("streams/" + router_meta.state_stream);
-  const auto t_end = Clock::now();
+  for (size_t i = 0; i < split.parts.size(); ++i)
+    (void)call_node(sub_request(job.req, "DELETE", fragment_target(job.query, split.part_fragments[i]), ""),
+                    split.parts[i].node, kDeployWait);
+  drop_split_router(router_runner, router_meta.outputs);
 
   JsonOut j;
   j.begin_object();
   j.key("query").str(job.query).key("fragment").str(job.fragment).key("state").str("merged");
   j.key("node").str(config_.node).key("checkpointed").boolean(checkpointed);
-  // From the router's stop to the fragment's run: what it read meanwhile
-  // the parts and the merge finished.
-  j.key("pause_ms").dbl(ms_between(t_stop, t_run));
-  j.key("total_ms").dbl(ms_between(t0, t_end));
+  // From the router's stop to the fragment's run: the parts and the merge
+  // finished what they had meanwhile.
+  j.key("pause_ms").dbl(ms_between(t_stop, t_run)).key("total_ms").dbl(ms_between(t0, Clock::now()));
   j.end_object();
   log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
   return http::Response::json(200, j.take());

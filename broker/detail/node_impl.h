@@ -481,6 +481,21 @@ class NodeImpl final : public http::Handler {
   http::Response run_merge(const SplitJob& job);
   // Queues a split or a merge on the split thread (one per fragment).
   void enqueue_split(SplitJob job);
+  // `req` forwarded to `node`, waited for up to `bound` (nullopt: no answer).
+  std::optional<http::Response> call_node(const http::Request& req, const std::string& node,
+                                          std::chrono::steady_clock::duration bound);
+  // Waits (up to 30 s each) until each (fragment, node) holds a checkpoint.
+  bool await_checkpoints(const http::Request& caller, const std::string& query,
+                         const std::vector<std::pair<std::string, std::string>>& fragments);
+  // Once part `part` on `node` has read its input `stream` up to `target`
+  // (polled, up to 30 s), its state (POST .../state).
+  Result<QueryRunner::State> drained_part_state(const http::Request& caller, const std::string& query,
+                                                const std::string& part, const std::string& node,
+                                                const std::string& stream, uint64_t target);
+  // A split's router on this node (stopped if it runs) goes with its
+  // streams, `outputs` and its state stream (not the mirror of its input,
+  // which the fragment reads).
+  void drop_split_router(const std::string& runner, const std::vector<std::string>& outputs);
   void split_loop();
   // The split, on the split thread: the answer to give.
   http::Response run_split(const SplitJob& job);
