@@ -31,6 +31,12 @@ std::string quote(std::string_view s) {
   return out + "'";
 }
 
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
 bool valid_node_name(std::string_view s) {
   return !s.empty() && s.size() <= kMaxNodeNameLength && s[0] >= 'a' && s[0] <= 'z' &&
          std::all_of(s.begin(), s.end(),
@@ -216,12 +222,35 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
   for (uint32_t b : s.boxes) {
     if (b == keyed) continue;
     const std::string& type = def.boxes[b].type;
-    if (before[b] && type != "filter")
+    const rapidjson::Value& o = *def.boxes[b].options;
+    if (before[b] && type == "map") {
+      // The router hashes the fragment's input: a map before the keyed box
+      // must hand each key field on as it is.
+      for (const auto& k : (*def.boxes[keyed].options)["group_by"].GetArray()) {
+        if (!k.IsString()) continue;
+        const std::string key = k.GetString();
+        bool same = false;
+        if (o.HasMember("fields") && o["fields"].IsArray())
+          for (const auto& f : o["fields"].GetArray())
+            if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == key &&
+                f.HasMember("expr") && f["expr"].IsString())
+              same = trimmed(f["expr"].GetString()) == key;
+        if (!same)
+          diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
+                                  " and does not hand its key field " + quote(key) + " on as it is (\"expr\": " +
+                                  quote(key) + "): the router hashes the fragment's input");
+      }
+    } else if (before[b] && type != "filter") {
       diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
-                              ": the router hashes the fragment's input, so only filters may come before it");
-    else if (after[b] && type != "filter" && type != "map")
+                              ": the router hashes the fragment's input, so only filters and maps that hand the "
+                              "key on may come before it");
+    } else if (after[b] && type != "filter" && type != "map") {
       diag.error(path(b), "box " + name(b) + " comes after the keyed aggregate: only filters and maps may");
-    else if (!before[b] && !after[b])
+    } else if (after[b] && type == "map" && o.HasMember("event_time")) {
+      diag.error(path(b) + ".options.event_time", "map " + quote(def.boxes[b].id) + " after the keyed aggregate "
+                                                  "gives its rows new event times, by which the merge would order "
+                                                  "them otherwise than the aggregate emitted them");
+    } else if (!before[b] && !after[b])
       diag.error(path(b), "box " + name(b) + " is neither before nor after the keyed aggregate " +
                               quote(def.boxes[keyed].id));
   }

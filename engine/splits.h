@@ -14,8 +14,9 @@
 // in their order, with the same watermarks (the router forwards its
 // input's); Merge releases by event time, then input index, then arrival,
 // so one window's rows come out part 0's first, which are the lowest key
-// groups. The boxes after the keyed box are filters and maps (row by row),
-// so the order holds through them (docs/boxes-windowed.md, "Order").
+// groups. The boxes after the keyed box are filters and maps keeping the
+// event times (row by row), so the order holds through them
+// (docs/boxes-windowed.md, "Order").
 #pragma once
 
 #include <string>
@@ -70,10 +71,12 @@ struct FragmentSplit {
 //     split, a join: two inputs), an aggregate with `top` (it ranks all
 //     groups of a window together), a time-out (its output depends on
 //     processing time) or count windows (they emit in arrival order);
-//   - a fragment the router cannot feed: more than one keyed box, a box
-//     other than a filter before the keyed box (the router hashes the
-//     fragment's input, so the key fields must reach the keyed box as they
-//     are), a box other than a filter or map after it, more than one input
+//   - a fragment the router cannot feed: more than one keyed box, before
+//     the keyed box a box other than a filter or a map handing each key
+//     field on as it is ({"name": K, "expr": K}: the router hashes the
+//     fragment's input, so the key fields must reach the keyed box as
+//     they are), after it a box other than a filter or map, or a map with
+//     "event_time" (the merge orders by event time), more than one input
 //     port fed from outside the fragment, more than one output port
 //     leaving it;
 //   - parts: fewer than 2 or more than 16, ranges that overlap, leave a

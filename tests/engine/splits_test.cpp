@@ -199,6 +199,13 @@ FragmentSplit split_ok(const std::string& json, const std::vector<FragmentSpec>&
   return std::move(s).value();
 }
 
+// `json` with its first `from` replaced by `to`.
+std::string with_box(std::string json, const std::string& from, const std::string& to) {
+  const auto at = json.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return json.replace(at, from.size(), to);
+}
+
 // The whole query's output; the "pre" fragment's internal stream (the
 // split fragment's input); the rows the unsplit "agg" fragment gives before
 // record `at` and its snapshot there.
@@ -421,6 +428,47 @@ TEST(SplitFragment, JoiningRefusesPartsNotDrainedToOnePoint) {
   EXPECT_NE(joined.error().message.find("stand at different windows"), std::string::npos) << joined.error().message;
 }
 
+// A query deployed whole (one fragment): a map before the aggregate that
+// hands the key on, re-stamping event times, splits like a filter.
+TEST(SplitFragment, AMapHandingTheKeyOnMaySitBeforeTheKeyedAggregate) {
+  const std::string q = with_box(
+      kQ5, R"({"id": "keep", "type": "filter", "options": {"predicates": ["price > 10"], "drop_unmatched": true}})",
+      R"({"id": "keep", "type": "map", "options": {"fields": [{"name": "auction", "expr": " auction "},
+          {"name": "price", "expr": "price + 1"}, {"name": "date_time", "expr": "date_time"}],
+          "event_time": "_time + 5"}})");
+  const std::vector<FragmentSpec> whole{{"all", "n1", {"keep", "counts", "shape", "cents"}}};
+  const FragmentSplit split = split_ok(q, whole, "all", equal_split_parts({"n1", "n2"}));
+  EXPECT_EQ(split.placement[1].boxes, (std::vector<std::string>{"keep-p0", "counts-p0", "shape-p0", "cents-p0"}));
+  // Its output, split before the first row, is the whole query's.
+  const QueryNetwork net = parse_ok(q);
+  const auto bids = make_bids(30, 50);
+  std::vector<std::string> want;
+  {
+    auto ex = Executor::create(net, [&](size_t, const Batch& b) {
+      for (auto& r : rows_of({b})) want.push_back(r);
+    });
+    for (const Batch& b : bids) (*ex)->push(0, b);
+    (*ex)->finish();
+  }
+  ASSERT_FALSE(want.empty());
+  const QueryCut cut = cut_ok(split.network, split.placement);
+  Stage router(plan_of(cut, split.router_fragment));
+  for (const Batch& b : bids) router.push("bids", b);
+  router.finish();
+  Stage merge(plan_of(cut, split.merge_fragment));
+  for (size_t i = 0; i < 2; ++i) {
+    const FragmentPlan& plan = plan_of(cut, split.part_fragments[i]);
+    Stage part(plan);
+    auto recs = router.records(plan.reads.at(0));
+    part.feed(plan.reads.at(0), recs, 0, recs.size());
+    part.finish();
+    auto outs = part.records(plan.writes.at(0));
+    merge.feed(plan.writes.at(0), outs, 0, outs.size());
+  }
+  merge.finish();
+  EXPECT_EQ(rows_of(merge.output("out")), want);
+}
+
 TEST(SplitFragment, EachPartKeepsOnlyItsKeyGroups) {
   const QueryNetwork net = parse_ok(kQ5);
   const QueryCut cut = cut_ok(net, kPlacement);
@@ -461,12 +509,6 @@ std::string refusal(const std::string& json, const std::vector<FragmentSpec>& pl
   return s.ok() ? std::string() : s.error().message + "\n" + all;
 }
 
-std::string with_box(std::string json, const std::string& from, const std::string& to) {
-  const auto at = json.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return json.replace(at, from.size(), to);
-}
-
 TEST(SplitFragment, RefusesWithTheReasonAndTheBox) {
   const auto two = equal_split_parts({"n2", "n3"});
   // Not keyed: a fragment of stateless boxes.
@@ -496,8 +538,16 @@ TEST(SplitFragment, RefusesWithTheReasonAndTheBox) {
                R"({"id": "keep", "type": "map", "options": {"fields": [{"name": "auction", "expr": "auction + 1"},
                    {"name": "price", "expr": "price"}]}})");
   e = refusal(map_first, {{"all", "n1", {"keep", "counts", "shape", "cents"}}}, "all", two);
-  EXPECT_NE(e.find("$.boxes[0]: box 'keep' (map) comes before the keyed aggregate 'counts': the router hashes the "
-                   "fragment's input, so only filters may come before it"),
+  EXPECT_NE(e.find("$.boxes[0]: box 'keep' (map) comes before the keyed aggregate 'counts' and does not hand its "
+                   "key field 'auction' on as it is"),
+            std::string::npos)
+      << e;
+  // A map after it that re-stamps event times.
+  e = refusal(with_box(kQ5, R"({"name": "top_cents", "expr": "top * 100"}]})",
+                       R"({"name": "top_cents", "expr": "top * 100"}], "event_time": "_time + top"})"),
+              kPlacement, "agg", two);
+  EXPECT_NE(e.find("$.boxes[3].options.event_time: map 'cents' after the keyed aggregate gives its rows new event "
+                   "times"),
             std::string::npos)
       << e;
   // A box with unkeyed state.

@@ -6,9 +6,10 @@
 // (n1 and n3, each restored with the key groups of its half from the
 // count's state at the split, behind a router on n3 that continues from the
 // count's input position, recombined by a merge on n3 that continues the
-// output stream); at the end the cut query's output equals the whole one
-// row for row, numbered 1..N without gap or repeat, both parts having
-// counted rows. The refusals: a fragment whose state is not keyed (naming
+// output stream), and later merged back; the whole query (one fragment
+// reading bids, mapping and counting) is split too. At the end the cut
+// query's output equals the whole one row for row, numbered 1..N without
+// gap or repeat, both parts having counted rows. The refusals: a fragment whose state is not keyed (naming
 // its box), ranges that overlap or leave key groups out, an unknown node,
 // one part, an unknown fragment, a bad body, a reader's token.
 #include <gtest/gtest.h>
@@ -117,6 +118,13 @@ TEST_F(ClusterSplit, AKeyedFragmentSplitAndMergedBackMidStreamKeepsTheOutputExac
   EXPECT_TRUE(s["checkpointed"].GetBool()) << r.body;
   EXPECT_GT(s["pause_ms"].GetDouble(), 0.0);
 
+  // The reference itself, a query deployed whole (its one fragment "all"
+  // reads bids and maps before counting, handing the key on), is split
+  // too: its router reads bids on n1, where that stream is led.
+  auto w = node(3).request("POST", "/v1/queries/whole/fragments/all/split", R"({"parts":[{"node":"n2"},{"node":"n3"}]})",
+                           kAdminToken);
+  ASSERT_EQ(w.status, 200u) << w.body;
+  EXPECT_NE(w.body.find(R"("router":{"fragment":"all-split","node":"n1"})"), std::string::npos) << w.body;
   for (int b = 51; b <= 80; ++b) ASSERT_NO_FATAL_FAILURE(publish(b));
 
   // The entry shows the new fragments where they run and records the split.
