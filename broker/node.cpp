@@ -259,6 +259,7 @@ void NodeImpl::stop() {
   // Moves under way end first (each rolls back or answers as it stands).
   stop_moves();
   stop_standbys();
+  stop_splits();
   // 0. Leave the domain: the lease is revoked, so the others see this node
   // down and another takes the controller role now, not at the lease's
   // expiry.
@@ -834,6 +835,10 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     meta.inputs.push_back(stream_name);
     meta.start.push_back(it->second->visible_next());
   }
+  // Made by a split: its inputs continue where the split fragment stood.
+  const FragmentOf::Seed* seed = fragment ? fragment->seed.get() : nullptr;
+  if (seed && seed->state.positions.size() == meta.start.size()) meta.start = seed->state.positions;
+  std::map<size_t, StreamPtr> adopted;  // by output index (seed->adopt)
   // An output named like an existing stream is a conflict with the node's
   // state (409, like creating that stream), not an invalid network: it is
   // answered once the network is otherwise valid.
@@ -864,6 +869,12 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     if (internal) meta.internal_outputs.push_back(static_cast<uint32_t>(o));
     if (takeover || standby) {
       if (auto s = adopt(out.name, "output")) outs.push_back(s);
+    } else if (seed && seed->adopt.count(out.name)) {
+      // One writer at a time: the fragment split (or merged back) stopped.
+      for (const auto& [other, q] : queries_)
+        for (const auto& written : q->meta().outputs)
+          if (written == out.name && taken.empty()) taken = path + ": query '" + other + "' writes '" + out.name + "'";
+      if (auto s = adopt(out.name, "output")) adopted[o] = s;
     } else if (internal) {
       if (streams_.count(out.name) && taken.empty()) taken = path + ": stream '" + out.name + "' exists already";
     } else if (Status s = check_stream_name(out.name); !s.ok()) diag.error(path, s.error().message);
@@ -908,6 +919,10 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     return runner;
   }
   for (size_t o = 0; o < net->outputs().size() && !takeover; ++o) {
+    if (auto a = adopted.find(o); a != adopted.end()) {
+      outs.push_back(a->second);
+      continue;
+    }
     StreamMeta sm;
     sm.name = net->outputs()[o].name;
     sm.id.value = allocate_id();
@@ -935,6 +950,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   store::put_key_u64(id, next_id_);
   wb.put(store::Cf::meta, kNextIdKey, id);
   ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
+  if (seed) ENTENTE_RETURN_IF_ERROR(runner->seed(seed->state));
   if (takeover) {
     ENTENTE_ASSIGN_OR_RETURN(runner, take_over_runner(*fragment, runner, ins, outs, state));
   }

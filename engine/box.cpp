@@ -8,6 +8,15 @@ namespace entente::engine {
 
 void Box::on_tick(int64_t /*now_ms*/, Emitter& /*out*/) {}
 
+Status Box::restore_joined(const std::vector<std::string_view>& parts, const std::vector<KeyGroupRange>& ranges) {
+  if (parts.empty() || parts.size() != ranges.size())
+    return make_error(Errc::invalid_argument, "restoring a box from its parts: " + std::to_string(parts.size()) +
+                                                  " snapshots for " + std::to_string(ranges.size()) + " ranges");
+  if (keyed())
+    return make_error(Errc::unsupported, std::string(type()) + " boxes are not restored from the parts of a split");
+  return restore(parts[0]);
+}
+
 BoxBase::BoxBase(std::vector<SchemaPtr> inputs, std::vector<SchemaPtr> outputs)
     : input_schemas_(std::move(inputs)),
       output_schemas_(std::move(outputs)),

@@ -75,6 +75,15 @@ class Box {
   // state of the key groups in that range (box splitting); other boxes
   // ignore it. Refuses bytes it cannot decode (Errc::corrupt).
   virtual Status restore(std::string_view bytes, const KeyGroupRange* keep = nullptr) = 0;
+  // Restores the state of a box that was split by key groups, from its
+  // parts (merging a split fragment back, docs/cluster.md "Splitting a
+  // fragment"): parts[i] is a snapshot of the instance that owned
+  // ranges[i], of which only those key groups are taken; the rest of the
+  // state (sequence counters, watermarks) comes from parts[0], the parts
+  // having been drained to the same point. The default restores parts[0]
+  // for a box that is not keyed and refuses (Errc::unsupported) one that
+  // is; keyed boxes that can join their parts override it.
+  virtual Status restore_joined(const std::vector<std::string_view>& parts, const std::vector<KeyGroupRange>& ranges);
   // True for boxes whose state is partitioned by key group.
   virtual bool keyed() const { return false; }
   // The last watermark this box sent downstream (kMinTime before any); part

@@ -220,10 +220,10 @@ std::string Executor::snapshot() const {
   return out;
 }
 
-Status Executor::restore(std::string_view bytes) {
+Status Executor::restore(std::string_view bytes, const KeyGroupRange* keep) {
   std::vector<detail::InputClock> clocks;
   std::vector<std::unique_ptr<Box>> boxes;
-  ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(*impl_->def, bytes, clocks, boxes));
+  ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(*impl_->def, bytes, clocks, boxes, keep));
   // Statistics count the work this executor did; a restore does not undo it.
   for (size_t b = 0; b < boxes.size(); ++b) boxes[b]->stats() = impl_->boxes[b]->stats();
   impl_->clocks = std::move(clocks);

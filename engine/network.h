@@ -110,7 +110,10 @@ class Executor final {
 
   // State of every box (keyed by box id) and of the inputs' watermarks.
   std::string snapshot() const;
-  Status restore(std::string_view bytes);
+  // With `keep`, keyed boxes keep only the state of those key groups (one
+  // part of a split box, docs/cluster.md "Splitting a fragment"); the
+  // other boxes and the inputs' clocks are restored whole.
+  Status restore(std::string_view bytes, const KeyGroupRange* keep = nullptr);
 
  private:
   struct Impl;

@@ -410,6 +410,8 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
       if (e.IsObject() && e.HasMember("moves")) j.key("moves").raw(json_text(e["moves"]));
       if (e.IsObject() && e.HasMember("moves_total") && e["moves_total"].IsUint64())
         j.key("moves_total").u64(e["moves_total"].GetUint64());
+      // The fragments split by key groups (cluster_splits.cpp).
+      if (e.IsObject() && e.HasMember("splits")) j.key("splits").raw(split_records_json(e["splits"]));
       j.key("outputs").begin_array();
       for (const auto& o : entry.outputs) j.str(o);
       j.end_array().end_object();
@@ -498,19 +500,25 @@ struct FragmentRequest {
   std::string network_json;
   std::vector<std::pair<std::string, std::string>> reads;  // stream, producer node
   std::set<std::string> writes;
+  std::string seed_json;  // "seed": a fragment made by a split (cluster_splits.cpp)
 };
 
 Result<FragmentRequest> read_fragment_request(std::string_view body) {
   auto bad = [](std::string why) { return make_error(Errc::invalid_argument, std::move(why)); };
-  if (body.size() > kMaxFragmentBody) return bad("the body is larger than 1 MiB");
+  // A split's part carries its share of the split fragment's state.
+  if (body.size() > kMaxFragmentBody + kMaxFragmentSeedBytes)
+    return bad("the body is larger than " + std::to_string((kMaxFragmentBody + kMaxFragmentSeedBytes) >> 20) + " MiB");
   rapidjson::Document d;
   d.Parse(body.data(), body.size());
   if (d.HasParseError() || !d.IsObject()) return bad("expected {\"network\", \"reads\", \"writes\"}");
   FragmentRequest f;
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
     const std::string_view key(it->name.GetString(), it->name.GetStringLength());
-    if (key != "network" && key != "reads" && key != "writes") return bad("$." + std::string(key) + ": unknown field");
+    if (key != "network" && key != "reads" && key != "writes" && key != "seed")
+      return bad("$." + std::string(key) + ": unknown field");
   }
+  if (d.HasMember("seed")) f.seed_json = json_text(d["seed"]);
+  else if (body.size() > kMaxFragmentBody) return bad("the body is larger than 1 MiB");
   if (!d.HasMember("network") || !d["network"].IsObject()) return bad("$.network: expected the fragment's network");
   f.network_json = json_text(d["network"]);
   if (!d.HasMember("reads") || !d["reads"].IsArray() || d["reads"].Size() > engine::kMaxFragments * 64)
@@ -634,6 +642,14 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
     for (const auto& o : net->outputs()) ctx->copies[o.name] = replica_of(o.name);
     ctx->copies[state_stream_name(runner)] = replica_of(state_stream_name(runner));
   }
+  if (!f->seed_json.empty()) {
+    auto seed = read_fragment_seed(f->seed_json);
+    if (!seed.ok()) {
+      done(seed.error(), true);
+      return;
+    }
+    ctx->seed = std::move(seed).value();
+  }
   std::vector<std::pair<std::string, std::string>> remote;  // stream, node
   for (auto [stream, node] : f->reads) {
     // Taken over: read each internal stream where it is led now.
@@ -726,7 +742,8 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
     });
   }
   for (const auto& [stream, node] : remote) {
-    if (takeover && find_stream("@" + node + "/" + stream)) {
+    // (A split's router reads the mirror the split fragment read.)
+    if ((takeover || ctx->seed) && find_stream("@" + node + "/" + stream)) {
       // Read already (another fragment here reads it too).
       joined(Result<ImportInfo>(ImportInfo{}), "");
       continue;

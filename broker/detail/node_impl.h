@@ -27,6 +27,7 @@
 #include "http/server.h"
 #include "http/upstream.h"
 #include "broker/metrics.h"
+#include "engine/splits.h"
 #include "store/group_commit.h"
 #include "store/store.h"
 
@@ -217,6 +218,16 @@ class NodeImpl final : public http::Handler {
     // Taking over: the standby warmed for it, promoted instead of a new
     // runner recovering when it continues the same logs.
     std::shared_ptr<QueryRunner> warm;
+    // Made by a split (cluster_splits.cpp): the runner starts from this
+    // state instead of its inputs' first tuples and a fresh executor, and
+    // the outputs `adopt` names (the split fragment's, producer
+    // "query:QUERY") are used as they are, continuing their sequence
+    // numbers. Null otherwise.
+    struct Seed {
+      QueryRunner::State state;
+      std::set<std::string> adopt;
+    };
+    std::shared_ptr<const Seed> seed;
   };
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
                                                     const FragmentOf* fragment = nullptr);
@@ -516,6 +527,55 @@ class NodeImpl final : public http::Handler {
   std::map<std::string, Standby> standbys_;  // REQUIRES: standby_mu_; by runner name
   bool standby_stopping_ = false;            // REQUIRES: standby_mu_
   std::thread standby_thread_;
+  // --- splitting a fragment by key groups (cluster_splits.cpp)
+  // POST /v1/queries/{name}/fragments/{fragment}/split.
+  void split_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  struct SplitJob {
+    bool merge = false;  // the reverse: the parts of split fragment `fragment` joined
+    std::string query;
+    std::string fragment;
+    std::vector<engine::SplitPartSpec> parts;
+    http::Request req;  // the caller's, for the fragments' deploys
+    http::Respond answer;
+  };
+  // The split records of a query's entry as GET /v1/queries/{name}
+  // shows them (without the bodies kept for the merge).
+  static std::string split_records_json(const rapidjson::Value& splits);
+  // POST /v1/queries/{name}/fragments/{fragment}/merge: the parts of a
+  // split fragment joined back into it.
+  void merge_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // POST /v1/queries/{name}/fragments/{fragment}/state {"consumed": [SEQ
+  // per input]}: once the fragment's runner has read its inputs up to
+  // there, its state (QueryRunner::stopped_state) as a seed's JSON.
+  void fragment_state_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  http::Response run_merge(const SplitJob& job);
+  // Queues a split or a merge on the split thread (one per fragment).
+  void enqueue_split(SplitJob job);
+  // `req` forwarded to `node`, waited for up to `bound` (nullopt: no answer).
+  std::optional<http::Response> call_node(const http::Request& req, const std::string& node,
+                                          std::chrono::steady_clock::duration bound);
+  // Waits (up to 30 s each) until each (fragment, node) holds a checkpoint.
+  bool await_checkpoints(const http::Request& caller, const std::string& query,
+                         const std::vector<std::pair<std::string, std::string>>& fragments);
+  // Once part `part` on `node` has read its input `stream` up to `target`
+  // (polled, up to 30 s), its state (POST .../state).
+  Result<QueryRunner::State> drained_part_state(const http::Request& caller, const std::string& query,
+                                                const std::string& part, const std::string& node,
+                                                const std::string& stream, uint64_t target);
+  // A split's router on this node (stopped if it runs) goes with its
+  // streams, `outputs` and its state stream (not the mirror of its input,
+  // which the fragment reads).
+  void drop_split_router(const std::string& runner, const std::vector<std::string>& outputs);
+  void split_loop();
+  // The split, on the split thread: the answer to give.
+  http::Response run_split(const SplitJob& job);
+  void stop_splits();
+  std::mutex split_mu_;
+  std::condition_variable split_cv_;
+  std::deque<SplitJob> split_queue_;  // REQUIRES: split_mu_
+  std::set<std::string> splitting_;   // REQUIRES: split_mu_; QUERY/FRAGMENT
+  bool split_stopping_ = false;       // REQUIRES: split_mu_
+  std::thread split_thread_;
   // The PUT body the coordinator stored for fragment `meta` in the query's
   // entry; empty when there is none.
   std::string fragment_body_of(const QueryMeta& meta) const;
@@ -804,5 +864,14 @@ std::function<void(Result<ImportInfo>, const std::string& what)> join_imports(si
 // A query runner as the API shows it (GET /v1/queries/{name}); `placement`
 // is "DOMAIN/NODE".
 std::string query_json(const std::shared_ptr<QueryRunner>& q, const std::string& placement, const Peering* peering);
+
+// The "seed" member of a PUT /v1/queries/{q}/fragments/{f} body: the state
+// a fragment made by a split starts from (cluster_splits.cpp): {"positions":
+// [...], "out_next": [...], "snapshot": HEX, "adopt": [stream, ...]}. The
+// snapshot is at most kMaxSeedSnapshotBytes (its hex twice that).
+inline constexpr size_t kMaxSeedSnapshotBytes = 4u << 20;
+inline constexpr size_t kMaxFragmentSeedBytes = 2 * kMaxSeedSnapshotBytes + (64u << 10);
+std::string fragment_seed_json(const NodeImpl::FragmentOf::Seed& seed);
+Result<std::shared_ptr<const NodeImpl::FragmentOf::Seed>> read_fragment_seed(std::string_view json);
 
 }  // namespace entente::broker::detail

@@ -1248,6 +1248,40 @@ Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
   return fut.get();
 }
 
+Result<QueryRunner::State> QueryRunner::stopped_state() {
+  std::lock_guard lock(mu_);
+  if (state_ != "running") return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
+  bool any = !journal_pending_.empty();
+  for (auto& p : pending_out_) any |= !p.empty();
+  if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
+  return State{pos_, out_next_, executor_->snapshot()};
+}
+
+Status QueryRunner::seed(const State& state) {
+  std::lock_guard lock(mu_);
+  if (state.positions.size() != inputs_.size() || state.out_next.size() != outputs_.size())
+    return make_error(Errc::invalid_argument, "query '" + meta_.name + "': a seed of " +
+                                                  std::to_string(state.positions.size()) + " inputs and " +
+                                                  std::to_string(state.out_next.size()) + " outputs, for " +
+                                                  std::to_string(inputs_.size()) + " and " +
+                                                  std::to_string(outputs_.size()));
+  for (size_t o = 0; o < outputs_.size(); ++o)
+    if (state.out_next[o] != outputs_[o]->committed_next())  // neither a gap nor a repeat
+      return make_error(Errc::invalid_argument, "query '" + meta_.name + "': output '" + meta_.outputs[o] +
+                                                    "' continues at " + std::to_string(outputs_[o]->committed_next()) +
+                                                    "; the seed at " + std::to_string(state.out_next[o]));
+  if (!state.snapshot.empty()) ENTENTE_RETURN_IF_ERROR(executor_->restore(state.snapshot));
+  pos_ = state.positions;
+  out_next_ = state.out_next;
+  for (size_t o = 0; o < outputs_.size(); ++o)
+    if (internal_out_[o]) out_watermark_[o] = executor_->output_watermark(o);
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    positions_[i].store(pos_[i]);
+    pins_[i].store(pos_[i]);
+  }
+  return Status::Ok();
+}
+
 QueryInfo QueryRunner::info() const {
   QueryInfo qi;
   {

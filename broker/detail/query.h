@@ -238,6 +238,26 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // on the calling thread; waits until the checkpoint is durable.
   Result<CheckpointInfo> drain_and_checkpoint();
 
+  // Splitting a fragment (docs/cluster.md, "Splitting a fragment"). What
+  // the runner holds: every row it produced flushed to its outputs first,
+  // then its next input positions, next output sequence numbers and
+  // executor snapshot. After stop(), where it stopped; on a running runner
+  // whose inputs get nothing more (a part of a split being merged back),
+  // where it stands. conflict when the runner failed.
+  struct State {
+    std::vector<uint64_t> positions;
+    std::vector<uint64_t> out_next;
+    std::string snapshot;  // engine::Executor::snapshot
+  };
+  Result<State> stopped_state();
+  // Instead of recover(), before start(): the runner continues from
+  // `state` (a fragment made by a split: its positions, output sequence
+  // numbers and a snapshot carried from the split fragment's; an empty
+  // snapshot leaves the executor fresh). invalid_argument when the sizes
+  // do not match the runner's inputs and outputs, or the snapshot does not
+  // restore.
+  Status seed(const State& state);
+
   const QueryMeta& meta() const { return meta_; }
   QueryInfo info() const;
   uint64_t lag_tuples() const;

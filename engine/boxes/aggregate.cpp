@@ -119,6 +119,8 @@ class AggregateBox final : public BoxBase {
 
   std::string snapshot() const override;
   Status restore(std::string_view bytes, const KeyGroupRange* keep) override;
+  Status restore_joined(const std::vector<std::string_view>& parts,
+                        const std::vector<KeyGroupRange>& ranges) override;
 
  private:
   // ---- per-batch input ---------------------------------------------------
@@ -1201,6 +1203,27 @@ Status AggregateBox::restore(std::string_view bytes, const KeyGroupRange* keep) 
   ByteReader r(in);
   cached_pane_gids_ = nullptr;  // points into the pane map being replaced
   return detail::aggregate::read_window_state(cfg_, r, keep, state_);
+}
+
+// The parts of a split aggregate joined: the base state of the first (the
+// parts' watermarks agree once drained; their sequence counters number
+// their own rows, which a merge renumbered), the key groups of each.
+Status AggregateBox::restore_joined(const std::vector<std::string_view>& parts,
+                                    const std::vector<KeyGroupRange>& ranges) {
+  if (parts.empty() || parts.size() != ranges.size())
+    return make_error(Errc::invalid_argument, "restoring an aggregate from its parts: " +
+                                                  std::to_string(parts.size()) + " snapshots for " +
+                                                  std::to_string(ranges.size()) + " ranges");
+  // Each part's base state read past, the first's last so that it stays.
+  std::vector<std::string_view> rest(parts.begin(), parts.end());
+  for (size_t i = rest.size(); i-- > 0;) ENTENTE_RETURN_IF_ERROR(restore_base(rest[i]));
+  std::vector<ByteReader> readers;
+  readers.reserve(rest.size());
+  for (auto r : rest) readers.emplace_back(r);
+  std::vector<ByteReader*> ptrs;
+  for (auto& r : readers) ptrs.push_back(&r);
+  cached_pane_gids_ = nullptr;  // points into the pane map being replaced
+  return detail::aggregate::read_joined_window_states(cfg_, ptrs, ranges, state_);
 }
 
 }  // namespace

@@ -50,8 +50,10 @@ class StateReader {
   }
 
   // The tag, the version, the definition's fingerprint and the scalars;
-  // empties the state once they are known good.
-  Status read_header() {
+  // empties the state once they are known good. With `join`, a further
+  // part of a split box: the state is kept, the scalars must agree (the
+  // stamp and the time take the largest).
+  Status read_header(bool join = false) {
     uint8_t tag, version, by_count;
     uint64_t cells, strings, nkeys, stamp;
     int64_t size, slide, bound, last_end, now;
@@ -66,6 +68,15 @@ class StateReader {
     if (!r_.svarint(bound) || !r_.svarint(last_end) || !r_.svarint(now) || !r_.varint(stamp))
       return corrupt("truncated header");
     if (bound < -kFar || bound > kFar || !end_ok(last_end)) return corrupt("window bound out of range");
+    if (join) {
+      if (bound != s_.bound || last_end != s_.last_emitted_end)
+        return make_error(Errc::invalid_argument, "the parts of the aggregate stand at different windows (bound " +
+                                                      std::to_string(s_.bound) + " and " + std::to_string(bound) +
+                                                      "): they were not drained to the same point");
+      s_.now_ms = std::max(s_.now_ms, now);
+      s_.stamp = std::max(s_.stamp, stamp);
+      return Status::Ok();
+    }
     s_.clear_groups();
     s_.bound = bound;
     s_.last_emitted_end = last_end;
@@ -205,6 +216,21 @@ Status read_window_state(const Config& cfg, ByteReader& r, const KeyGroupRange* 
   ENTENTE_RETURN_IF_ERROR(reader.read_header());
   for (uint32_t kg = 0; kg < kKeyGroups; ++kg) ENTENTE_RETURN_IF_ERROR(reader.read_key_group(kg));
   return reader.finish();
+}
+
+Status read_joined_window_states(const Config& cfg, const std::vector<ByteReader*>& readers,
+                                 const std::vector<KeyGroupRange>& ranges, WindowState& s) {
+  if (readers.empty() || readers.size() != ranges.size())
+    return make_error(Errc::invalid_argument, "joining aggregate states: as many parts as ranges are needed");
+  std::vector<StateReader> parts;
+  parts.reserve(readers.size());
+  for (size_t i = 0; i < readers.size(); ++i) parts.emplace_back(cfg, *readers[i], &ranges[i], s);
+  // Every header first: a pane's stamp must be below the joined counter.
+  for (size_t i = 0; i < parts.size(); ++i) ENTENTE_RETURN_IF_ERROR(parts[i].read_header(i > 0));
+  for (uint32_t kg = 0; kg < kKeyGroups; ++kg)
+    for (auto& part : parts) ENTENTE_RETURN_IF_ERROR(part.read_key_group(kg));
+  for (auto& part : parts) ENTENTE_RETURN_IF_ERROR(part.finish());
+  return Status::Ok();
 }
 
 }  // namespace entente::engine::boxes::detail::aggregate

@@ -109,4 +109,12 @@ void write_window_state(const Config& cfg, const WindowState& s, ByteWriter& w);
 // holds the groups read before it.
 Status read_window_state(const Config& cfg, ByteReader& r, const KeyGroupRange* keep, WindowState& s);
 
+// Replaces `s` by the union of the states the readers hold, reader i's
+// kept for the key groups of ranges[i] only (the parts of a split box,
+// Box::restore_joined). The parts must agree on the window bound and the
+// last window emitted (drained to the same watermark); the pane stamp
+// counter and the processing time are the largest of theirs.
+Status read_joined_window_states(const Config& cfg, const std::vector<ByteReader*>& readers,
+                                 const std::vector<KeyGroupRange>& ranges, WindowState& s);
+
 }  // namespace entente::engine::boxes::detail::aggregate

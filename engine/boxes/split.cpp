@@ -17,18 +17,16 @@ enum class SplitMode : uint8_t { hash, predicate, round_robin };
 // restored box continues the rotation where it stood.
 class SplitBox final : public EnvelopeBoxBase {
  public:
-  // Hash mode.
-  SplitBox(SchemaPtr input, std::vector<size_t> keys, size_t outputs)
-      : EnvelopeBoxBase(SnapshotTag::split, {input}, std::vector<SchemaPtr>(outputs, input)),
+  // Hash mode: output i owns ranges[i] (contiguous, covering every key
+  // group: make_split checks), exactly the groups a keyed box restored with
+  // that range keeps.
+  SplitBox(SchemaPtr input, std::vector<size_t> keys, const std::vector<KeyGroupRange>& ranges)
+      : EnvelopeBoxBase(SnapshotTag::split, {input}, std::vector<SchemaPtr>(ranges.size(), input)),
         mode_(SplitMode::hash),
         keys_(std::move(keys)),
-        idx_(outputs) {
-    // Output i owns KeyGroupRange::part(i, n), exactly the groups a keyed
-    // box restored with that range keeps.
-    for (uint32_t i = 0; i < outputs; ++i) {
-      const auto range = KeyGroupRange::part(i, static_cast<uint32_t>(outputs));
-      for (uint32_t g = range.begin; g < range.end; ++g) group_out_[g] = i;
-    }
+        idx_(ranges.size()) {
+    for (uint32_t i = 0; i < ranges.size(); ++i)
+      for (uint32_t g = ranges[i].begin; g < ranges[i].end; ++g) group_out_[g] = i;
   }
   // Predicate mode.
   SplitBox(SchemaPtr input, std::vector<Expr> predicates, bool else_output)
@@ -110,6 +108,40 @@ class SplitBox final : public EnvelopeBoxBase {
   std::vector<uint64_t> hashes_;
 };
 
+// "ranges": [[begin, end], ...]: non-empty, in order, each starting where
+// the one before ends, from 0 to kKeyGroups. nullopt (reported) otherwise.
+std::optional<std::vector<KeyGroupRange>> read_key_group_ranges(const rapidjson::Value& v, const std::string& path,
+                                                               Diagnostics& diag) {
+  if (!v.IsArray() || v.Empty() || v.Size() > kKeyGroups) {
+    diag.error(path, "expected an array of 1 to " + std::to_string(kKeyGroups) + " [begin, end] key-group ranges");
+    return std::nullopt;
+  }
+  std::vector<KeyGroupRange> out;
+  uint32_t next = 0;
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    const auto& p = v[i];
+    if (!p.IsArray() || p.Size() != 2 || !p[0].IsUint() || !p[1].IsUint() || p[1].GetUint() > kKeyGroups ||
+        p[0].GetUint() >= p[1].GetUint()) {
+      diag.error(at, "expected [begin, end] with 0 <= begin < end <= " + std::to_string(kKeyGroups));
+      return std::nullopt;
+    }
+    if (p[0].GetUint() != next) {
+      diag.error(at, "starts at key group " + std::to_string(p[0].GetUint()) + "; the ranges must follow each "
+                     "other from 0, so this one must start at " + std::to_string(next));
+      return std::nullopt;
+    }
+    out.push_back({p[0].GetUint(), p[1].GetUint()});
+    next = p[1].GetUint();
+  }
+  if (next != kKeyGroups) {
+    diag.error(path, "the ranges end at key group " + std::to_string(next) + "; they must cover every key group, up to " +
+                         std::to_string(kKeyGroups));
+    return std::nullopt;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Box> make_split(const rapidjson::Value& options, const BoxBuildContext& ctx) {
@@ -121,7 +153,8 @@ std::unique_ptr<Box> make_split(const rapidjson::Value& options, const BoxBuildC
   if (!mode) {
     // Without a mode the other options cannot be judged; mark them known so
     // that only the mode is reported.
-    for (std::string_view k : {"keys", "outputs", "predicates", "else_output"}) r.value(k, detail::Need::optional);
+    for (std::string_view k : {"keys", "outputs", "ranges", "predicates", "else_output"})
+      r.value(k, detail::Need::optional);
     r.finish();
     return nullptr;
   }
@@ -135,15 +168,29 @@ std::unique_ptr<Box> make_split(const rapidjson::Value& options, const BoxBuildC
   if (*mode == "hash") {
     refuse("predicates", "\"predicate\"");
     refuse("else_output", "\"predicate\"");
-    auto outputs = r.int64("outputs", detail::Need::required, 1, kKeyGroups);
+    // Either `outputs` (equal parts) or `ranges` (the key groups of each
+    // output, as a split fragment's parts own them).
+    std::optional<std::vector<KeyGroupRange>> ranges;
+    if (r.has("ranges")) {
+      ranges = read_key_group_ranges(*r.value("ranges", detail::Need::required), r.path_of("ranges"), diag);
+      if (r.has("outputs")) {
+        diag.error(r.path_of("outputs"), "give either 'outputs' or 'ranges', not both");
+        r.value("outputs", detail::Need::optional);
+        good = false;
+      }
+    } else if (auto outputs = r.int64("outputs", detail::Need::required, 1, kKeyGroups)) {
+      ranges.emplace();
+      for (uint32_t i = 0; i < *outputs; ++i)
+        ranges->push_back(KeyGroupRange::part(i, static_cast<uint32_t>(*outputs)));
+    }
     std::optional<std::vector<size_t>> keys;
     if (inputs_ok) keys = read_field_list(r, "keys", detail::Need::required, *ctx.inputs[0], 1);
     else r.value("keys", detail::Need::optional);
     r.finish();
-    if (good && r.ok() && outputs && keys)
-      box = std::make_unique<SplitBox>(ctx.inputs[0], std::move(*keys), static_cast<size_t>(*outputs));
+    if (good && r.ok() && ranges && keys) box = std::make_unique<SplitBox>(ctx.inputs[0], std::move(*keys), *ranges);
   } else if (*mode == "predicate") {
     refuse("keys", "\"hash\"");
+    refuse("ranges", "\"hash\"");
     refuse("outputs", "\"hash\" and \"round_robin\" (predicate mode has one output per predicate)");
     std::optional<std::vector<Expr>> preds;
     if (inputs_ok) preds = read_predicates(r, "predicates", *ctx.inputs[0]);
@@ -154,6 +201,7 @@ std::unique_ptr<Box> make_split(const rapidjson::Value& options, const BoxBuildC
       box = std::make_unique<SplitBox>(ctx.inputs[0], std::move(*preds), else_output.value_or(false));
   } else {
     refuse("keys", "\"hash\"");
+    refuse("ranges", "\"hash\"");
     refuse("predicates", "\"predicate\"");
     refuse("else_output", "\"predicate\"");
     auto outputs = r.int64("outputs", detail::Need::required, 1, kMaxRoundRobinOutputs);

@@ -142,7 +142,7 @@ void write_network_snapshot(const NetworkDef& def, const std::vector<InputClock>
 }
 
 Status read_network_snapshot(const NetworkDef& def, std::string_view bytes, std::vector<InputClock>& clocks,
-                             std::vector<std::unique_ptr<Box>>& boxes) {
+                             std::vector<std::unique_ptr<Box>>& boxes, const KeyGroupRange* keep) {
   auto corrupt = [](std::string what) { return make_error(Errc::corrupt, "network snapshot: " + what); };
   ByteReader r(bytes);
   char magic[4];
@@ -179,7 +179,7 @@ Status read_network_snapshot(const NetworkDef& def, std::string_view bytes, std:
       return make_error(Errc::invalid_argument, "network snapshot has box '" + std::string(id) + "' (" +
                                                     std::string(type) + ") where this network has '" +
                                                     def.boxes[b].id + "' (" + def.boxes[b].type + ")");
-    if (Status st = fresh[b]->restore(state); !st.ok())
+    if (Status st = fresh[b]->restore(state, keep); !st.ok())
       return make_error(st.error().code, "restoring box '" + def.boxes[b].id + "': " + st.error().message);
   }
   if (!r.empty()) return corrupt(std::to_string(r.remaining()) + " trailing bytes");

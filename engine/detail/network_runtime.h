@@ -75,8 +75,9 @@ void write_network_snapshot(const NetworkDef& def, const std::vector<InputClock>
                             const std::vector<std::unique_ptr<Box>>& boxes, std::string& out);
 // Decodes `bytes` into fresh boxes and clocks for `def`; refuses a snapshot
 // of another network (different inputs or box ids) or corrupt bytes. On
-// failure nothing of the caller's is touched.
+// failure nothing of the caller's is touched. With `keep`, keyed boxes keep
+// only the state of those key groups (Box::restore; box splitting).
 Status read_network_snapshot(const NetworkDef& def, std::string_view bytes, std::vector<InputClock>& clocks,
-                             std::vector<std::unique_ptr<Box>>& boxes);
+                             std::vector<std::unique_ptr<Box>>& boxes, const KeyGroupRange* keep = nullptr);
 
 }  // namespace entente::engine::detail

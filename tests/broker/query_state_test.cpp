@@ -444,6 +444,65 @@ TEST_F(QueryStateStream, CheckpointsGoToTheStateStreamInChunksAndANewRunnerRecov
   EXPECT_EQ(sum, kKeys + 100);
 }
 
+// Splitting a fragment (docs/cluster.md, "Splitting a fragment"): a
+// stopped runner's state seeds a new runner, which continues where it
+// stood: no tuple read twice, the outputs numbered on without a gap. A
+// seed of another shape, or one that would leave a gap or repeat in an
+// output, is refused.
+TEST_F(QueryStateStream, AStoppedRunnersStateSeedsANewRunnerThatContinuesItsOutputs) {
+  gate_.open();
+  ASSERT_TRUE(start_runner().ok());
+  publish(rows(0, 10, 1000));
+  publish(rows(0, 1, 2 * kHourMs));  // 10 counts out
+  publish(rows(0, 4, 2 * kHourMs + 5));  // 5 rows of key 0..3 in the open window
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 16; }));
+  ASSERT_TRUE(eventually([&] { return out_->committed_next() == 11; })) << out_->committed_next();
+  runner_->stop();
+  auto state = runner_->stopped_state();
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  EXPECT_EQ(state->positions, std::vector<uint64_t>{16});
+  EXPECT_EQ(state->out_next, std::vector<uint64_t>{11});
+  EXPECT_FALSE(state->snapshot.empty());
+  runner_.reset();
+
+  // A runner as a split deploys one: created, seeded, started.
+  QueryMeta m;
+  m.name = "q--f";
+  m.network_json = kNetwork;
+  m.inputs = {"in"};
+  m.outputs = {"out"};
+  m.start = {16};
+  m.query = "q";
+  m.fragment = "f";
+  m.state_stream = "q--f--state";
+  QueryRunner::Env env{store_.get(), gc_.get(), pool_.get(), nullptr, gate_.fn()};
+  auto made = QueryRunner::create(m, {in_}, {out_}, env, state_);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  runner_ = std::move(made).value();
+  QueryRunner::State two_inputs = *state;
+  two_inputs.positions.push_back(1);
+  EXPECT_EQ(runner_->seed(two_inputs).error().code, Errc::invalid_argument);
+  QueryRunner::State gap = *state;
+  gap.out_next = {15};
+  auto refused = runner_->seed(gap);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("output 'out' continues at 11; the seed at 15"), std::string::npos)
+      << refused.error().message;
+  QueryRunner::State bad_snapshot = *state;
+  bad_snapshot.snapshot = "not a snapshot";
+  EXPECT_FALSE(runner_->seed(bad_snapshot).ok());
+  ASSERT_TRUE(runner_->seed(*state).ok());
+  runner_->start();
+  EXPECT_EQ(runner_->info().positions[0], 16u);
+  // The second window closes: keys 0..3 with the rows before the seed
+  // (key 0 twice), numbered on from 11.
+  publish(rows(0, 1, 4 * kHourMs));
+  ASSERT_TRUE(eventually([&] { return out_->committed_next() == 15; })) << out_->committed_next();
+  auto [sum, n] = output_counts();
+  EXPECT_EQ(n, 14u);
+  EXPECT_EQ(sum, 10 + 5);
+}
+
 TEST_F(QueryStateStream, AJournalAheadOfTheOutputsIsReplayedIntoThem) {
   gate_.open();
   ASSERT_TRUE(start_runner().ok());

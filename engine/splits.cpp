@@ -1,0 +1,538 @@
+// Splitting a fragment by key groups: the checks, the rewrite of the query
+// network and placement, and the carrying of a snapshot to the parts
+// (engine/splits.h, docs/cluster.md "Splitting a fragment").
+#include "engine/splits.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "engine/detail/network_def.h"
+#include "engine/detail/network_runtime.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+
+namespace entente::engine {
+
+namespace {
+
+using detail::BoxDef;
+using detail::NetworkDef;
+using detail::Source;
+using detail::Target;
+
+constexpr size_t kMaxBoxIdLength = 64;
+
+std::string quote(std::string_view s) {
+  std::string out = "'";
+  out.append(s.substr(0, 64));
+  if (s.size() > 64) out += "...";
+  return out + "'";
+}
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
+bool valid_node_name(std::string_view s) {
+  return !s.empty() && s.size() <= kMaxNodeNameLength && s[0] >= 'a' && s[0] <= 'z' &&
+         std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+}
+
+// "box" or "box.port" (ids have no '.').
+std::pair<std::string, uint32_t> split_end(std::string_view s) {
+  const auto dot = s.rfind('.');
+  if (dot == std::string_view::npos) return {std::string(s), 0};
+  return {std::string(s.substr(0, dot)), static_cast<uint32_t>(std::stoul(std::string(s.substr(dot + 1))))};
+}
+
+std::string end_of(const std::string& id, uint32_t port) {
+  return port == 0 ? id : id + "." + std::to_string(port);
+}
+
+rapidjson::Value str_value(std::string_view s, rapidjson::Document::AllocatorType& a) {
+  return rapidjson::Value(s.data(), static_cast<rapidjson::SizeType>(s.size()), a);
+}
+
+Error summary(std::string_view fragment, const Diagnostics& diag, size_t first) {
+  const size_t n = diag.size() - first;
+  const auto& d = diag.items()[first];
+  return make_error(Errc::invalid_argument, "fragment '" + std::string(fragment).substr(0, 64) +
+                                                "' cannot be split: " + std::to_string(n) +
+                                                (n == 1 ? " problem" : " problems") + "; first: " + d.path + ": " +
+                                                d.message);
+}
+
+// The parts: 2 to 16, valid nodes, ranges that follow each other from key
+// group 0 to kKeyGroups.
+void check_parts(const std::vector<SplitPartSpec>& parts, Diagnostics& diag) {
+  if (parts.size() < kMinSplitParts || parts.size() > kMaxSplitParts) {
+    diag.error("$.parts", "a split has " + std::to_string(kMinSplitParts) + " to " + std::to_string(kMaxSplitParts) +
+                              " parts, not " + std::to_string(parts.size()));
+    return;
+  }
+  uint32_t next = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string at = "$.parts[" + std::to_string(i) + "]";
+    if (!valid_node_name(parts[i].node))
+      diag.error(at + ".node", "bad node name " + quote(parts[i].node) + ": expected [a-z][a-z0-9-]*, at most " +
+                                   std::to_string(kMaxNodeNameLength) + " characters");
+    const KeyGroupRange r = parts[i].range;
+    const std::string shown = "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
+    if (r.end > kKeyGroups || r.begin >= r.end) {
+      diag.error(at + ".range", "key-group range " + shown + " is empty or leaves [0, " + std::to_string(kKeyGroups) +
+                                    ")");
+      return;
+    }
+    if (r.begin < next) {
+      diag.error(at + ".range", "key-group range " + shown + " overlaps the part before it, which ends at " +
+                                    std::to_string(next));
+      return;
+    }
+    if (r.begin > next) {
+      diag.error(at + ".range", "key-group range " + shown + " leaves key groups [" + std::to_string(next) + ", " +
+                                    std::to_string(r.begin) + ") to no part (the parts' ranges must follow each "
+                                    "other from 0 to " + std::to_string(kKeyGroups) + ")");
+      return;
+    }
+    next = r.end;
+  }
+  if (next != kKeyGroups)
+    diag.error("$.parts[" + std::to_string(parts.size() - 1) + "].range",
+               "the last range ends at key group " + std::to_string(next) + ": key groups [" + std::to_string(next) +
+                   ", " + std::to_string(kKeyGroups) + ") are left to no part");
+}
+
+// What the split needs to know of the fragment's boxes.
+struct Shape {
+  int keyed = -1;                      // topological index of the keyed box
+  std::vector<uint32_t> boxes;         // the fragment's boxes (topological)
+  std::pair<uint32_t, uint32_t> entry; // (box, input port) fed from outside
+  std::pair<uint32_t, uint32_t> exit;  // (box, output port) read outside
+};
+
+// Checks that the fragment can be split by its keyed box's key (the
+// reasons in splits.h). Every problem goes to `diag`.
+Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagnostics& diag) {
+  Shape s;
+  auto path = [&](uint32_t b) { return def.boxes[b].path(); };
+  auto name = [&](uint32_t b) { return quote(def.boxes[b].id) + " (" + def.boxes[b].type + ")"; };
+  std::vector<bool> in(def.boxes.size(), false);
+  for (uint32_t b = 0; b < def.boxes.size(); ++b)
+    if (ids.count(def.boxes[b].id)) {
+      in[b] = true;
+      s.boxes.push_back(b);
+    }
+  // The keyed box, and boxes whose state is not partitioned by key.
+  for (uint32_t b : s.boxes) {
+    const BoxDef& box = def.boxes[b];
+    if (box.type == "filter" || box.type == "map") continue;
+    if (box.type == "join") {
+      diag.error(path(b), "box " + name(b) + " reads two inputs: a split routes one input by key, so a join is not "
+                                             "split");
+      continue;
+    }
+    if (box.type != "aggregate") {
+      diag.error(path(b), "box " + name(b) + " keeps state that is not partitioned by key group, so the fragment's "
+                                             "state is not keyed");
+      continue;
+    }
+    const rapidjson::Value& o = *box.options;
+    const bool grouped = o.HasMember("group_by") && o["group_by"].IsArray() && !o["group_by"].Empty();
+    if (!grouped) {
+      diag.error(path(b) + ".options.group_by",
+                 "aggregate " + quote(box.id) + " has no group_by: its state is one global group, not keyed");
+      continue;
+    }
+    if (o.HasMember("top")) {
+      diag.error(path(b) + ".options.top", "aggregate " + quote(box.id) + " ranks all groups of a window together "
+                                           "(top): each part would keep its own best groups");
+      continue;
+    }
+    if (o.HasMember("timeout")) {
+      diag.error(path(b) + ".options.timeout", "aggregate " + quote(box.id) + " has a time-out: what it emits "
+                                               "depends on processing time, so parts would not emit the same rows");
+      continue;
+    }
+    if (o.HasMember("window") && o["window"].IsObject() && o["window"].HasMember("by") &&
+        o["window"]["by"].IsString() && std::string_view(o["window"]["by"].GetString()) == "count") {
+      diag.error(path(b) + ".options.window.by", "aggregate " + quote(box.id) + " has count windows, which emit in "
+                                                 "arrival order: merged parts would order its rows differently");
+      continue;
+    }
+    if (s.keyed >= 0) {
+      diag.error(path(b), "the fragment has two keyed boxes, " + quote(def.boxes[uint32_t(s.keyed)].id) + " and " +
+                              quote(box.id) + ": a split routes by one key");
+      continue;
+    }
+    s.keyed = int(b);
+  }
+  if (diag.size() > 0) return s;
+  if (s.keyed < 0) {
+    std::string which;
+    for (uint32_t b : s.boxes) which += (which.empty() ? "" : ", ") + name(b);
+    diag.error("$.boxes", "the fragment's state is not keyed: none of its boxes (" + which + ") keeps state by "
+                          "key group; only a fragment with an aggregate grouped by a key is split");
+    return s;
+  }
+  // Entry and exit.
+  int entries = 0, exits = 0;
+  for (uint32_t b : s.boxes) {
+    for (uint32_t p = 0; p < def.boxes[b].sources.size(); ++p) {
+      const Source& src = def.boxes[b].sources[p];
+      if (src.kind == Source::Kind::box && in[src.index]) continue;
+      if (entries++ == 0) s.entry = {b, p};
+      else
+        diag.error(path(b), "box " + name(b) + " is a second place where rows enter the fragment: a split has one "
+                                               "router, for one input");
+    }
+    for (uint32_t p = 0; p < def.boxes[b].targets.size(); ++p) {
+      const auto& ts = def.boxes[b].targets[p];
+      if (!std::any_of(ts.begin(), ts.end(),
+                       [&](const Target& t) { return t.kind == Target::Kind::output || !in[t.index]; }))
+        continue;
+      if (std::any_of(ts.begin(), ts.end(), [&](const Target& t) { return t.kind == Target::Kind::box && in[t.index]; }))
+        diag.error(path(b), "port " + std::to_string(p) + " of box " + name(b) + " feeds boxes both inside and "
+                                                                                  "outside the fragment");
+      if (exits++ == 0) s.exit = {b, p};
+      else
+        diag.error(path(b), "port " + std::to_string(p) + " of box " + name(b) + " is a second port whose rows "
+                                                                                  "leave the fragment: a split has "
+                                                                                  "one merge, for one port");
+    }
+  }
+  if (diag.size() > 0) return s;
+  // Before the keyed box only filters (the key reaches it as the router
+  // hashed it); after it only filters and maps (row by row, order kept).
+  const auto keyed = static_cast<uint32_t>(s.keyed);
+  std::vector<bool> before(def.boxes.size(), false), after(def.boxes.size(), false);
+  after[keyed] = true;
+  for (uint32_t b : s.boxes)  // topological: sources first
+    for (const Source& src : def.boxes[b].sources)
+      if (src.kind == Source::Kind::box && in[src.index] && after[src.index]) after[b] = true;
+  before[keyed] = true;
+  for (auto it = s.boxes.rbegin(); it != s.boxes.rend(); ++it)
+    for (const auto& ts : def.boxes[*it].targets)
+      for (const Target& t : ts)
+        if (t.kind == Target::Kind::box && in[t.index] && before[t.index]) before[*it] = true;
+  for (uint32_t b : s.boxes) {
+    if (b == keyed) continue;
+    const std::string& type = def.boxes[b].type;
+    const rapidjson::Value& o = *def.boxes[b].options;
+    if (before[b] && type == "map") {
+      // The router hashes the fragment's input: a map before the keyed box
+      // must hand each key field on as it is.
+      for (const auto& k : (*def.boxes[keyed].options)["group_by"].GetArray()) {
+        if (!k.IsString()) continue;
+        const std::string key = k.GetString();
+        bool same = false;
+        if (o.HasMember("fields") && o["fields"].IsArray())
+          for (const auto& f : o["fields"].GetArray())
+            if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == key &&
+                f.HasMember("expr") && f["expr"].IsString())
+              same = trimmed(f["expr"].GetString()) == key;
+        if (!same)
+          diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
+                                  " and does not hand its key field " + quote(key) + " on as it is (\"expr\": " +
+                                  quote(key) + "): the router hashes the fragment's input");
+      }
+    } else if (before[b] && type != "filter") {
+      diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
+                              ": the router hashes the fragment's input, so only filters and maps that hand the "
+                              "key on may come before it");
+    } else if (after[b] && type != "filter" && type != "map") {
+      diag.error(path(b), "box " + name(b) + " comes after the keyed aggregate: only filters and maps may");
+    } else if (after[b] && type == "map" && o.HasMember("event_time")) {
+      diag.error(path(b) + ".options.event_time", "map " + quote(def.boxes[b].id) + " after the keyed aggregate "
+                                                  "gives its rows new event times, by which the merge would order "
+                                                  "them otherwise than the aggregate emitted them");
+    } else if (!before[b] && !after[b])
+      diag.error(path(b), "box " + name(b) + " is neither before nor after the keyed aggregate " +
+                              quote(def.boxes[keyed].id));
+  }
+  if (!before[s.entry.first])
+    diag.error(path(s.entry.first), "rows enter the fragment at box " + name(s.entry.first) + ", after the keyed "
+                                                                                               "aggregate");
+  return s;
+}
+
+// The query document with the fragment's boxes out, the router, the
+// copies and the merge in: arcs into the fragment go to the router, arcs
+// and outputs from its exit port come from the merge.
+std::string rewritten_document(const NetworkDef& def, const Shape& shape, const std::set<std::string>& ids,
+                               const FragmentSplit& out) {
+  rapidjson::Document doc;
+  doc.CopyFrom(*def.doc, doc.GetAllocator());
+  auto& a = doc.GetAllocator();
+  doc.RemoveMember("placement");
+  const std::string entry_id = def.boxes[shape.entry.first].id;
+  const std::string exit_id = def.boxes[shape.exit.first].id;
+  const uint32_t exit_port = shape.exit.second;
+  auto copy_of = [&](const std::string& id, size_t part) { return id + "-p" + std::to_string(part); };
+
+  rapidjson::Value boxes(rapidjson::kArrayType);
+  std::vector<const rapidjson::Value*> originals;  // the fragment's boxes, in document order
+  for (auto& b : doc["boxes"].GetArray()) {
+    if (!ids.count(b["id"].GetString())) {
+      boxes.PushBack(rapidjson::Value(b, a), a);
+      continue;
+    }
+    originals.push_back(&b);
+  }
+  {
+    rapidjson::Value router(rapidjson::kObjectType), options(rapidjson::kObjectType), keys(rapidjson::kArrayType),
+        ranges(rapidjson::kArrayType);
+    for (const auto& k : out.keys) keys.PushBack(str_value(k, a), a);
+    for (const auto& p : out.parts) {
+      rapidjson::Value r(rapidjson::kArrayType);
+      r.PushBack(p.range.begin, a).PushBack(p.range.end, a);
+      ranges.PushBack(r, a);
+    }
+    options.AddMember("mode", "hash", a).AddMember("keys", keys, a).AddMember("ranges", ranges, a);
+    router.AddMember("id", str_value(out.router_box, a), a)
+        .AddMember("type", "split", a)
+        .AddMember("options", options, a)
+        .AddMember("description", str_value("routes fragment " + out.fragment + "'s input by key group", a), a);
+    boxes.PushBack(router, a);
+  }
+  for (size_t i = 0; i < out.parts.size(); ++i)
+    for (const rapidjson::Value* b : originals) {
+      rapidjson::Value copy(*b, a);
+      copy["id"] = str_value(copy_of(b->operator[]("id").GetString(), i), a);
+      boxes.PushBack(copy, a);
+    }
+  {
+    rapidjson::Value merge(rapidjson::kObjectType);
+    merge.AddMember("id", str_value(out.merge_box, a), a)
+        .AddMember("type", "merge", a)
+        .AddMember("options", rapidjson::Value(rapidjson::kObjectType), a)
+        .AddMember("description", str_value("recombines fragment " + out.fragment + "'s parts in order", a), a);
+    boxes.PushBack(merge, a);
+  }
+  doc["boxes"] = boxes;
+
+  rapidjson::Value arcs(rapidjson::kArrayType);
+  auto arc = [&](const std::string& from, const std::string& to) {
+    rapidjson::Value v(rapidjson::kObjectType);
+    v.AddMember("from", str_value(from, a), a).AddMember("to", str_value(to, a), a);
+    arcs.PushBack(v, a);
+  };
+  std::vector<std::pair<std::string, std::string>> inner;  // arcs inside the fragment, in document order
+  for (const auto& v : doc["arcs"].GetArray()) {
+    const std::string from = v["from"].GetString(), to = v["to"].GetString();
+    const auto [from_id, from_port] = split_end(from);
+    const auto [to_id, to_port] = split_end(to);
+    const bool from_in = ids.count(from_id) > 0, to_in = ids.count(to_id) > 0;
+    if (from_in && to_in) inner.emplace_back(from, to);
+    else if (to_in) arc(from, out.router_box);  // the one entry
+    else if (from_in) arc(out.merge_box, to);   // from the one exit port
+    else arc(from, to);
+  }
+  for (size_t i = 0; i < out.parts.size(); ++i) {
+    arc(end_of(out.router_box, static_cast<uint32_t>(i)), end_of(copy_of(entry_id, i), shape.entry.second));
+    for (const auto& [from, to] : inner) {
+      const auto [from_id, from_port] = split_end(from);
+      const auto [to_id, to_port] = split_end(to);
+      arc(end_of(copy_of(from_id, i), from_port), end_of(copy_of(to_id, i), to_port));
+    }
+    arc(end_of(copy_of(exit_id, i), exit_port), end_of(out.merge_box, static_cast<uint32_t>(i)));
+  }
+  doc["arcs"] = arcs;
+  for (auto& o : doc["outputs"].GetArray())
+    if (ids.count(split_end(o["from"].GetString()).first)) o["from"] = str_value(out.merge_box, a);
+
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  doc.Accept(w);
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+}  // namespace
+
+std::vector<SplitPartSpec> equal_split_parts(const std::vector<std::string>& nodes) {
+  std::vector<SplitPartSpec> parts;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    parts.push_back({nodes[i], KeyGroupRange::part(static_cast<uint32_t>(i), static_cast<uint32_t>(nodes.size()))});
+  return parts;
+}
+
+Result<FragmentSplit> split_fragment(std::string_view network_json, const std::vector<FragmentSpec>& placement,
+                                     std::string_view fragment, const std::vector<SplitPartSpec>& parts,
+                                     Diagnostics& diag) {
+  const size_t first = diag.size();
+  Diagnostics parse_diag;
+  auto net = QueryNetwork::parse(network_json, parse_diag);
+  if (!net.ok()) return make_error(Errc::invalid_argument, "the query network does not parse: " + net.error().message);
+  const NetworkDef& def = *net->def();
+  auto spec = std::find_if(placement.begin(), placement.end(), [&](const FragmentSpec& f) { return f.name == fragment; });
+  if (spec == placement.end()) {
+    diag.error("$.fragment", "the placement has no fragment " + quote(fragment));
+    return summary(fragment, diag, first);
+  }
+  check_parts(parts, diag);
+  const std::set<std::string> ids(spec->boxes.begin(), spec->boxes.end());
+  const Shape shape = check_shape(def, ids, diag);
+  if (diag.size() > first) return summary(fragment, diag, first);
+
+  FragmentSplit out;
+  out.fragment = std::string(fragment);
+  out.parts = parts;
+  const BoxDef& keyed = def.boxes[static_cast<uint32_t>(shape.keyed)];
+  out.keyed_box = keyed.id;
+  for (const auto& k : (*keyed.options)["group_by"].GetArray())
+    if (k.IsString()) out.keys.emplace_back(k.GetString());
+  out.router_fragment = out.fragment + "-split";
+  out.merge_fragment = out.fragment + "-merge";
+  out.router_box = out.fragment + "-router";
+  out.merge_box = out.fragment + "-merge";
+  for (size_t i = 0; i < parts.size(); ++i) out.part_fragments.push_back(out.fragment + "-" + std::to_string(i));
+
+  // Generated names: new, and within their limits.
+  std::set<std::string> taken;
+  for (const auto& in : def.inputs) taken.insert(in.name);
+  for (const auto& b : def.boxes) taken.insert(b.id);
+  std::set<std::string> fragments;
+  for (const auto& f : placement) fragments.insert(f.name);
+  auto new_box = [&](const std::string& id) {
+    if (id.size() > kMaxBoxIdLength)
+      diag.error("$.boxes", "the generated box id " + quote(id) + " is longer than " + std::to_string(kMaxBoxIdLength) +
+                                " characters");
+    else if (!taken.insert(id).second)
+      diag.error("$.boxes", "the generated box id " + quote(id) + " is taken already by a box or input of the query");
+  };
+  auto new_fragment = [&](const std::string& name) {
+    if (name.size() > kMaxFragmentNameLength)
+      diag.error("$.fragment", "the generated fragment name " + quote(name) + " is longer than " +
+                                   std::to_string(kMaxFragmentNameLength) + " characters");
+    else if (!fragments.insert(name).second)
+      diag.error("$.fragment", "the query has a fragment named " + quote(name) + " already");
+  };
+  new_box(out.router_box);
+  new_box(out.merge_box);
+  new_fragment(out.router_fragment);
+  new_fragment(out.merge_fragment);
+  out.part_boxes.resize(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    new_fragment(out.part_fragments[i]);
+    for (uint32_t b : shape.boxes) {
+      const std::string copy = def.boxes[b].id + "-p" + std::to_string(i);
+      new_box(copy);
+      out.part_boxes[i].emplace_back(def.boxes[b].id, copy);
+    }
+  }
+  if (diag.size() > first) return summary(fragment, diag, first);
+
+  out.network_json = rewritten_document(def, shape, ids, out);
+  Diagnostics rewritten;
+  auto parsed = QueryNetwork::parse(out.network_json, rewritten);
+  if (!parsed.ok())  // a bug here, not the user's
+    return make_error(Errc::corrupt, "fragment '" + out.fragment + "': the split network does not parse: " +
+                                          parsed.error().message);
+  out.network = std::move(parsed).value();
+
+  for (const auto& f : placement) {
+    if (f.name != fragment) {
+      out.placement.push_back(f);
+      continue;
+    }
+    out.placement.push_back({out.router_fragment, f.node, {out.router_box}});
+    for (size_t i = 0; i < parts.size(); ++i) {
+      FragmentSpec p{out.part_fragments[i], parts[i].node, {}};
+      for (const auto& [orig, copy] : out.part_boxes[i]) p.boxes.push_back(copy);
+      out.placement.push_back(std::move(p));
+    }
+    out.placement.push_back({out.merge_fragment, f.node, {out.merge_box}});
+  }
+  Diagnostics cut_diag;
+  if (auto cut = cut_query(out.network, out.placement, cut_diag); !cut.ok())
+    return make_error(Errc::invalid_argument, "fragment '" + out.fragment + "' cannot be split: the new cut is "
+                                                  "invalid: " + cut.error().message);
+  return out;
+}
+
+Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
+                                   const std::vector<std::pair<std::string, std::string>>& boxes,
+                                   const KeyGroupRange* keep) {
+  const NetworkDef& fd = *from.def();
+  const NetworkDef& td = *to.def();
+  if (fd.inputs.size() != td.inputs.size())
+    return make_error(Errc::invalid_argument, "carrying a snapshot of '" + fd.name + "' (" +
+                                                  std::to_string(fd.inputs.size()) + " inputs) to '" + td.name +
+                                                  "' (" + std::to_string(td.inputs.size()) + ")");
+  std::vector<detail::InputClock> clocks;
+  std::vector<std::unique_ptr<Box>> restored;
+  ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(fd, bytes, clocks, restored, keep));
+  ENTENTE_ASSIGN_OR_RETURN(auto fresh, detail::build_boxes(td));
+  auto index_of = [](const NetworkDef& d, const std::string& id) -> std::optional<size_t> {
+    for (size_t b = 0; b < d.boxes.size(); ++b)
+      if (d.boxes[b].id == id) return b;
+    return std::nullopt;
+  };
+  for (const auto& [f, t] : boxes) {
+    const auto fi = index_of(fd, f);
+    const auto ti = index_of(td, t);
+    if (!fi || !ti)
+      return make_error(Errc::invalid_argument, "carrying a snapshot: no box " + quote(fi ? t : f) + " in '" +
+                                                    (fi ? td.name : fd.name) + "'");
+    if (fd.boxes[*fi].type != td.boxes[*ti].type)
+      return make_error(Errc::invalid_argument, "carrying a snapshot: box " + quote(f) + " is a " +
+                                                    fd.boxes[*fi].type + ", " + quote(t) + " a " + td.boxes[*ti].type);
+    if (!restored[*fi]) return make_error(Errc::invalid_argument, "carrying a snapshot: box " + quote(f) + " twice");
+    fresh[*ti] = std::move(restored[*fi]);
+  }
+  std::string out;
+  detail::write_network_snapshot(td, clocks, fresh, out);
+  return out;
+}
+
+Result<std::string> join_snapshots(const QueryNetwork& to, const QueryNetwork& router, std::string_view router_bytes,
+                                   const std::vector<SnapshotPart>& parts) {
+  const NetworkDef& td = *to.def();
+  const NetworkDef& rd = *router.def();
+  if (rd.inputs.size() != td.inputs.size())
+    return make_error(Errc::invalid_argument, "joining snapshots: the router has " + std::to_string(rd.inputs.size()) +
+                                                  " inputs, '" + td.name + "' " + std::to_string(td.inputs.size()));
+  if (parts.empty()) return make_error(Errc::invalid_argument, "joining snapshots: no parts");
+  std::vector<detail::InputClock> clocks;
+  {
+    std::vector<std::unique_ptr<Box>> unused;
+    ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(rd, router_bytes, clocks, unused));
+  }
+  // Per box of `to`: each part's state of its copy.
+  std::map<std::string, std::vector<std::string>> states;
+  std::vector<KeyGroupRange> ranges;
+  for (const SnapshotPart& p : parts) {
+    const NetworkDef& pd = *p.network->def();
+    std::vector<detail::InputClock> part_clocks;
+    std::vector<std::unique_ptr<Box>> boxes;
+    ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(pd, p.bytes, part_clocks, boxes));
+    for (const auto& [orig, copy] : *p.boxes) {
+      size_t b = 0;
+      while (b < pd.boxes.size() && pd.boxes[b].id != copy) ++b;
+      if (b == pd.boxes.size())
+        return make_error(Errc::invalid_argument, "joining snapshots: no box " + quote(copy) + " in '" + pd.name + "'");
+      states[orig].push_back(boxes[b]->snapshot());
+    }
+    ranges.push_back(p.range);
+  }
+  ENTENTE_ASSIGN_OR_RETURN(auto fresh, detail::build_boxes(td));
+  for (size_t b = 0; b < td.boxes.size(); ++b) {
+    auto it = states.find(td.boxes[b].id);
+    if (it == states.end() || it->second.size() != parts.size())
+      return make_error(Errc::invalid_argument, "joining snapshots: not every part has a copy of box " +
+                                                    quote(td.boxes[b].id));
+    const std::vector<std::string_view> views(it->second.begin(), it->second.end());
+    if (Status st = fresh[b]->restore_joined(views, ranges); !st.ok())
+      return make_error(st.error().code, "restoring box " + quote(td.boxes[b].id) + " from its parts: " +
+                                             st.error().message);
+  }
+  std::string out;
+  detail::write_network_snapshot(td, clocks, fresh, out);
+  return out;
+}
+
+}  // namespace entente::engine
