@@ -343,6 +343,19 @@ Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const s
   // more: it is waited for.
   if (!move_wait(kReplicatedWait, [&] { return in_sync_everywhere(streams, to); }))
     return make_error(Errc::unavailable, to + " is not in the in-sync sets of the fragment's streams");
+  // The in-sync set keeps a follower that died until an append waits for
+  // it too long, and none comes while the fragment is stopped: a target
+  // whose copy's channel has closed (killed, or its link cut) is not
+  // handed the streams, since if it does not come back no one is in sync
+  // to take them over and the fragment would stop until it does.
+  for (const auto& s : streams) {
+    bool connected = false;
+    if (auto states = replica_states(s))
+      for (const auto& r : *states)
+        if (r.node == to) connected = r.connected;
+    if (!connected) return make_error(Errc::unavailable, to + "'s copy of " + s + " is not connected (" + to +
+                                                             " died or the link to it is down)");
+  }
   return Status::Ok();
 }
 
@@ -402,17 +415,33 @@ http::Response NodeImpl::standby_request(const FragmentMove& m, const std::strin
   auto f = answered->get_future();
   forward(r, m.to, [answered](http::Response resp) { answered->set_value(std::move(resp)); });
   if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
-    return http::Response::problem(503, "Service Unavailable", m.to + " did not answer within 5 s");
+    return http::Response::problem(504, "Gateway Timeout", m.to + " did not answer within 5 s");
   return f.get();
 }
+
+namespace {
+
+// A forward's answer that the target did not give: it could not be
+// reached (502) or did not answer in time (504). The target's own
+// refusals (409, 503, ...) are answers.
+bool unreachable(const http::Response& r) { return r.status == 502 || r.status == 504; }
+
+}  // namespace
 
 Status NodeImpl::move_warm(const FragmentMove& m, const QueryRunner& q) {
   http::Response r = standby_request(m, "POST");
   if (r.status != 200 && r.status != 202)
-    return make_error(Errc::unavailable, "no standby on " + m.to + ": " + std::to_string(r.status) + " " + r.body);
+    return make_error(unreachable(r) ? Errc::io_error : Errc::unavailable,
+                      "no standby on " + m.to + ": " + std::to_string(r.status) + " " + r.body);
   std::string last;
+  bool gone = false;
   const bool caught_up = move_wait(kWarmWait, [&] {
     http::Response g = standby_request(m, "GET");
+    if (unreachable(g)) {
+      last = std::to_string(g.status) + " " + g.body;
+      gone = true;
+      return true;
+    }
     rapidjson::Document d;
     d.Parse(g.body.data(), g.body.size());
     if (g.status != 200 || !d.IsObject() || !d.HasMember("state") || !d["state"].IsString() ||
@@ -425,6 +454,7 @@ Status NodeImpl::move_warm(const FragmentMove& m, const QueryRunner& q) {
     return std::string_view(d["state"].GetString()) == "warm" &&
            d["journal_next"].GetUint64() + kWarmSlack >= q.journal_next();
   });
+  if (gone) return make_error(Errc::io_error, m.to + " does not answer: " + last);
   if (!caught_up || last.find(R"("state":"warm")") == std::string::npos)
     return make_error(Errc::unavailable, "the standby on " + m.to + " did not catch up within " +
                                              std::to_string(std::chrono::seconds(kWarmWait).count()) + " s: " + last);
@@ -459,6 +489,9 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
     log_line(what + ": " + why);
     return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
   };
+  // Each step is logged as it starts: after a fault (this node or the
+  // target killed, their link cut) the log says where the move was.
+  auto step = [&](const char* name) { log_line(what + ": step " + name); };
   auto q = find_query(runner);
   if (!q) return failed(409, "the fragment does not run on " + config_.node + " now; nothing moved");
   const QueryMeta meta = q->meta();
@@ -472,11 +505,13 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   // checkpoints and journal reach it before anything stops. 2. A
   // checkpoint now: the target replays only what follows it.
   std::vector<std::string> added;
+  step("follow");
   if (Status st = move_follow(streams, m.to, added); !st.ok()) {
     undo_move_follow(added, m.to);
     return failed(503, st.error().message + "; nothing moved");
   }
   const auto t_sync = Clock::now();
+  step("checkpoint");
   if (Status st = move_checkpoint(*q); !st.ok()) {
     undo_move_follow(added, m.to);
     return failed(503, st.error().message + "; nothing moved");
@@ -485,7 +520,16 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   // The target rebuilds the state from that checkpoint and follows the
   // journal while the fragment still runs here; without a standby it
   // restores the checkpoint after the pause instead (longer).
+  step("warm");
   Status warm = move_warm(m, *q);
+  // A target that does not answer at all (killed, or its node stopping)
+  // would be handed a fragment it cannot run: nothing stopped yet, so
+  // nothing moves.
+  if (!warm.ok() && warm.error().code == Errc::io_error) {
+    (void)standby_request(m, "DELETE");
+    undo_move_follow(added, m.to);
+    return failed(503, warm.error().message + "; nothing moved");
+  }
   if (!warm.ok()) {
     log_line(what + ": " + warm.error().message + "; the target restores the checkpoint after the pause");
     (void)standby_request(m, "DELETE");
@@ -497,11 +541,13 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   };
 
   // 3. It stops here. From now on a failure runs it here again.
+  step("mark");
   if (!mark_fragment_moving(m.query, m.fragment, m.to)) {
     undo();
     return failed(503, "the query's catalog entry could not be updated; nothing moved");
   }
   const auto t_stopping = Clock::now();
+  step("stop");
   if (Status st = detach_query(runner); !st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
     undo();
@@ -510,8 +556,10 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   const auto t_stop = Clock::now();
   // 4. The target holds every record this node wrote. 5. The leadership
   // passes.
+  step("replicate");
   Status st = move_replicate(streams, m.to);
   const auto t_replicated = Clock::now();
+  if (st.ok()) step("hand_over");
   if (st.ok()) st = move_hand_over(streams, m.to, what);
   if (!st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
@@ -521,6 +569,7 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   }
   const auto t_handover = Clock::now();
   log_line(what + ": " + m.to + " leads its streams; it takes the fragment over");
+  step("take_over");
 
   // 6. The target runs it. 7. This node's logs of the fragment's streams,
   // and its reads of other nodes, go: it copies the streams afresh as a
