@@ -39,6 +39,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kFollowWait = std::chrono::seconds(30);    // the target catching up as a follower
 constexpr auto kCheckpointWait = std::chrono::seconds(15);
 constexpr auto kReplicatedWait = std::chrono::seconds(10);  // the last records reaching the followers
+constexpr auto kReconnectWait = std::chrono::seconds(1);    // the target's copy reconnecting, in the pause
 constexpr auto kTakeoverWait = std::chrono::seconds(30);    // the target running the fragment
 constexpr size_t kMaxQueuedMoves = 16;
 // A forwarded move's answer: the sum of the steps' bounds, and some.
@@ -347,15 +348,26 @@ Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const s
   // it too long, and none comes while the fragment is stopped: a target
   // whose copy's channel has closed (killed, or its link cut) is not
   // handed the streams, since if it does not come back no one is in sync
-  // to take them over and the fragment would stop until it does.
-  for (const auto& s : streams) {
-    bool connected = false;
-    if (auto states = replica_states(s))
-      for (const auto& r : *states)
-        if (r.node == to) connected = r.connected;
-    if (!connected) return make_error(Errc::unavailable, to + "'s copy of " + s + " is not connected (" + to +
-                                                             " died or the link to it is down)");
-  }
+  // to take them over and the fragment would stop until it does. A channel
+  // that reopens at once (a link redialed) is waited for, briefly: the
+  // fragment is stopped meanwhile.
+  std::string closed;
+  auto connected = [&] {
+    for (const auto& s : streams) {
+      bool open = false;
+      if (auto states = replica_states(s))
+        for (const auto& r : *states)
+          if (r.node == to) open = r.connected;
+      if (!open) {
+        closed = s;
+        return false;
+      }
+    }
+    return true;
+  };
+  if (!move_wait(kReconnectWait, connected))
+    return make_error(Errc::unavailable, to + "'s copy of " + closed + " is not connected (" + to +
+                                             " died or the link to it is down)");
   return Status::Ok();
 }
 
