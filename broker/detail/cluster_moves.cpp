@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "broker/detail/json_out.h"
@@ -329,28 +330,13 @@ Status NodeImpl::move_checkpoint(QueryRunner& q) {
 }
 
 Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const std::string& to) {
-  for (const auto& s : streams) {
-    StreamPtr st = find_stream(s);
-    if (!st || st->committed_next() <= 1) continue;
-    auto released = std::make_shared<std::promise<Status>>();
-    auto f = released->get_future();
-    when_replicated(s, st->committed_next() - 1, [released](const Status& r) { released->set_value(r); });
-    if (f.wait_for(kReplicatedWait) != std::future_status::ready)
-      return make_error(Errc::unavailable, s + " did not reach its followers");
-    if (Status r = f.get(); !r.ok()) return make_error(r.error().code, s + ": " + r.error().message);
-  }
-  // A target that fell out of an in-sync set meanwhile (an acknowledgement
-  // late under load) joins it again once it holds the log, which grows no
-  // more: it is waited for.
-  if (!move_wait(kReplicatedWait, [&] { return in_sync_everywhere(streams, to); }))
-    return make_error(Errc::unavailable, to + " is not in the in-sync sets of the fragment's streams");
   // The in-sync set keeps a follower that died until an append waits for
   // it too long, and none comes while the fragment is stopped: a target
   // whose copy's channel has closed (killed, or its link cut) is not
-  // handed the streams, since if it does not come back no one is in sync
-  // to take them over and the fragment would stop until it does. A channel
-  // that reopens at once (a link redialed) is waited for, briefly: the
-  // fragment is stopped meanwhile.
+  // waited for nor handed the streams, since if it does not come back no
+  // one is in sync to take them over and the fragment would stop until it
+  // does. A channel that reopens at once (a link redialed) is waited for,
+  // briefly: the fragment is stopped meanwhile.
   std::string closed;
   auto connected = [&] {
     for (const auto& s : streams) {
@@ -365,9 +351,41 @@ Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const s
     }
     return true;
   };
-  if (!move_wait(kReconnectWait, connected))
+  std::optional<Clock::time_point> closed_since;
+  auto gone = [&] {
+    if (connected()) {
+      closed_since.reset();
+      return false;
+    }
+    if (!closed_since) closed_since = Clock::now();
+    return Clock::now() - *closed_since >= kReconnectWait;
+  };
+  auto gone_error = [&] {
     return make_error(Errc::unavailable, to + "'s copy of " + closed + " is not connected (" + to +
                                              " died or the link to it is down)");
+  };
+  for (const auto& s : streams) {
+    StreamPtr st = find_stream(s);
+    if (!st || st->committed_next() <= 1) continue;
+    auto released = std::make_shared<std::promise<Status>>();
+    auto f = released->get_future();
+    when_replicated(s, st->committed_next() - 1, [released](const Status& r) { released->set_value(r); });
+    const auto until = Clock::now() + kReplicatedWait;
+    while (f.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (gone()) return gone_error();
+      if (Clock::now() >= until) return make_error(Errc::unavailable, s + " did not reach its followers");
+    }
+    if (Status r = f.get(); !r.ok()) return make_error(r.error().code, s + ": " + r.error().message);
+  }
+  // A target that fell out of an in-sync set meanwhile (an acknowledgement
+  // late under load) joins it again once it holds the log, which grows no
+  // more: it is waited for.
+  bool lost = false;
+  if (!move_wait(kReplicatedWait, [&] { return (lost = gone()) || in_sync_everywhere(streams, to); }) || lost)
+    return lost ? gone_error()
+                : make_error(Errc::unavailable, to + " is not in the in-sync sets of the fragment's streams");
+  closed_since.reset();
+  if (!move_wait(kReconnectWait, connected)) return gone_error();
   return Status::Ok();
 }
 
