@@ -19,9 +19,11 @@
 //
 // After each fault: the move's answer (asked through n1) is 200 (moved),
 // 503 (rolled back: the fragment runs where it was) or a gateway error (502
-// or 504: the source died under it); the fragment then runs on exactly one
-// node, the one the query's entry places it on. At the end the cut query's
-// output equals the whole one row for row, numbered without gap or repeat.
+// or 504: only when the source died under it); a target killed before the
+// pause's replication rolls the move back (it is not handed a fragment it
+// cannot run); the fragment then runs on exactly one node, the one the
+// query's entry places it on. At the end the cut query's output equals the
+// whole one row for row, numbered without gap or repeat.
 #include <gtest/gtest.h>
 
 #include <algorithm>
