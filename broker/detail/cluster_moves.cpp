@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "broker/detail/json_out.h"
@@ -39,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kFollowWait = std::chrono::seconds(30);    // the target catching up as a follower
 constexpr auto kCheckpointWait = std::chrono::seconds(15);
 constexpr auto kReplicatedWait = std::chrono::seconds(10);  // the last records reaching the followers
+constexpr auto kReconnectWait = std::chrono::seconds(1);    // the target's copy reconnecting, in the pause
 constexpr auto kTakeoverWait = std::chrono::seconds(30);    // the target running the fragment
 constexpr size_t kMaxQueuedMoves = 16;
 // A forwarded move's answer: the sum of the steps' bounds, and some.
@@ -328,21 +330,62 @@ Status NodeImpl::move_checkpoint(QueryRunner& q) {
 }
 
 Status NodeImpl::move_replicate(const std::vector<std::string>& streams, const std::string& to) {
+  // The in-sync set keeps a follower that died until an append waits for
+  // it too long, and none comes while the fragment is stopped: a target
+  // whose copy's channel has closed (killed, or its link cut) is not
+  // waited for nor handed the streams, since if it does not come back no
+  // one is in sync to take them over and the fragment would stop until it
+  // does. A channel that reopens at once (a link redialed) is waited for,
+  // briefly: the fragment is stopped meanwhile.
+  std::string closed;
+  auto connected = [&] {
+    for (const auto& s : streams) {
+      bool open = false;
+      if (auto states = replica_states(s))
+        for (const auto& r : *states)
+          if (r.node == to) open = r.connected;
+      if (!open) {
+        closed = s;
+        return false;
+      }
+    }
+    return true;
+  };
+  std::optional<Clock::time_point> closed_since;
+  auto gone = [&] {
+    if (connected()) {
+      closed_since.reset();
+      return false;
+    }
+    if (!closed_since) closed_since = Clock::now();
+    return Clock::now() - *closed_since >= kReconnectWait;
+  };
+  auto gone_error = [&] {
+    return make_error(Errc::unavailable, to + "'s copy of " + closed + " is not connected (" + to +
+                                             " died or the link to it is down)");
+  };
   for (const auto& s : streams) {
     StreamPtr st = find_stream(s);
     if (!st || st->committed_next() <= 1) continue;
     auto released = std::make_shared<std::promise<Status>>();
     auto f = released->get_future();
     when_replicated(s, st->committed_next() - 1, [released](const Status& r) { released->set_value(r); });
-    if (f.wait_for(kReplicatedWait) != std::future_status::ready)
-      return make_error(Errc::unavailable, s + " did not reach its followers");
+    const auto until = Clock::now() + kReplicatedWait;
+    while (f.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (gone()) return gone_error();
+      if (Clock::now() >= until) return make_error(Errc::unavailable, s + " did not reach its followers");
+    }
     if (Status r = f.get(); !r.ok()) return make_error(r.error().code, s + ": " + r.error().message);
   }
   // A target that fell out of an in-sync set meanwhile (an acknowledgement
   // late under load) joins it again once it holds the log, which grows no
   // more: it is waited for.
-  if (!move_wait(kReplicatedWait, [&] { return in_sync_everywhere(streams, to); }))
-    return make_error(Errc::unavailable, to + " is not in the in-sync sets of the fragment's streams");
+  bool lost = false;
+  if (!move_wait(kReplicatedWait, [&] { return (lost = gone()) || in_sync_everywhere(streams, to); }) || lost)
+    return lost ? gone_error()
+                : make_error(Errc::unavailable, to + " is not in the in-sync sets of the fragment's streams");
+  closed_since.reset();
+  if (!move_wait(kReconnectWait, connected)) return gone_error();
   return Status::Ok();
 }
 
@@ -402,17 +445,33 @@ http::Response NodeImpl::standby_request(const FragmentMove& m, const std::strin
   auto f = answered->get_future();
   forward(r, m.to, [answered](http::Response resp) { answered->set_value(std::move(resp)); });
   if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
-    return http::Response::problem(503, "Service Unavailable", m.to + " did not answer within 5 s");
+    return http::Response::problem(504, "Gateway Timeout", m.to + " did not answer within 5 s");
   return f.get();
 }
+
+namespace {
+
+// A forward's answer that the target did not give: it could not be
+// reached (502) or did not answer in time (504). The target's own
+// refusals (409, 503, ...) are answers.
+bool unreachable(const http::Response& r) { return r.status == 502 || r.status == 504; }
+
+}  // namespace
 
 Status NodeImpl::move_warm(const FragmentMove& m, const QueryRunner& q) {
   http::Response r = standby_request(m, "POST");
   if (r.status != 200 && r.status != 202)
-    return make_error(Errc::unavailable, "no standby on " + m.to + ": " + std::to_string(r.status) + " " + r.body);
+    return make_error(unreachable(r) ? Errc::io_error : Errc::unavailable,
+                      "no standby on " + m.to + ": " + std::to_string(r.status) + " " + r.body);
   std::string last;
+  bool gone = false;
   const bool caught_up = move_wait(kWarmWait, [&] {
     http::Response g = standby_request(m, "GET");
+    if (unreachable(g)) {
+      last = std::to_string(g.status) + " " + g.body;
+      gone = true;
+      return true;
+    }
     rapidjson::Document d;
     d.Parse(g.body.data(), g.body.size());
     if (g.status != 200 || !d.IsObject() || !d.HasMember("state") || !d["state"].IsString() ||
@@ -425,6 +484,7 @@ Status NodeImpl::move_warm(const FragmentMove& m, const QueryRunner& q) {
     return std::string_view(d["state"].GetString()) == "warm" &&
            d["journal_next"].GetUint64() + kWarmSlack >= q.journal_next();
   });
+  if (gone) return make_error(Errc::io_error, m.to + " does not answer: " + last);
   if (!caught_up || last.find(R"("state":"warm")") == std::string::npos)
     return make_error(Errc::unavailable, "the standby on " + m.to + " did not catch up within " +
                                              std::to_string(std::chrono::seconds(kWarmWait).count()) + " s: " + last);
@@ -471,6 +531,9 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
     log_line(what + ": " + why);
     return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
   };
+  // Each step is logged as it starts: after a fault (this node or the
+  // target killed, their link cut) the log says where the move was.
+  auto step = [&](const char* name) { log_line(what + ": step " + name); };
   auto q = find_query(runner);
   if (!q) return failed(409, "the fragment does not run on " + config_.node + " now; nothing moved");
   const QueryMeta meta = q->meta();
@@ -484,11 +547,13 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   // checkpoints and journal reach it before anything stops. 2. A
   // checkpoint now: the target replays only what follows it.
   std::vector<std::string> added;
+  step("follow");
   if (Status st = move_follow(streams, m.to, added); !st.ok()) {
     undo_move_follow(added, m.to);
     return failed(503, st.error().message + "; nothing moved");
   }
   const auto t_sync = Clock::now();
+  step("checkpoint");
   if (Status st = move_checkpoint(*q); !st.ok()) {
     undo_move_follow(added, m.to);
     return failed(503, st.error().message + "; nothing moved");
@@ -497,7 +562,16 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   // The target rebuilds the state from that checkpoint and follows the
   // journal while the fragment still runs here; without a standby it
   // restores the checkpoint after the pause instead (longer).
+  step("warm");
   Status warm = move_warm(m, *q);
+  // A target that does not answer at all (killed, or its node stopping)
+  // would be handed a fragment it cannot run: nothing stopped yet, so
+  // nothing moves.
+  if (!warm.ok() && warm.error().code == Errc::io_error) {
+    (void)standby_request(m, "DELETE");
+    undo_move_follow(added, m.to);
+    return failed(503, warm.error().message + "; nothing moved");
+  }
   if (!warm.ok()) {
     log_line(what + ": " + warm.error().message + "; the target restores the checkpoint after the pause");
     (void)standby_request(m, "DELETE");
@@ -509,11 +583,13 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   };
 
   // 3. It stops here. From now on a failure runs it here again.
+  step("mark");
   if (!mark_fragment_moving(m.query, m.fragment, m.to)) {
     undo();
     return failed(503, "the query's catalog entry could not be updated; nothing moved");
   }
   const auto t_stopping = Clock::now();
+  step("stop");
   if (Status st = detach_query(runner); !st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
     undo();
@@ -522,8 +598,10 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   const auto t_stop = Clock::now();
   // 4. The target holds every record this node wrote. 5. The leadership
   // passes.
+  step("replicate");
   Status st = move_replicate(streams, m.to);
   const auto t_replicated = Clock::now();
+  if (st.ok()) step("hand_over");
   if (st.ok()) st = move_hand_over(streams, m.to, what);
   if (!st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
@@ -533,6 +611,7 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   }
   const auto t_handover = Clock::now();
   log_line(what + ": " + m.to + " leads its streams; it takes the fragment over");
+  step("take_over");
 
   // 6. The target runs it. 7. This node's logs of the fragment's streams,
   // and its reads of other nodes, go: it copies the streams afresh as a

@@ -488,10 +488,11 @@ class NodeImpl final : public http::Handler {
   std::thread move_thread_;
   // Asks `to` for a warm standby of the fragment and waits until it has
   // replayed the journal to within a few entries of `q`'s (else an error:
-  // the move goes on without it, the target recovering after the pause).
+  // the move goes on without it, the target recovering after the pause;
+  // io_error when the target does not answer at all: the move gives up).
   Status move_warm(const FragmentMove& m, const QueryRunner& q);
   // Sends `method` on the fragment's standby path to `to` with the move's
-  // credentials; the answer (a 503 problem when none came in time).
+  // credentials; the answer (a 504 problem when none came in time).
   http::Response standby_request(const FragmentMove& m, const std::string& method);
   // --- warm standbys of fragments moving here (cluster_standby.cpp)
   // POST|GET|DELETE /v1/queries/{name}/fragments/{fragment}/standby.
