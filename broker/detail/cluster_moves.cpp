@@ -605,6 +605,14 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   if (st.ok()) st = move_hand_over(streams, m.to, what);
   if (!st.ok()) {
     (void)mark_fragment_moving(m.query, m.fragment, "");
+    // The streams failed over meanwhile (this node's lease expired under
+    // load): the new leader takes the fragment over, as after any failover.
+    const std::string leader = stream_leader(streams.front()).value_or(config_.node);
+    if (leader != config_.node) {
+      undo();
+      return failed(503, st.error().message + "; the fragment's streams failed over to " + leader +
+                             " meanwhile, which takes it over from its checkpoint and journal");
+    }
     rerun_fragment(meta, body);
     undo();
     return failed(503, st.error().message + "; the fragment runs on " + config_.node + " again");

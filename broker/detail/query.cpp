@@ -1285,11 +1285,27 @@ Status QueryRunner::seed(const State& state) {
 QueryInfo QueryRunner::info() const {
   QueryInfo qi;
   {
-    std::lock_guard lock(mu_);
-    qi.state = state_;
-    // Read under mu_, between runs: the executor is not thread-safe.
-    qi.boxes = executor_->box_stats();
-    qi.positions = pos_;
+    // A run can hold mu_ for long: waiting for the followers of its state
+    // stream (or of its outputs, before a checkpoint). Waiting for it here
+    // deadlocked a node: a /metrics scrape calls this holding the metrics
+    // registry's lock, which the peer link thread needed to take in on its
+    // way to answering those very followers. So when a run holds mu_, the
+    // values read last time, with the positions as they are now.
+    std::unique_lock lock(mu_, std::try_to_lock);
+    std::lock_guard cache(info_mu_);
+    if (lock.owns_lock()) {
+      info_cache_.state = state_;
+      // Read under mu_, between runs: the executor is not thread-safe.
+      info_cache_.boxes = executor_->box_stats();
+      info_cache_.positions = pos_;
+    } else {
+      info_cache_.positions.resize(inputs_.size());
+      for (size_t i = 0; i < inputs_.size(); ++i) info_cache_.positions[i] = positions_[i].load(std::memory_order_acquire);
+      if (info_cache_.state.empty()) info_cache_.state = "running";
+    }
+    qi.state = info_cache_.state;
+    qi.boxes = info_cache_.boxes;
+    qi.positions = info_cache_.positions;
   }
   qi.lag_tuples = lag_tuples();
   const CpuLoad::Reading load = cpu_load_.read();

@@ -371,6 +371,10 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   std::optional<RateSample> rate_sample_;           // REQUIRES: mu_
   std::vector<double> rate_in_, rate_out_;          // REQUIRES: cp_mu_
   mutable std::mutex cp_mu_;
+  // What info() read last under mu_ (state, boxes, positions), for the
+  // calls that come while a run holds mu_.
+  mutable std::mutex info_mu_;
+  mutable QueryInfo info_cache_;  // REQUIRES: info_mu_
 
   std::unique_ptr<std::atomic<uint64_t>[]> positions_;  // mirror of pos_ for lag
   std::unique_ptr<std::atomic<uint64_t>[]> pins_;       // checkpointed positions

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -304,6 +305,13 @@ TEST_F(QueryStateStream, OutputsWaitUntilTheirJournalIsDurableAndReplicated) {
     journaled_through = static_cast<uint64_t>(r.d);
   }
   EXPECT_EQ(journaled_through, 11u);
+  // While the run waits for the followers (holding the runner), info()
+  // still answers, with what it read last and the positions now: a
+  // /metrics scrape that waited here held the metrics registry, which the
+  // peer links need to bring that release (a node deadlocked so).
+  auto info = std::async(std::launch::async, [&] { return runner_->info(); });
+  ASSERT_EQ(info.wait_for(2s), std::future_status::ready) << "info() waits for the run";
+  EXPECT_EQ(info.get().positions.at(0), 12u);
   gate_.open();
   ASSERT_TRUE(eventually([&] { return out_->committed_next() == 11; })) << out_->committed_next();
   EXPECT_EQ(runner_->info().state, "running");
