@@ -218,8 +218,8 @@ std::variant<SplitPlan, PlanError> plan_split(const std::string& query, const st
   if (b.HasMember("writes") && b["writes"].IsArray() && !b["writes"].Empty())
     return PlanError{409, "fragment " + fragment + " writes internal stream " +
                               std::string(b["writes"][0].IsString() ? b["writes"][0].GetString() : "?") +
-                              ", which another fragment reads: only a fragment that writes the query's outputs "
-                              "is split for now (its merge writes them on)"};
+                              ", which another fragment reads: a split's merge writes the fragment's streams on, "
+                              "and it writes only the query's outputs (docs/cluster.md, \"Splitting a fragment\")"};
   plan.split = std::move(split).value();
   auto cut = engine::cut_query(plan.split.network, plan.split.placement, diag);
   if (!cut.ok()) return PlanError{409, cut.error().message};
@@ -505,7 +505,7 @@ Result<std::map<std::string, SeedPtr>> split_seeds(const SplitPlan& plan, const 
       return make_error(Errc::limit_exceeded, "part " + std::to_string(i) + "'s state is " +
                                                   std::to_string(ps->size()) + " bytes; a split ships at most " +
                                                   std::to_string(kMaxSeedSnapshotBytes >> 20) + " MiB per part "
-                                                  "for now");
+                                                  "(its state travels in the part's deploy request)");
     auto p = std::make_shared<NodeImpl::FragmentOf::Seed>();
     p->state = {std::vector<uint64_t>(part.network.inputs().size(), 1),
                 std::vector<uint64_t>(part.network.outputs().size(), 1), std::move(*ps)};
