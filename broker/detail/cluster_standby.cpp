@@ -146,6 +146,7 @@ std::optional<http::Response> NodeImpl::build_standby(const std::string& query, 
   {
     std::lock_guard lock(standby_mu_);
     if (!standbys_.count(runner)) standbys_[runner] = Standby{nullptr, 0, {}, Clock::now()};
+    standby_cv_.notify_all();
     if (!standby_thread_.joinable()) standby_thread_ = std::thread([this] { standby_loop(); });
   }
   run_fragment(query, fragment, body, FragmentRun::standby, [this, runner](Result<std::shared_ptr<QueryRunner>> r, bool) {
@@ -195,6 +196,9 @@ void NodeImpl::standby_loop() {
     std::vector<std::shared_ptr<QueryRunner>> idle;
     {
       std::unique_lock lock(standby_mu_);
+      // Asleep while there is nothing to warm (a node that was a move's
+      // target once would otherwise wake 500 times a second for good).
+      standby_cv_.wait(lock, [this] { return standby_stopping_ || !standbys_.empty(); });
       standby_cv_.wait_for(lock, kStandbyPeriod, [this] { return standby_stopping_; });
       if (standby_stopping_) return;
       const auto now = Clock::now();
