@@ -68,6 +68,15 @@ NodeImpl::~NodeImpl() { stop(); }
 
 uint64_t NodeImpl::allocate_id() { return next_id_++; }
 
+Result<uint64_t> NodeImpl::allocate_id_durably() {
+  std::unique_lock lock(catalog_mu_);
+  const uint64_t id = allocate_id();
+  std::string next;
+  store::put_key_u64(next, next_id_);
+  ENTENTE_RETURN_IF_ERROR(store_->put(store::Cf::meta, kNextIdKey, next, store::Durability::synced));
+  return id;
+}
+
 Status NodeImpl::open() {
   std::error_code ec;
   std::filesystem::create_directories(config_.data_dir, ec);
@@ -260,6 +269,7 @@ void NodeImpl::stop() {
   stop_moves();
   stop_standbys();
   stop_splits();
+  stop_hosted();
   // 0. Leave the domain: the lease is revoked, so the others see this node
   // down and another takes the controller role now, not at the lease's
   // expiry.

@@ -171,6 +171,8 @@ void Exports::refuse(const certs::Identity& peer, uint32_t channel, const std::s
 // in-force stream contract covers it, or else a configured export.
 std::optional<Exports::Refusal> Exports::permit_for(const certs::Identity& peer, const std::string& stream,
                                                     const std::string& name, Permit& out) const {
+  // A hosted run's reads (federation/host.h): the whole stream, no terms.
+  if (host_.may_read_hosted(name, peer.domain)) return std::nullopt;
   auto covered = ledger_ != nullptr
                      ? ledger_->find_stream_contract(options_.self.domain, peer.domain, name, wall_clock_ms())
                      : Result<contracts::Contract>(Error{Errc::not_found, ""});
@@ -282,8 +284,9 @@ void Exports::start_sender(const certs::Identity& peer, uint32_t channel, const 
   }
   host_.log("federation: " + peer.uri() + " opened " + stream_name + " from " + std::to_string(from) +
             (peer.domain == options_.self.domain ? " (a node of this domain)"
-             : contract.empty()                  ? " (configured export)"
-                                                 : " under contract " + contract));
+             : !contract.empty()                 ? " under contract " + contract
+             : host_.may_read_hosted(stream->name(), peer.domain) ? " (a hosted run's read)"
+                                                                  : " (configured export)"));
   sender->start();
 }
 

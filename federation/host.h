@@ -20,6 +20,7 @@
 
 #include "base/metrics.h"
 #include "base/result.h"
+#include "certs/certs.h"
 #include "engine/batch.h"
 #include "engine/types.h"
 #include "federation/messages.h"
@@ -158,6 +159,36 @@ class Host {
     (void)stream;
     (void)node;
     (void)through;
+  }
+  // Domain `domain` now holds `stream` durably through `through` (its
+  // import acknowledged it): a hosted run's results reached the owner
+  // (docs/cluster.md, "Moving a fragment to another domain"). On a link
+  // thread; must not block.
+  virtual void on_domain_ack(const std::string& stream, const std::string& domain, uint64_t through) {
+    (void)stream;
+    (void)domain;
+    (void)through;
+  }
+  // Whether `domain` may read `stream` whole because of a hosted run: the
+  // owner's stream a fragment it hosts reads, or, on the host, the
+  // results of a run it hosts for `domain`. Asked before any stream
+  // contract; no contract's terms or metering apply to such a read.
+  // A call ("hosting.run", …) or notice ("hosting.usage") of a hosted run
+  // from `peer` (federation/hosting.h): `message` the whole JSON object;
+  // `answer` (null for a notice) answers it once, from any thread. On a
+  // link thread: must not block.
+  using HostingAnswer = std::function<void(bool ok, const std::string& reason, const std::string& body_json)>;
+  virtual void on_hosting(const certs::Identity& peer, const std::string& type, const std::string& message,
+                          HostingAnswer answer) {
+    (void)peer;
+    (void)type;
+    (void)message;
+    if (answer) answer(false, "this node runs no hosted fragments", "");
+  }
+  virtual bool may_read_hosted(const std::string& stream, const std::string& domain) {
+    (void)stream;
+    (void)domain;
+    return false;
   }
 };
 

@@ -112,38 +112,132 @@ Result<Hosting::Offer> decode_offer(std::string_view message, uint64_t& id) {
 Hosting::Hosting(const contracts::Ledger& ledger, std::string self_domain, Hooks hooks)
     : ledger_(ledger), self_domain_(std::move(self_domain)), hooks_(std::move(hooks)) {}
 
+uint64_t Hosting::add_pending(Pending p, std::string& why) {
+  std::lock_guard lock(mu_);
+  if (stopped_) {
+    why = "this node is stopping";
+    return 0;
+  }
+  if (pending_.size() >= kMaxPendingOffers) {
+    why = std::to_string(kMaxPendingOffers) + " hosting offers and calls wait for a reply already; retry later";
+    return 0;
+  }
+  const uint64_t id = next_id_++;
+  pending_[id] = std::move(p);
+  return id;
+}
+
+std::optional<Hosting::Pending> Hosting::take_pending(uint64_t id, const certs::Identity& peer) {
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(id);
+  // Only the node the offer or call went to answers it.
+  if (it == pending_.end() || !(it->second.host == peer)) return std::nullopt;
+  Pending p = std::move(it->second);
+  pending_.erase(it);
+  return p;
+}
+
 void Hosting::offer(const certs::Identity& host, const Offer& offer, Done done, std::chrono::milliseconds timeout) {
-  uint64_t id = 0;
-  bool stopped = false;
-  {
-    std::lock_guard lock(mu_);
-    stopped = stopped_;
-    if (!stopped && pending_.size() < kMaxPendingOffers) {
-      id = next_id_++;
-      pending_[id] = Pending{host, Clock::now() + timeout, done};
-    }
-  }
+  std::string why;
+  const uint64_t id = add_pending(Pending{host, Clock::now() + timeout, done, nullptr}, why);
   // Refusals outside the lock: `done` may call back into this object.
-  if (stopped) {
-    done(make_error(Errc::unavailable, "this node is stopping"));
-    return;
-  }
   if (id == 0) {
-    done(make_error(Errc::unavailable, std::to_string(kMaxPendingOffers) + " hosting offers wait for a reply "
-                                       "already; retry later"));
+    done(make_error(Errc::unavailable, why));
     return;
   }
   if (!hooks_.send_to_peer(host, encode_offer(id, offer))) {
-    Done mine;
-    {
-      std::lock_guard lock(mu_);
-      auto it = pending_.find(id);
-      if (it == pending_.end()) return;  // failed meanwhile (link down): done ran
-      mine = std::move(it->second.done);
-      pending_.erase(it);
-    }
-    mine(make_error(Errc::unavailable, "no link up to " + host.uri()));
+    // (Failed meanwhile, the link down: done ran.)
+    if (auto mine = take_pending(id, host)) mine->done(make_error(Errc::unavailable, "no link up to " + host.uri()));
   }
+}
+
+void Hosting::call(const certs::Identity& host, const std::string& type, const std::string& fields, CallDone done,
+                   std::chrono::milliseconds timeout) {
+  std::string why;
+  const uint64_t id = add_pending(Pending{host, Clock::now() + timeout, nullptr, done}, why);
+  if (id == 0) {
+    done(make_error(Errc::unavailable, why));
+    return;
+  }
+  std::string message = "{\"type\":\"" + type + "\",\"id\":" + std::to_string(id);
+  if (!fields.empty()) message += "," + fields;
+  message += "}";
+  if (message.size() > kMaxHostingMessageBytes) {
+    if (auto mine = take_pending(id, host))
+      mine->call_done(make_error(Errc::invalid_argument, type + " of " + std::to_string(message.size()) +
+                                                             " bytes, over the " +
+                                                             std::to_string(kMaxHostingMessageBytes) + "-byte limit"));
+    return;
+  }
+  if (!hooks_.send_to_peer(host, message)) {
+    if (auto mine = take_pending(id, host))
+      mine->call_done(make_error(Errc::unavailable, "no link up to " + host.uri()));
+  }
+}
+
+bool Hosting::notify(const certs::Identity& owner, const std::string& type, const std::string& fields) {
+  std::string message = "{\"type\":\"" + type + "\"";
+  if (!fields.empty()) message += "," + fields;
+  message += "}";
+  if (message.size() > kMaxHostingMessageBytes) return false;
+  return hooks_.send_to_peer(owner, message);
+}
+
+void Hosting::on_answer(const certs::Identity& peer, const rapidjson::Document& d) {
+  auto idm = d.FindMember("id");
+  auto okm = d.FindMember("ok");
+  auto reason = string_member(d, "reason", kMaxReason, false);
+  auto body = d.FindMember("body");
+  if (idm == d.MemberEnd() || !idm->value.IsUint64() || okm == d.MemberEnd() || !okm->value.IsBool() ||
+      !reason.ok() || body == d.MemberEnd() || !body->value.IsObject()) {
+    if (hooks_.log) hooks_.log("hosting: a malformed answer from " + peer.uri() + " was dropped");
+    return;
+  }
+  auto mine = take_pending(idm->value.GetUint64(), peer);
+  if (!mine || !mine->call_done) return;
+  if (!okm->value.GetBool()) {
+    mine->call_done(make_error(Errc::conflict, *reason));
+    return;
+  }
+  mine->call_done(json_of(body->value));
+}
+
+void Hosting::serve(const certs::Identity& peer, const std::string& type, std::string_view message,
+                    const rapidjson::Document& d) {
+  if (!hooks_.serve) {
+    if (hooks_.log) hooks_.log("hosting: " + type + " from " + peer.uri() + " dropped: no hosted runs here");
+    return;
+  }
+  Answer answer;
+  if (type != "hosting.usage") {
+    auto idm = d.FindMember("id");
+    if (idm == d.MemberEnd() || !idm->value.IsUint64()) {
+      if (hooks_.log) hooks_.log("hosting: " + type + " from " + peer.uri() + " without an id was dropped");
+      return;
+    }
+    const uint64_t id = idm->value.GetUint64();
+    answer = [this, peer, id](bool ok, const std::string& reason, const std::string& body) {
+      const std::string r = reason.substr(0, kMaxReason);
+      rapidjson::StringBuffer sb;
+      rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+      w.StartObject();
+      w.Key("type");
+      w.String("hosting.answer");
+      w.Key("id");
+      w.Uint64(id);
+      w.Key("ok");
+      w.Bool(ok);
+      w.Key("reason");
+      w.String(r.c_str(), static_cast<rapidjson::SizeType>(r.size()));
+      w.Key("body");
+      w.RawValue(body.empty() ? "{}" : body.c_str(), body.empty() ? 2 : body.size(), rapidjson::kObjectType);
+      w.EndObject();
+      if (!hooks_.send_to_peer(peer, std::string(sb.GetString(), sb.GetSize())) && hooks_.log)
+        hooks_.log("hosting: the answer to call " + std::to_string(id) + " from " + peer.uri() +
+                   " was not sent: the link is down");
+    };
+  }
+  hooks_.serve(peer, type, std::string(message), std::move(answer));
 }
 
 Hosting::Reply Hosting::check(const std::string& owner, const Offer& offer) const {
@@ -161,9 +255,7 @@ Hosting::Reply Hosting::check(const std::string& owner, const Offer& offer) cons
   auto grant = contracts::may_host_fragment(
       ledger_, contracts::FragmentHostingRequest{owner, self_domain_, kinds, offer.load, 0}, now);
   if (!grant.ok()) return Reply{false, "", grant.error().message};
-  return Reply{true, grant->contract_id,
-               "admitted under contract " + grant->contract_id + ", but " + self_domain_ +
-                   " does not run hosted fragments yet: nothing runs here"};
+  return Reply{true, grant->contract_id, "admitted under contract " + grant->contract_id};
 }
 
 void Hosting::reply(const certs::Identity& peer, uint64_t id, const Reply& r) {
@@ -189,7 +281,7 @@ void Hosting::reply(const certs::Identity& peer, uint64_t id, const Reply& r) {
 }
 
 void Hosting::on_control(const certs::Identity& peer, std::string_view message) {
-  if (message.size() > kMaxOfferNetworkBytes + 4096) {
+  if (message.size() > kMaxHostingMessageBytes) {
     if (hooks_.log) hooks_.log("hosting: a message of " + std::to_string(message.size()) + " bytes from " +
                                peer.uri() + " was dropped");
     return;
@@ -228,16 +320,18 @@ void Hosting::on_control(const certs::Identity& peer, std::string_view message) 
       if (hooks_.log) hooks_.log("hosting: a malformed reply from " + peer.uri() + " was dropped");
       return;
     }
-    Done done;
-    {
-      std::lock_guard lock(mu_);
-      auto it = pending_.find(idm->value.GetUint64());
-      // Only the node the offer went to answers it.
-      if (it == pending_.end() || !(it->second.host == peer)) return;
-      done = std::move(it->second.done);
-      pending_.erase(it);
-    }
-    done(Reply{adm->value.GetBool(), std::move(*contract), std::move(*reason)});
+    auto mine = take_pending(idm->value.GetUint64(), peer);
+    if (!mine || !mine->done) return;
+    mine->done(Reply{adm->value.GetBool(), std::move(*contract), std::move(*reason)});
+    return;
+  }
+  if (type == "hosting.answer") {
+    on_answer(peer, d);
+    return;
+  }
+  if (type == "hosting.run" || type == "hosting.chunk" || type == "hosting.end" || type == "hosting.release" ||
+      type == "hosting.usage") {
+    serve(peer, std::string(type), message, d);
     return;
   }
   if (hooks_.log) hooks_.log("hosting: unknown message type '" + std::string(type.substr(0, 64)) + "' from " +
@@ -245,19 +339,23 @@ void Hosting::on_control(const certs::Identity& peer, std::string_view message) 
 }
 
 void Hosting::fail_where(const std::function<bool(const Pending&)>& which, const std::string& why) {
-  std::vector<std::pair<Done, std::string>> failed;
+  std::vector<Pending> failed;
   {
     std::lock_guard lock(mu_);
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (which(it->second)) {
-        failed.emplace_back(std::move(it->second.done), it->second.host.uri());
+        failed.push_back(std::move(it->second));
         it = pending_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (auto& [done, host] : failed) done(make_error(Errc::unavailable, host + ": " + why));
+  for (auto& p : failed) {
+    auto e = make_error(Errc::unavailable, p.host.uri() + ": " + why);
+    if (p.done) p.done(e);
+    else p.call_done(e);
+  }
 }
 
 void Hosting::on_link_down(const certs::Identity& peer) {
@@ -265,7 +363,7 @@ void Hosting::on_link_down(const certs::Identity& peer) {
 }
 
 void Hosting::expire(Clock::time_point now) {
-  fail_where([&](const Pending& p) { return p.deadline <= now; }, "no reply to the hosting offer in time");
+  fail_where([&](const Pending& p) { return p.deadline <= now; }, "no reply to the hosting offer or call in time");
 }
 
 void Hosting::stop() {

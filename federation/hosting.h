@@ -18,8 +18,16 @@
 // `id` is the offering node's, echoed back. `admitted` says the offer
 // passed every check here (`contract` names the contract it would run
 // under); `reason` says why not, or, when admitted, what happens next.
-// This version of the host runs nothing it admits: the reply says that
-// hosted runs are not available yet (docs/cluster.md).
+//
+// A hosted run (docs/cluster.md, "Moving a fragment to another domain")
+// then goes by calls, owner to host, each answered once:
+//   {"type":"hosting.run"|"hosting.chunk"|"hosting.end"|"hosting.release",
+//    "id":N, …}
+//   {"type":"hosting.answer","id":N,"ok":true|false,"reason":"…","body":{…}}
+// and by notices, host to owner, never answered:
+//   {"type":"hosting.usage", …}
+// What the members of each mean is the broker's (Hooks::serve); this class
+// carries them, matches answers to calls and bounds them.
 //
 // Bounds: a network of at most kMaxOfferNetworkBytes, names of at most 64
 // characters, at most kMaxPendingOffers offers awaiting a reply per node,
@@ -37,17 +45,21 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <optional>
 #include <string_view>
 
 #include "base/result.h"
 #include "certs/certs.h"
 #include "contracts/ledger.h"
+#include "rapidjson/fwd.h"
 
 namespace entente::federation {
 
 inline constexpr size_t kMaxOfferNetworkBytes = 256u << 10;
 inline constexpr size_t kMaxPendingOffers = 64;
 inline constexpr std::chrono::milliseconds kOfferTimeout{10'000};
+// The largest hosting message taken or sent (a call's fields included).
+inline constexpr size_t kMaxHostingMessageBytes = kMaxOfferNetworkBytes + 4096;
 
 class Hosting final {
  public:
@@ -64,11 +76,23 @@ class Hosting final {
     std::string reason;
   };
   using Done = std::function<void(Result<Reply>)>;
+  // The answer to a call: its "body" (a JSON object), or the host's
+  // refusal (conflict, its reason), or unavailable (no link, no
+  // answer in time).
+  using CallDone = std::function<void(Result<std::string>)>;
+  // How a served call is answered (once; any thread).
+  using Answer = std::function<void(bool ok, const std::string& reason, const std::string& body_json)>;
   struct Hooks {
     // Sends a CONTROL message to one peer node; false when its link is down.
     std::function<bool(const certs::Identity& peer, const std::string& message)> send_to_peer;
     std::function<void(const std::string&)> log;
     std::function<int64_t()> now_ms;  // Unix ms (the ledger's time); null: the system clock
+    // A call or notice of a hosted run from `peer`: `type` ("hosting.run",
+    // …), `message` the whole JSON object; `answer` is null for a notice.
+    // Runs on the link's io thread: it must not block.
+    std::function<void(const certs::Identity& peer, const std::string& type, const std::string& message,
+                       Answer answer)>
+        serve;
   };
 
   Hosting(const contracts::Ledger& ledger, std::string self_domain, Hooks hooks);
@@ -80,6 +104,14 @@ class Hosting final {
   // offers waiting or is stopping, or no reply came within `timeout`.
   void offer(const certs::Identity& host, const Offer& offer, Done done,
              std::chrono::milliseconds timeout = kOfferTimeout);
+
+  // Owner side: a call of a hosted run to `host`: {"type": type, "id": …,
+  // `fields`} (`fields`: JSON members, "" for none). `done` runs once.
+  void call(const certs::Identity& host, const std::string& type, const std::string& fields, CallDone done,
+            std::chrono::milliseconds timeout = kOfferTimeout);
+  // Host side: a notice to `owner` ({"type": type, `fields`}); false when
+  // the link is down.
+  bool notify(const certs::Identity& owner, const std::string& type, const std::string& fields);
 
   // A "hosting.*" CONTROL message from `peer` (its payload, any size: it
   // is checked here).
@@ -100,8 +132,16 @@ class Hosting final {
   struct Pending {
     certs::Identity host;
     Clock::time_point deadline;
-    Done done;
+    Done done;           // an offer's
+    CallDone call_done;  // or a call's
   };
+  // Registers a pending offer or call; 0 when refused (`why` says).
+  uint64_t add_pending(Pending p, std::string& why);
+  // Takes the pending entry `id` if `peer` is its host.
+  std::optional<Pending> take_pending(uint64_t id, const certs::Identity& peer);
+  void on_answer(const certs::Identity& peer, const rapidjson::Document& d);
+  void serve(const certs::Identity& peer, const std::string& type, std::string_view message,
+             const rapidjson::Document& d);
   void reply(const certs::Identity& peer, uint64_t id, const Reply& r);
   // Removes and fails the offers `which` selects, outside the lock.
   void fail_where(const std::function<bool(const Pending&)>& which, const std::string& why);

@@ -126,6 +126,7 @@ Peering::Peering(Host& host, certs::Identity self, const FederationConfig& confi
       acks_(host.store(),
             [&host](const std::string& stream, const std::string& party, uint64_t through) {
               if (detail::is_internal_party(party)) host.on_internal_ack(stream, party.substr(1), through);
+              else host.on_domain_ack(stream, party, through);
             }),
       metering_(host.store(), [&host](const std::string& line) { host.log(line); }),
       exports_(host, ExportSender::Context{wire_, metering_, acks_, traffic_},
@@ -214,6 +215,8 @@ Status Peering::open_contracting() {
     return wire_.send(peer, FrameType::control, 0, message).ok();
   };
   hosting_hooks.log = [this](const std::string& line) { host_.log(line); };
+  hosting_hooks.serve = [this](const certs::Identity& peer, const std::string& type, const std::string& message,
+                               Hosting::Answer answer) { host_.on_hosting(peer, type, message, std::move(answer)); };
   hosting_ = std::make_unique<Hosting>(contracting_->ledger(), self_.domain, std::move(hosting_hooks));
   exports_.set_ledger(&contracting_->ledger());
   metering_.set_ledger(&contracting_->ledger());

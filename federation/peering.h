@@ -131,6 +131,11 @@ class Peering final : public LinkHandler {
   Contracting* contracting() { return contracting_.get(); }
   // Hosting offers (null before start()).
   Hosting* hosting() { return hosting_.get(); }
+  // What `domain` has acknowledged holding of `stream` (this node's
+  // export of it), if anything.
+  std::optional<uint64_t> acked(const std::string& stream, const std::string& domain) const {
+    return acks_.acked(stream, domain);
+  }
 
   // --- LinkHandler (io thread)
   void on_link_up(const certs::Identity& peer) override;

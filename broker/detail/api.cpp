@@ -792,7 +792,8 @@ void NodeImpl::list_imports(const Request&, const PathParams&, const Respond& an
   JsonOut j;
   j.begin_object().key("imports").begin_array();
   if (peering_) {
-    for (const auto& i : peering_->imports()) write_import(j, i);
+    for (const auto& i : peering_->imports())
+      if (!hosted_hidden(i.stream)) write_import(j, i);  // a hosted run's copies are not this node's
   }
   j.end_array().end_object();
   answer(Response::json(200, j.take()));
@@ -850,7 +851,7 @@ void NodeImpl::create_import_route(const Request& req, const PathParams&, const 
 
 void NodeImpl::get_import(const Request&, const PathParams& params, const Respond& answer) {
   const std::string name = params.at(0) + "/" + params.at(1);
-  auto i = peering_ ? peering_->import_info(name) : std::nullopt;
+  auto i = peering_ && !hosted_hidden(name) ? peering_->import_info(name) : std::nullopt;
   if (!i) answer(Response::problem(404, "Not Found", "no import of " + name.substr(0, 200)));
   else answer(Response::json(200, import_json(*i)));
 }

@@ -14,12 +14,9 @@
 // offer against its own ledger, with the box kinds its own engine reads
 // from the definition, and replies; its refusal answers 403 as well.
 //
-// What an offer the host admits leads to: nothing yet. Running the
-// fragment there (its checkpoint sent, the host reading the owner's
-// streams and writing outputs the owner reads back, privacy on the host,
-// load-seconds metered on both ledgers) is not built, so an admitted move
-// answers 501 naming the contract that would govern it, and the fragment
-// keeps running where it is.
+// An offer the host admits is then run there (cluster_hosted.cpp): the
+// fragment's state sent, the host reading the owner's streams and writing
+// results the owner reads back into the fragment's own streams.
 
 #include <algorithm>
 #include <chrono>
@@ -169,9 +166,9 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
   const QueryInfo info = q->info();
   const std::vector<std::string> kinds = box_kinds(info);
   const uint64_t load = asked_load(info.cpu_ms_per_s);
-  // What the host already runs for this domain: nothing, until hosted runs
-  // exist (see the top of this file).
-  const uint64_t hosted_load = 0;
+  // What the host already runs for this domain (from this node), at the
+  // loads its runs were admitted with.
+  const uint64_t hosted_load = hosted_load_on(target->domain);
   const std::string what = "fragment " + fragment + " of query '" + query + "'";
   auto grant = contracts::may_host_fragment(
       *ledger, contracts::FragmentHostingRequest{config_.domain, target->domain, kinds, load, hosted_load},
@@ -200,7 +197,8 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
   hosting->offer(
       certs::Identity{target->domain, target->node},
       federation::Hosting::Offer{query, fragment, q->meta().network_json, load},
-      [answer, what, where, permitted](Result<federation::Hosting::Reply> reply) {
+      [this, answer, what, where, permitted, query, fragment, target = *target, price = grant->price_min,
+       load](Result<federation::Hosting::Reply> reply) {
         if (!reply.ok()) {
           answer(http::Response::problem(503, "Service Unavailable", permitted + ", but the offer to " + where +
                                                                          " got no reply: " + reply.error().message +
@@ -209,11 +207,7 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
           answer(http::Response::problem(403, "Forbidden", what + " may not move to " + where + ": " + where +
                                                                " refuses it: " + reply->reason + "; nothing moved"));
         } else {
-          answer(http::Response::problem(
-              501, "Not Implemented",
-              permitted + ", and " + where + " admitted the offer under contract " + reply->contract +
-                  ", but running a fragment in another domain is not available yet; nothing moved",
-              "\"contract\":\"" + reply->contract + "\""));
+          start_hosted_move(query, fragment, target.domain, target.node, reply->contract, price, load, answer);
         }
       });
   return true;

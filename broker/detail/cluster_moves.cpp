@@ -107,6 +107,23 @@ void NodeImpl::move_fragment_route(const http::Request& req, const PathParams& p
                                                        " (its nodes: " + known + ")"));
     return;
   }
+  // Hosted in another domain (cluster_hosted.cpp): a move back to the node
+  // that relays its results takes it back.
+  if (fragment_hosted_in_entry(entry->json, fragment)) {
+    if (from != config_.node) {
+      forward(req, from, answer, std::nullopt, kMoveAnswerWaitMs);
+      return;
+    }
+    if (to != config_.node) {
+      answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query +
+                                                      "' runs in another domain for " + config_.node +
+                                                      ": move it back to " + config_.node + " first"));
+      return;
+    }
+    const std::string runner = engine::fragment_network_name(query, fragment);
+    post_hosted([this, runner, answer] { answer(take_back(runner, "moved back on request")); });
+    return;
+  }
   if (to == from) {
     answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " of query '" + query + "' runs on " +
                                                     to + " already"));

@@ -88,6 +88,8 @@ std::string detail_of(const http::Response& r) {
   return r.body.substr(0, 300);
 }
 
+}  // namespace
+
 std::string hex_of(std::string_view bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;
@@ -114,6 +116,8 @@ std::optional<std::string> bytes_of_hex(std::string_view hex) {
   }
   return out;
 }
+
+namespace {
 
 // The body of POST .../split: {"parts": [{"node", "range"?}, ...]}; parts
 // without ranges get equal ones (all or none may have one).
@@ -442,6 +446,8 @@ void NodeImpl::stop_splits() {
 
 namespace {
 
+}  // namespace
+
 // Compare-and-set of the query's entry through `edit` (false from it: no
 // change), a few tries. False when it could not be written.
 bool edit_query_entry(cluster::Catalog& catalog, const std::string& query,
@@ -466,6 +472,8 @@ void set_member(rapidjson::Document& d, const char* key, rapidjson::Value v) {
   d.RemoveMember(key);
   d.AddMember(rapidjson::StringRef(key), v, d.GetAllocator());
 }
+
+namespace {
 
 // The fragment `name` of the split's cut (split_fragment named them all).
 const engine::FragmentPlan& plan_of(const SplitPlan& plan, const std::string& name) {

@@ -111,7 +111,10 @@ base::Registry& FederationHost::metrics() { return node_.metrics(); }
 void FederationHost::log(const std::string& line) { std::fprintf(stderr, "entente: %s\n", line.c_str()); }
 
 federation::HostStreamPtr FederationHost::find_stream(const std::string& name) {
+  // (A hosted run's hidden streams are read by their owner alone, which
+  // may_read_hosted decided before this is asked.)
   StreamPtr s = node_.find_stream(name);
+  if (!s) s = node_.find_hosted_stream(name);
   return s ? std::make_shared<BrokerStream>(std::move(s), node_) : nullptr;
 }
 
@@ -137,6 +140,11 @@ Result<federation::HostStreamPtr> FederationHost::create_mirror(const std::strin
   meta.producer = "import";
   const auto& r = node_.config().retention;
   meta.retention = {r.max_tuples, r.max_bytes, r.max_age_ms};
+  // A copy of an owner's stream that a hosted run reads: hidden here.
+  if (node_.hosted_mirror_wanted(name)) {
+    ENTENTE_ASSIGN_OR_RETURN(StreamPtr h, node_.create_hidden_stream(std::move(meta), 1));
+    return federation::HostStreamPtr(std::make_shared<BrokerStream>(std::move(h), node_));
+  }
   ENTENTE_ASSIGN_OR_RETURN(StreamPtr s, node_.create_stream(std::move(meta)));
   return federation::HostStreamPtr(std::make_shared<BrokerStream>(std::move(s), node_));
 }
@@ -164,6 +172,19 @@ std::optional<federation::StreamLocation> FederationHost::locate_stream(std::str
 
 void FederationHost::on_internal_ack(const std::string& stream, const std::string&, uint64_t) {
   node_.on_replica_ack(stream);
+}
+
+void FederationHost::on_domain_ack(const std::string& stream, const std::string& domain, uint64_t through) {
+  node_.on_hosted_ack(stream, domain, through);
+}
+
+bool FederationHost::may_read_hosted(const std::string& stream, const std::string& domain) {
+  return node_.may_read_hosted(stream, domain);
+}
+
+void FederationHost::on_hosting(const certs::Identity& peer, const std::string& type, const std::string& message,
+                                HostingAnswer answer) {
+  node_.on_hosting(peer, type, message, std::move(answer));
 }
 
 }  // namespace entente::broker::detail

@@ -36,6 +36,11 @@ class FederationHost final : public federation::Host {
   // view, when it is another node of this domain.
   std::optional<federation::StreamLocation> locate_stream(std::string_view name) const override;
   void on_internal_ack(const std::string& stream, const std::string& node, uint64_t through) override;
+  // Hosted runs (cluster_hosted.cpp).
+  void on_domain_ack(const std::string& stream, const std::string& domain, uint64_t through) override;
+  bool may_read_hosted(const std::string& stream, const std::string& domain) override;
+  void on_hosting(const certs::Identity& peer, const std::string& type, const std::string& message,
+                  HostingAnswer answer) override;
 
  private:
   NodeImpl& node_;

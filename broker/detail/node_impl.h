@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "http/server.h"
 #include "http/upstream.h"
 #include "broker/metrics.h"
+#include "certs/certs.h"
 #include "engine/splits.h"
 #include "store/group_commit.h"
 #include "store/store.h"
@@ -528,6 +530,101 @@ class NodeImpl final : public http::Handler {
   std::map<std::string, Standby> standbys_;  // REQUIRES: standby_mu_; by runner name
   bool standby_stopping_ = false;            // REQUIRES: standby_mu_
   std::thread standby_thread_;
+  // --- hosted runs: a fragment run by a node of another domain under a
+  // hosting contract (cluster_hosted.cpp; docs/cluster.md, "Moving a
+  // fragment to another domain").
+  // Owner side. A fragment of this node's that a host runs: its results
+  // come back as imports of the host's hidden streams, which the relay
+  // appends to the fragment's own outputs and state stream here, at the
+  // same sequence numbers.
+  struct HostedRun {
+    std::string query, fragment, runner;
+    std::string host_domain, host_node, contract;
+    std::string body;  // the fragment's body (network, reads, writes)
+    QueryMeta meta;    // its runner's meta when it stopped here
+    std::vector<std::pair<std::string, std::string>> relays;  // mirror of a hidden stream -> stream here
+    std::vector<std::string> grants;                         // streams of this domain the host reads
+    int64_t since_ms = 0;
+    double pause_ms = 0;
+    double cpu_seconds = 0;  // the host's figure (hosting.usage)
+    double cost = 0;         // cpu_seconds at the contract's price
+    uint64_t price = 0;      // credits per CPU-second (the contract's price_min)
+    uint64_t load = 0;       // CPU ms per second, as admitted
+    std::chrono::steady_clock::time_point link_down_since{};  // zero while the link is up
+    bool ending = false;
+  };
+  // Host side. A fragment this node runs for another domain, unseen by
+  // this node's API: its runner is no query here, and the streams it
+  // writes, and the copies of the owner's streams it reads, are no
+  // streams here (hosted_streams_).
+  struct HostedHere {
+    std::string owner_domain, owner_node, contract, query, fragment;
+    std::shared_ptr<QueryRunner> runner;
+    std::vector<std::string> streams;  // hidden: outputs, then the state stream
+    std::vector<std::string> mirrors;  // hidden copies of the owner's streams it reads
+    std::map<std::string, uint64_t> first;  // per hidden stream, its first sequence number
+  };
+  // The move route's hosted branch, once the contract and the host admit
+  // it: runs the move on the hosted thread and answers.
+  void start_hosted_move(const std::string& query, const std::string& fragment, const std::string& host_domain,
+                         const std::string& host_node, const std::string& contract, uint64_t price, uint64_t load,
+                         http::Respond answer);
+  http::Response run_hosted_move(const std::string& query, const std::string& fragment,
+                                 const std::string& host_domain, const std::string& host_node,
+                                 const std::string& contract, uint64_t price, uint64_t load);
+  // The loads (CPU ms/s, as admitted) of this node's fragments `domain` hosts.
+  uint64_t hosted_load_on(const std::string& domain);
+  // Takes a hosted fragment back to run here; the answer to a move back.
+  http::Response take_back(const std::string& runner, const std::string& why);
+  // The hosted run of `runner` as GET .../fragments/{f} shows it; nullopt
+  // when it is not hosted.
+  std::optional<std::string> hosted_fragment_json(const std::string& runner);
+  bool fragment_is_hosted(const std::string& runner);
+  // Whether the query's entry (its JSON) marks `fragment` hosted.
+  static bool fragment_hosted_in_entry(const std::string& entry_json, const std::string& fragment);
+  // One pass of the relays: what the hosts wrote, appended here.
+  void relay_hosted();
+  // Contracts out of force, hosts gone: their fragments taken back.
+  void check_hosted();
+  void hosted_loop();
+  void post_hosted(std::function<void()> job);
+  void stop_hosted();
+  // Host side (federation::Host::on_hosting).
+  void on_hosting(const certs::Identity& peer, const std::string& type, const std::string& message,
+                  std::function<void(bool, const std::string&, const std::string&)> answer);
+  void serve_hosted_run(const certs::Identity& owner, const std::string& message,
+                        std::function<void(bool, const std::string&, const std::string&)> answer);
+  void end_hosted_here(const std::string& key, bool release);
+  void report_hosted_usage();
+  // Whether `domain` may read `stream` whole for a hosted run (either side).
+  bool may_read_hosted(const std::string& stream, const std::string& domain);
+  // A hidden stream of a hosted run on this node (host side), or null.
+  StreamPtr find_hosted_stream(const std::string& name);
+  // Host side: `domain` acknowledged `stream` through `through`.
+  void on_hosted_ack(const std::string& stream, const std::string& domain, uint64_t through);
+  // Creating a copy of an owner's stream for a hosted run: hidden.
+  bool hosted_mirror_wanted(const std::string& name);
+  // A hidden stream of a hosted run, or a copy being made for one: no
+  // stream or import of this node's API.
+  bool hosted_hidden(const std::string& name);
+  Result<StreamPtr> create_hidden_stream(StreamMeta meta, uint64_t first);
+  std::mutex hosted_mu_;
+  std::condition_variable hosted_cv_;
+  std::map<std::string, HostedRun> hosted_;          // REQUIRES: hosted_mu_; by runner name
+  std::map<std::string, HostedHere> hosting_here_;   // REQUIRES: hosted_mu_; by OWNER/runner
+  std::map<std::string, StreamPtr> hosted_streams_;  // REQUIRES: hosted_mu_; hidden streams by name
+  std::set<std::string> hosted_mirrors_wanted_;      // REQUIRES: hosted_mu_
+  std::map<std::string, std::string> hosted_chunks_;  // REQUIRES: hosted_mu_; snapshots arriving, by OWNER/runner
+  // Host side: replication waits on the owner's acknowledgements.
+  struct AckWait {
+    std::string stream, domain;
+    uint64_t last;
+    std::function<void(const Status&)> release;
+  };
+  std::vector<AckWait> ack_waits_;                   // REQUIRES: hosted_mu_
+  std::deque<std::function<void()>> hosted_jobs_;    // REQUIRES: hosted_mu_
+  bool hosted_stopping_ = false;                     // REQUIRES: hosted_mu_
+  std::thread hosted_thread_;
   // --- splitting a fragment by key groups (cluster_splits.cpp)
   // POST /v1/queries/{name}/fragments/{fragment}/split.
   void split_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
@@ -679,6 +776,9 @@ class NodeImpl final : public http::Handler {
   http::ForwardOptions forward_options(const http::Request& req) const;
   Status load_catalog();
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
+  // An id written through to the store at once (a stream outside the
+  // catalog: a hosted run's, cluster_hosted.cpp).
+  Result<uint64_t> allocate_id_durably();
   void maintenance_loop();
   void enforce_retention();
   // Erases what each fragment's state stream, and each follower's copy of
@@ -850,6 +950,15 @@ inline bool is_internal_stream(std::string_view name) { return name.find("--") !
 // A node's own catalog keys (in the store's catalog family).
 // One line on the node's log (stderr), "entente: " first.
 void log_line(const std::string& s);
+// Bytes as lowercase hex, and back (nullopt: not hex).
+std::string hex_of(std::string_view bytes);
+std::optional<std::string> bytes_of_hex(std::string_view hex);
+// Compare-and-set of the query's catalog entry through `edit` (false from
+// it: no change), a few tries. False when it could not be written.
+bool edit_query_entry(cluster::Catalog& catalog, const std::string& query,
+                      const std::function<bool(rapidjson::Document&)>& edit, int64_t wait_ms);
+// Replaces member `key` of `d` with `v`.
+void set_member(rapidjson::Document& d, const char* key, rapidjson::Value v);
 inline std::string node_stream_key(std::string_view name) { return "stream/" + std::string(name); }
 inline std::string node_query_key(std::string_view name) { return "query/" + std::string(name); }
 inline bool list_internal_streams(const http::Request& req) {

@@ -1254,10 +1254,10 @@ Result<QueryRunner::State> QueryRunner::stopped_state() {
   bool any = !journal_pending_.empty();
   for (auto& p : pending_out_) any |= !p.empty();
   if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
-  return State{pos_, out_next_, executor_->snapshot()};
+  return State{pos_, out_next_, executor_->snapshot(), journal_next_, next_checkpoint_id_};
 }
 
-Status QueryRunner::seed(const State& state) {
+Status QueryRunner::seed(const State& state, bool continue_journal) {
   std::lock_guard lock(mu_);
   if (state.positions.size() != inputs_.size() || state.out_next.size() != outputs_.size())
     return make_error(Errc::invalid_argument, "query '" + meta_.name + "': a seed of " +
@@ -1273,6 +1273,10 @@ Status QueryRunner::seed(const State& state) {
   if (!state.snapshot.empty()) ENTENTE_RETURN_IF_ERROR(executor_->restore(state.snapshot));
   pos_ = state.positions;
   out_next_ = state.out_next;
+  if (continue_journal) {
+    journal_next_ = state.journal_next;
+    next_checkpoint_id_ = std::max(next_checkpoint_id_, state.next_checkpoint_id);
+  }
   for (size_t o = 0; o < outputs_.size(); ++o)
     if (internal_out_[o]) out_watermark_[o] = executor_->output_watermark(o);
   for (size_t i = 0; i < inputs_.size(); ++i) {

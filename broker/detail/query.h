@@ -248,6 +248,9 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
     std::vector<uint64_t> positions;
     std::vector<uint64_t> out_next;
     std::string snapshot;  // engine::Executor::snapshot
+    // The next journal entry and checkpoint id (stopped_state fills them).
+    uint64_t journal_next = 0;
+    uint64_t next_checkpoint_id = 0;
   };
   Result<State> stopped_state();
   // Instead of recover(), before start(): the runner continues from
@@ -256,7 +259,10 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // snapshot leaves the executor fresh). invalid_argument when the sizes
   // do not match the runner's inputs and outputs, or the snapshot does not
   // restore.
-  Status seed(const State& state);
+  // `continue_journal`: the journal and checkpoint ids go on from the
+  // state's (a fragment hosted in another domain, whose journal and
+  // checkpoints follow its own in the owner's state stream).
+  Status seed(const State& state, bool continue_journal = false);
 
   const QueryMeta& meta() const { return meta_; }
   QueryInfo info() const;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,12 @@ std::string network(const std::string& extra_box = {}) {
          (extra_box.empty() ? std::string() : R"(,{"name":"out2","from":"x"})") + "]}";
 }
 
+// The unsigned member `key` of a JSON message (0 when absent).
+uint64_t uint_of(const std::string& message, const std::string& key) {
+  const size_t at = message.find("\"" + key + "\":");
+  return at == std::string::npos ? 0 : std::strtoull(message.c_str() + at + key.size() + 3, nullptr, 10);
+}
+
 class HostingOffer : public ::testing::Test {
  protected:
   HostingOffer() {
@@ -52,14 +59,14 @@ class HostingOffer : public ::testing::Test {
                              if (deliver_) beta_->on_control(acme_id_, m);
                              return true;
                            },
-                           nullptr, [] { return kJan2027 + 1000; }};
+                           nullptr, [] { return kJan2027 + 1000; }, nullptr};
     Hosting::Hooks to_acme{[this](const certs::Identity& peer, const std::string& m) {
                              sent_to_acme_ = m;
                              if (!link_up_ || !(peer == acme_id_)) return false;
                              acme_->on_control(beta_id_, m);
                              return true;
                            },
-                           nullptr, [] { return kJan2027 + 1000; }};
+                           nullptr, [] { return kJan2027 + 1000; }, nullptr};
     acme_ = std::make_unique<Hosting>(acme_node_.ledger(), "acme", to_beta);
     beta_ = std::make_unique<Hosting>(beta_node_.ledger(), "beta", to_acme);
   }
@@ -134,7 +141,7 @@ TEST_F(HostingOffer, AnOfferGetsTheHostsReply) {
   ASSERT_TRUE(yes->ok()) << yes->error().message;
   EXPECT_TRUE((*yes)->admitted);
   EXPECT_EQ((*yes)->contract, contract_);
-  EXPECT_NE((*yes)->reason.find("does not run hosted fragments yet"), std::string::npos);
+  EXPECT_EQ((*yes)->reason, "admitted under contract " + contract_);
   auto no = offer(network(), 5000);
   ASSERT_TRUE(no.has_value() && no->ok());
   EXPECT_FALSE((*no)->admitted);
@@ -190,6 +197,73 @@ TEST_F(HostingOffer, NoReplyFailsTheOfferOnceAndALateOneIsIgnored) {
   auto after = offer(network());
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(after->error().message, "this node is stopping");
+}
+
+// The calls of a hosted run (hosting.run, …): answered once, with the
+// host's body or its refusal; the ways an answer fails to come; notices.
+TEST_F(HostingOffer, ACallGetsTheHostsAnswerOnceAndItsFailuresSayWhy) {
+  std::string served;
+  Hosting::Hooks hooks{[this](const certs::Identity& peer, const std::string& m) {
+                         sent_to_acme_ = m;
+                         if (!link_up_ || !(peer == acme_id_)) return false;
+                         acme_->on_control(beta_id_, m);
+                         return true;
+                       },
+                       nullptr, [] { return kJan2027 + 1000; },
+                       [&](const certs::Identity& peer, const std::string& type, const std::string& message,
+                           Hosting::Answer answer) {
+                         served = peer.uri() + " " + type + " " + message;
+                         if (!answer) return;
+                         if (type == "hosting.run") answer(true, "", R"({"outputs":["hosted-1-o0"],"state":"s"})");
+                         else answer(false, "no such hosted run here", "");
+                       }};
+  beta_ = std::make_unique<Hosting>(beta_node_.ledger(), "beta", hooks);
+  auto call = [&](const std::string& type, const std::string& fields, std::chrono::milliseconds wait = kOfferTimeout) {
+    auto got = std::make_shared<std::optional<Result<std::string>>>();
+    acme_->call(beta_id_, type, fields, [got](Result<std::string> r) {
+      EXPECT_FALSE(got->has_value()) << "answered twice";
+      *got = std::move(r);
+    }, wait);
+    return got;
+  };
+  auto ran = call("hosting.run", R"("query":"cut","fragment":"b")");
+  ASSERT_TRUE(ran->has_value());
+  ASSERT_TRUE((*ran)->ok()) << (*ran)->error().message;
+  EXPECT_EQ(***ran, R"({"outputs":["hosted-1-o0"],"state":"s"})");
+  EXPECT_NE(served.find(R"(entente://acme/n2 hosting.run {"type":"hosting.run","id":)"), std::string::npos) << served;
+  EXPECT_NE(served.find(R"("query":"cut","fragment":"b"})"), std::string::npos) << served;
+  // The host's refusal, with its reason.
+  auto ended = call("hosting.end", R"("query":"cut","fragment":"b")");
+  ASSERT_TRUE(ended->has_value());
+  EXPECT_EQ((*ended)->error().code, Errc::conflict);
+  EXPECT_EQ((*ended)->error().message, "no such hosted run here");
+  // An answer from another node, or malformed, is dropped; the deadline
+  // fails the call once.
+  deliver_ = false;
+  auto late = call("hosting.end", R"("query":"cut","fragment":"b")", std::chrono::milliseconds(0));
+  acme_->on_control(certs::Identity{"beta", "n2"}, R"({"type":"hosting.answer","id":)" +
+                                                       std::to_string(uint_of(sent_to_beta_, "id")) +
+                                                       R"(,"ok":true,"reason":"","body":{}})");
+  acme_->on_control(beta_id_, R"({"type":"hosting.answer","id":"x"})");
+  EXPECT_FALSE(late->has_value());
+  acme_->expire();
+  ASSERT_TRUE(late->has_value());
+  EXPECT_EQ((*late)->error().code, Errc::unavailable);
+  // No link; a message over the bound.
+  link_up_ = false;
+  auto down = call("hosting.run", "");
+  ASSERT_TRUE(down->has_value());
+  EXPECT_NE((*down)->error().message.find("no link up to entente://beta/n1"), std::string::npos);
+  link_up_ = true;
+  auto big = call("hosting.chunk", R"("data":")" + std::string(kMaxHostingMessageBytes, 'a') + "\"");
+  ASSERT_TRUE(big->has_value());
+  EXPECT_EQ((*big)->error().code, Errc::invalid_argument);
+  // A notice from the host reaches the owner, unanswered.
+  EXPECT_TRUE(beta_->notify(acme_id_, "hosting.usage", R"("query":"cut","fragment":"b","cpu_seconds":1.5)"));
+  EXPECT_EQ(sent_to_acme_, R"({"type":"hosting.usage","query":"cut","fragment":"b","cpu_seconds":1.5})");
+  deliver_ = true;
+  beta_->on_control(acme_id_, R"({"type":"hosting.usage","query":"cut"})");
+  EXPECT_EQ(served, R"(entente://acme/n2 hosting.usage {"type":"hosting.usage","query":"cut"})");
 }
 
 TEST_F(HostingOffer, AtMost64OffersWait) {

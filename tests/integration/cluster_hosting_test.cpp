@@ -14,15 +14,17 @@
 // one whose maximum load the fragment's measured load exceeds, to an
 // unknown node and to a domain that is no peer; with a contract that
 // permits it, the fragment's definition is offered to beta/n1 over the
-// link, which checks it against its own ledger and admits it, and the move
-// answers 501 (hosted runs are not built yet) naming that contract. Nothing moves: the fragment still runs on acme/n2, and at the
-// end the cut query's output equals the whole one row for row.
+// link, which checks it against its own ledger and admits it, and the
+// fragment runs there (cluster_hosted.cpp): beta's admin cannot see any of
+// it; the contract revoked, acme takes it back; at the end the cut query's
+// output equals the whole one row for row. A second test kills the host.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rapidjson/document.h"
@@ -107,6 +109,8 @@ class ClusterHosting : public ::testing::Test {
   struct FragmentView {
     std::string node, state;
     double cpu_ms_per_s = -1, cpu_seconds = -1;
+    std::string hosted_by;  // "beta/n1" while hosted
+    double load_seconds = -1;
   };
   FragmentView fragment(const std::string& name) {
     FragmentView v;
@@ -118,6 +122,10 @@ class ClusterHosting : public ::testing::Test {
       if (!f.HasMember("runner") || !f["runner"].IsObject()) return v;
       const auto& r = f["runner"];
       v.state = r["state"].GetString();
+      if (r.HasMember("hosted") && r["hosted"].IsObject()) {
+        v.hosted_by = std::string(r["hosted"]["domain"].GetString()) + "/" + r["hosted"]["node"].GetString();
+        v.load_seconds = r["hosted"]["load_seconds"].GetDouble();
+      }
       if (r.HasMember("load") && r["load"].IsObject()) {
         v.cpu_ms_per_s = r["load"]["cpu_ms_per_s"].GetDouble();
         v.cpu_seconds = r["load"]["cpu_seconds"].GetDouble();
@@ -137,6 +145,48 @@ class ClusterHosting : public ::testing::Test {
     EXPECT_EQ(v.state, "running");
   }
 
+  // bids on n1; the query whole on n1, and cut: a (the filter) on n1, b
+  // (map + count) on n2.
+  void deploy() {
+    auto created = acme(1).process().request(
+        "POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}");
+    ASSERT_EQ(created.status, 201u) << created.body;
+    auto whole =
+        acme(1).process().request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
+    ASSERT_EQ(whole.status, 201u) << whole.body;
+    auto cut = acme(2).process().request(
+        "POST", "/v1/queries",
+        cut_count_query("cut", "counts-cut",
+                        R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
+                        R"({"name":"b","node":"n2","boxes":["cents","counts"]}]})"));
+    ASSERT_EQ(cut.status, 201u) << cut.body;
+    ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").state == "running"; })) << "fragment b does not run";
+  }
+
+  // Moves fragment b to beta/n1 under `contract`: the answer.
+  rapidjson::Document move_to_beta(const std::string& contract) {
+    auto moved = move(2, R"({"node":"beta/n1"})");
+    EXPECT_EQ(moved.status, 200u) << moved.body;
+    std::printf("move of b to beta/n1: %s\n", moved.body.c_str());
+    auto d = parse(moved.body);
+    EXPECT_TRUE(d.IsObject() && d.HasMember("state") && std::string(d["state"].GetString()) == "hosted") << moved.body;
+    EXPECT_TRUE(d.IsObject() && d.HasMember("contract") && d["contract"].GetString() == contract) << moved.body;
+    EXPECT_TRUE(d.IsObject() && d.HasMember("pause_ms") && d["pause_ms"].GetDouble() > 0) << moved.body;
+    return d;
+  }
+
+  // After the feeder stops: the end marker, then the cut query's output is
+  // the whole one's row for row, and counts every bid acknowledged.
+  void expect_output_exact(const Feeder& feeder) {
+    ASSERT_GT(feeder.acked(), 0u) << feeder.last_failure();
+    const std::string end = R"([{"auction":-1,"price":0,"date_time":1000000000}])";
+    ASSERT_EQ(acme(1).process().request("POST", "/v1/streams/bids/tuples", end, kPublisherToken).status, 200u);
+    int64_t counted = 0;
+    ASSERT_NO_FATAL_FAILURE(
+        expect_cut_output_equals_whole(acme(1).process(), acme(2).process(), 1, 90s, counted));
+    EXPECT_EQ(counted, static_cast<int64_t>(feeder.acked())) << "the counts do not add up to every bid acknowledged";
+  }
+
   std::unique_ptr<EtcdProcess> etcd_;
   Federation fed_;
   FedNode* beta_ = nullptr;
@@ -144,28 +194,16 @@ class ClusterHosting : public ::testing::Test {
 };
 
 TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringItsKindsAndMeasuredLoad) {
-  auto created = acme(1).process().request(
-      "POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}");
-  ASSERT_EQ(created.status, 201u) << created.body;
-  auto whole =
-      acme(1).process().request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
-  ASSERT_EQ(whole.status, 201u) << whole.body;
+  ASSERT_NO_FATAL_FAILURE(deploy());
   // A fragment cannot be placed on another domain's node at deploy: its
   // load is not known yet, and a node name names no domain.
   auto elsewhere = acme(2).process().request(
       "POST", "/v1/queries",
-      cut_count_query("cut", "counts-cut",
+      cut_count_query("cut2", "counts-cut2",
                       R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
                       R"({"name":"b","node":"beta/n1","boxes":["cents","counts"]}]})"));
   EXPECT_EQ(elsewhere.status, 400u) << elsewhere.body;
   EXPECT_NE(elsewhere.body.find("$.placement.fragments[1].node"), std::string::npos) << elsewhere.body;
-  auto cut = acme(2).process().request(
-      "POST", "/v1/queries",
-      cut_count_query("cut", "counts-cut",
-                      R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
-                      R"({"name":"b","node":"n2","boxes":["cents","counts"]}]})"));
-  ASSERT_EQ(cut.status, 201u) << cut.body;
-  ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").state == "running"; })) << "fragment b does not run";
 
   Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
   feeder.start();
@@ -208,35 +246,91 @@ TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringI
       expect_refused(move(1, R"({"node":"gamma/n1"})"), 400, "gamma is not a peer domain of acme"));
   ASSERT_NO_FATAL_FAILURE(expect_refused(move(1, R"({"domain":"Beta!","node":"n1"})"), 400, "not a domain name"));
 
-  // A contract that permits it: admitted under that contract, but a hosted
-  // run is not available yet: 501, and nothing moved.
-  const std::string ample = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
-  auto admitted = move(2, R"({"domain":"beta","node":"n1"})");
-  ASSERT_NO_FATAL_FAILURE(expect_refused(admitted, 501, "contract " + ample + " permits hosting fragment b"));
-  // beta/n1 received the fragment's definition over the link and checked
-  // it against its own ledger.
-  EXPECT_NE(problem_detail(admitted.body).find("beta/n1 admitted the offer under contract " + ample),
-            std::string::npos)
-      << admitted.body;
-  EXPECT_NE(problem_detail(admitted.body).find("not available yet; nothing moved"), std::string::npos) << admitted.body;
-  std::printf("load of fragment b: %.2f CPU ms/s, %.3f CPU s; admitted move: %s\n", loaded.cpu_ms_per_s,
-              loaded.cpu_seconds, admitted.body.c_str());
+  std::printf("load of fragment b: %.2f CPU ms/s, %.3f CPU s\n", loaded.cpu_ms_per_s, loaded.cpu_seconds);
 
   // A move within the domain is untouched by the hosting path.
   auto same = move(1, R"({"domain":"acme","node":"n2"})");
   EXPECT_EQ(same.status, 409u) << same.body;
   EXPECT_NE(same.body.find("runs on n2 already"), std::string::npos) << same.body;
 
-  // The output is intact: the cut query equals the whole one row for row.
+  // A contract that permits it: the fragment moves to beta/n1 while bids
+  // flow, and its results come back into acme's streams.
+  const std::string ample = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
+  ASSERT_NO_FATAL_FAILURE(move_to_beta(ample));
+  FragmentView hosted;
+  ASSERT_TRUE(eventually(20.0, [&] {
+    hosted = fragment("b");
+    return hosted.hosted_by == "beta/n1" && hosted.load_seconds > 0;
+  })) << "GET /v1/queries/cut does not show b hosted by beta/n1 with its load-seconds: " << hosted.hosted_by << " "
+      << hosted.load_seconds;
+  EXPECT_EQ(hosted.state, "running");
+  // The host's admin sees none of it: no stream, copy, import or query of
+  // the hosted run is listed, read, subscribed to or queried on beta.
+  const BrokerProcess& b = beta_->process();
+  const std::string streams = b.request("GET", "/v1/streams?internal=true", {}, kAdminToken).body;
+  EXPECT_EQ(streams.find("hosted-"), std::string::npos) << streams;
+  EXPECT_EQ(streams.find("acme/"), std::string::npos) << streams;
+  const std::string imports = b.request("GET", "/v1/imports", {}, kAdminToken).body;
+  EXPECT_EQ(imports.find("acme/cut"), std::string::npos) << imports;
+  EXPECT_EQ(b.request("GET", "/v1/queries", {}, kAdminToken).body.find("cut"), std::string::npos);
+  EXPECT_EQ(b.request("GET", "/v1/imports/acme/cut--keep_0", {}, kAdminToken).status, 404u);
+  // The host's stream of the fragment's output, as acme reads it.
+  const std::string acme_imports = acme(2).process().request("GET", "/v1/imports", {}, kReaderToken).body;
+  const size_t at = acme_imports.find("beta/hosted-");
+  ASSERT_NE(at, std::string::npos) << acme_imports;
+  const std::string output = acme_imports.substr(at + 5, acme_imports.find('"', at) - at - 5);
+  EXPECT_EQ(streams.find(output), std::string::npos) << streams;
+  EXPECT_EQ(b.request("GET", "/v1/streams/" + output, {}, kAdminToken).status, 404u) << output;
+  EXPECT_EQ(b.request("POST", "/v1/streams/" + output + "/tuples", R"([{"auction":1}])", kAdminToken).status, 404u)
+      << output;
+  const ReadResult subscribed = read_stream(b, output, 1, 1, 2000);
+  EXPECT_TRUE(subscribed.tuples.empty()) << "beta's admin read the hosted output";
+  EXPECT_FALSE(subscribed.error.empty()) << "the subscription was not refused";
+  EXPECT_EQ(b.request("DELETE", "/v1/streams/" + output, {}, kAdminToken).status, 404u) << output;
+  auto spy = b.request("POST", "/v1/queries",
+                       R"({"name":"spy","inputs":[{"name":"in","stream":"acme/cut--keep_0","schema":)" +
+                           std::string(kCutBidSchema) + R"(}],"boxes":[],"arcs":[],)"
+                           R"("outputs":[{"name":"spied","from":"in"}]})",
+                       kAdminToken);
+  EXPECT_EQ(spy.status, 400u) << spy.body;
+
+  // The contract revoked: acme takes the fragment back, from the host's
+  // last results, and it runs on acme/n2 again.
+  auto revoked = act(acme(2), ample, "revoke", R"({"version":3,"reason":"audit"})");
+  ASSERT_EQ(revoked.status, 200u) << revoked.body;
+  FragmentView back;
+  ASSERT_TRUE(eventually(30.0, [&] {
+    back = fragment("b");
+    return back.hosted_by.empty() && back.state == "running";
+  })) << "fragment b is not back on acme/n2: " << back.hosted_by << " " << back.state;
+  const std::string m2 = acme(2).process().request("GET", "/metrics", {}, kReaderToken).body;
+  EXPECT_NE(m2.find("entente_fragment_hosted_moves_total{direction=\"back\"} 1"), std::string::npos) << m2;
+  std::this_thread::sleep_for(1s);  // bids flow through b on acme/n2 again
+
   feeder.stop();
-  ASSERT_GT(feeder.acked(), 0u) << feeder.last_failure();
-  // The end marker, long after every bid: closes every window.
-  const std::string end = R"([{"auction":-1,"price":0,"date_time":1000000000}])";
-  ASSERT_EQ(acme(1).process().request("POST", "/v1/streams/bids/tuples", end, kPublisherToken).status, 200u);
-  int64_t counted = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      expect_cut_output_equals_whole(acme(1).process(), acme(2).process(), 1, 90s, counted));
-  EXPECT_EQ(counted, static_cast<int64_t>(feeder.acked())) << "the counts do not add up to every bid acknowledged";
+  ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
+}
+
+// kill -9 of the host while it runs the fragment: acme sees the link down,
+// takes the fragment back after 3 s from what the host's results it holds,
+// and the output is still the whole query's, row for row.
+TEST_F(ClusterHosting, AHostKilledWhileRunningAFragmentGivesItBackWithNothingLostOrRepeated) {
+  ASSERT_NO_FATAL_FAILURE(deploy());
+  Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
+  feeder.start();
+  const std::string id = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
+  ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").cpu_ms_per_s > 0; }));
+  ASSERT_NO_FATAL_FAILURE(move_to_beta(id));
+  std::this_thread::sleep_for(1500ms);  // results flow back
+  beta_->process().kill();
+  FragmentView back;
+  ASSERT_TRUE(eventually(30.0, [&] {
+    back = fragment("b");
+    return back.hosted_by.empty() && back.state == "running";
+  })) << "fragment b is not back on acme/n2 after its host died: " << back.hosted_by << " " << back.state;
+  std::this_thread::sleep_for(1s);
+  feeder.stop();
+  ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
 }
 
 }  // namespace
