@@ -21,9 +21,17 @@
 #      kill. In the end the subscriber's rows are checked: numbered without a
 #      gap or a duplicate, and equal to beta's (the same query, away from the
 #      fault) and to the engine's own q5 over the same bids. The demo exits 1
-#      when they are not.
+#      when they are not;
+#   4. (within part 3) the admins also negotiate a hosting contract over
+#      REST; two thirds of the way through the bids, acme moves its `hot`
+#      fragment to beta/n1 under it (the pause printed), the fragment's
+#      results coming back into acme's hot_items; once the bids are in, the
+#      demo shows its load-seconds and their cost, beta revokes the contract,
+#      and acme takes the fragment back to n2. The subscriber's check above
+#      covers the rows written while it was hosted.
 # Environment: EVENTS (NEXMark events, default 1000000; 92 % are bids),
-# FAILOVER (0: no kill in part 3; default 1).
+# FAILOVER (0: no kill in part 3; default 1), HOSTING (0: no move to beta;
+# default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$EPOCHREALTIME
@@ -36,6 +44,7 @@ echo "(built at $(since))"
 
 events=${EVENTS:-1000000}
 failover=${FAILOVER:-1}
+hosting_move=${HOSTING:-1}
 out=out/demo
 entente=build/broker/entente
 rm -rf "$out"
@@ -231,6 +240,20 @@ api -H 'Content-Type: application/json' "$beta/v1/queries" --data @"$out/beta-ho
   | jq -c '{name, state, inputs, outputs}' | sed 's/^/   /'
 
 echo
+echo "-- acme's admin proposes a hosting contract: beta may run acme's map and aggregate boxes, up to 500 CPU ms/s, at 10 credits per CPU-second"
+hosting_terms() {
+  echo '{"kind": "hosting", "host": "beta", "owner": "acme", "box_kinds": ["aggregate", "map"], "max_load": 500,
+         "price_min": 10, "price_max": 20, "notice_seconds": 60, "host_may_subscribe": false, "host_may_export": false,
+         "valid_from": "'"$from"'", "valid_until": "'"$until"'"}'
+}
+hosting=$(api -H 'Content-Type: application/json' "$acme/v1/contracts" --data "{\"terms\": $(hosting_terms)}")
+hid=$(echo "$hosting" | sed -n 's/.*"id":"\(c-[0-9a-f]*\)".*/\1/p')
+echo "$hosting" | show_contract
+wait_version "$beta" "$hid" 1
+echo "-- beta's admin accepts it; acme countersigns on receipt"
+api -H 'Content-Type: application/json' "$beta/v1/contracts/$hid/accept" --data '{"version": 1}' | show_contract
+for side in acme-n1 acme-n2 acme-n3 beta-n1; do wait_version "${url[$side]}" "$hid" 3; done
+
 echo "== 3. acme runs the query cut across its nodes; FAILOVER=$failover ($(since))"
 echo "-- acme: deploy the same query on its own bids, cut in two fragments: counts on n1 (next to bids), hot on n2"
 jq '.name = "hot-items" | .outputs[0].name = "hot_items" | .placement = {"fragments": [
@@ -317,6 +340,19 @@ if [[ $failover == 1 ]]; then
   closed_by=$(time_of "${chunks[$((acked < ${#chunks[@]} ? acked : acked - 1))]}")
   echo "-- killed n1 with SIGKILL after $acked of ${#chunks[@]} requests were acknowledged: it leads bids and runs counts$([[ $controller == n1 ]] && echo ", and is acme's controller")"
 fi
+if [[ $hosting_move == 1 ]]; then
+  # Two thirds in: acme's hot fragment moves to beta/n1 under the hosting
+  # contract while bids flow; its results come back into hot_items.
+  while (($(wc -l <"$out/published") < 2 * ${#chunks[@]} / 3)) && kill -0 $publisher 2>/dev/null; do sleep 0.01; done
+  # (After the failover: the host reads counts' output where it is led now.)
+  for _ in $(seq 300); do
+    api "$acme/v1/queries/hot-items" | jq -e '.state == "running"' >/dev/null && break
+    sleep 0.1
+  done
+  echo "-- acme: move fragment hot to beta/n1 under hosting contract $hid, while bids flow ($(since))"
+  api -H 'Content-Type: application/json' "$acme/v1/queries/hot-items/fragments/hot/move" --data '{"node": "beta/n1"}' \
+    | jq -r '"   \(.state) on \(.to) under \(.contract): paused \(.pause_ms | floor) ms (the state, \(.state_bytes) bytes, sent during it), \(.total_ms | floor) ms in all"'
+fi
 status=0
 wait $publisher || status=$?
 end=$EPOCHREALTIME
@@ -327,6 +363,21 @@ if [[ $failover == 1 ]]; then
   awk -v k="$kill_at" '$2 > k { printf "   first acknowledgement after the kill: %.2f s after it, through %s\n", $2 - k, $3; exit }' \
     "$out/published"
   sed 's/^/   retried: /' "$out/publish-retries" | head -5
+fi
+
+if [[ $hosting_move == 1 ]]; then
+  sleep 1.5  # a usage report or two
+  api "$acme/v1/queries/hot-items" | jq -r '.fragments[] | select(.name == "hot") |
+    "   fragment hot: \(.runner.state), hosted by \(.runner.hosted.domain)/\(.runner.hosted.node) under \(.runner.hosted.contract): \(.runner.hosted.load_seconds) CPU s so far, \(.runner.hosted.cost) credits at \(.runner.hosted.price) per CPU-second"'
+  echo "-- beta's admin revokes the hosting contract; acme takes the fragment back to n2 from the host's last results ($(since))"
+  api -H 'Content-Type: application/json' "$beta/v1/contracts/$hid/revoke" \
+    --data '{"version": 3, "reason": "capacity needed at home"}' | show_contract
+  for _ in $(seq 300); do
+    api "$acme/v1/queries/hot-items" | jq -e '.fragments[] | select(.name == "hot") | .runner.hosted == null and .runner.state == "running"' >/dev/null && break
+    sleep 0.1
+  done
+  api "$acme/v1/queries/hot-items" | jq -r '.fragments[] | select(.name == "hot") | "   fragment hot: \(.runner.state) on \(.node)" + (if .runner.hosted then " (still hosted)" else "" end)'
+  api "${url[acme-n2]}/metrics" | grep '^entente_fragment_hosted_moves_total' | sed 's/^/   /'
 fi
 
 echo "-- wait until acme's bids and beta's mirror of it hold every bid once ($(since))"

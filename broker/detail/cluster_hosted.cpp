@@ -182,6 +182,66 @@ void NodeImpl::start_hosted_move(const std::string& query, const std::string& fr
       [=, this] { answer(run_hosted_move(query, fragment, host_domain, host_node, contract, price, load)); });
 }
 
+Status NodeImpl::grant_hosted_reads(const std::string& host_domain, const std::vector<std::string>& streams,
+                                    const std::string& query, const std::string& fragment,
+                                    const std::string& contract) {
+  JsonOut gj;
+  gj.begin_object().key("query").str(query).key("fragment").str(fragment).key("contract").str(contract);
+  const std::string grant = gj.end_object().take();
+  int64_t last = 0;
+  for (const auto& g : streams) {
+    auto rev = catalog_->create(grant_key(host_domain, g), grant);
+    if (!rev.ok() && rev.error().code != Errc::already_exists)
+      return make_error(rev.error().code, "granting " + host_domain + " reads of " + g + ": " + rev.error().message);
+    if (rev.ok()) last = std::max(last, *rev);
+  }
+  // Every node of the domain knows of the grants before the host asks.
+  if (last != 0) catalog_->wait_for(last, config_.cluster.etcd_timeout_ms);
+  return Status::Ok();
+}
+
+Status NodeImpl::send_hosted_state(federation::Hosting& hosting, const certs::Identity& host,
+                                   const std::string& query, const std::string& fragment,
+                                   const std::string& snapshot) {
+  const size_t chunks = (snapshot.size() + kChunkBytes - 1) / kChunkBytes;
+  for (size_t i = 0; i < chunks; ++i) {
+    JsonOut c;
+    c.begin_object().key("query").str(query).key("fragment").str(fragment);
+    c.key("index").u64(i).key("count").u64(chunks);
+    c.key("data").str(hex_of(std::string_view(snapshot).substr(i * kChunkBytes, kChunkBytes)));
+    auto sent = call_host(hosting, host, "hosting.chunk", members_of(c.end_object().take()), kCallWait);
+    if (!sent.ok()) return sent.error();
+  }
+  return Status::Ok();
+}
+
+std::string NodeImpl::open_hosted_relays(const std::vector<std::pair<std::string, std::string>>& relays,
+                                         const std::string& where) {
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    std::string error;
+    std::promise<void> done;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = relays.size();
+  auto done = join->done.get_future();
+  for (const auto& [mirror, target] : relays) {
+    StreamPtr t = find_stream(target);
+    if (!t) return "stream " + target + " is not on " + config_.node + " any more";
+    peering_->create_import(mirror, t->meta().schema, [join, mirror](Result<federation::ImportInfo> r) {
+      std::lock_guard lock(join->mu);
+      if (!r.ok() && r.error().code != Errc::already_exists && join->error.empty())
+        join->error = "reading " + mirror + ": " + r.error().message;
+      if (--join->left == 0) join->done.set_value();
+    });
+  }
+  const bool all = done.wait_for(kCallWait / 2) == std::future_status::ready;
+  std::lock_guard lock(join->mu);
+  if (!all && join->error.empty()) return "the reads of " + where + "'s streams did not open within 15 s";
+  return join->error;
+}
+
 http::Response NodeImpl::run_hosted_move(const std::string& query, const std::string& fragment,
                                          const std::string& host_domain, const std::string& host_node,
                                          const std::string& contract, uint64_t price, uint64_t load) {
@@ -216,22 +276,9 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   auto revoke = [&] {
     for (const auto& g : grants) (void)catalog_->erase(grant_key(host_domain, g));
   };
-  {
-    JsonOut gj;
-    gj.begin_object().key("query").str(query).key("fragment").str(fragment).key("contract").str(contract);
-    const std::string grant = gj.end_object().take();
-    int64_t last = 0;
-    for (const auto& g : grants) {
-      auto rev = catalog_->create(grant_key(host_domain, g), grant);
-      if (!rev.ok() && rev.error().code != Errc::already_exists) {
-        revoke();
-        return failed(503, "granting " + host_domain + " reads of " + g + ": " + rev.error().message +
-                               "; nothing moved");
-      }
-      if (rev.ok()) last = std::max(last, *rev);
-    }
-    // Every node of the domain knows of the grants before the host asks.
-    if (last != 0) catalog_->wait_for(last, etcd_ms);
+  if (Status st = grant_hosted_reads(host_domain, grants, query, fragment, contract); !st.ok()) {
+    revoke();
+    return failed(503, st.error().message + "; nothing moved");
   }
   JsonOut mark;
   mark.begin_object().key("domain").str(host_domain).key("node").str(host_node).key("contract").str(contract);
@@ -267,14 +314,8 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   // 2. The state, in pieces, then the run.
   const certs::Identity host{host_domain, host_node};
   const size_t chunks = (state->snapshot.size() + kChunkBytes - 1) / kChunkBytes;
-  for (size_t i = 0; i < chunks; ++i) {
-    JsonOut c;
-    c.begin_object().key("query").str(query).key("fragment").str(fragment);
-    c.key("index").u64(i).key("count").u64(chunks);
-    c.key("data").str(hex_of(std::string_view(state->snapshot).substr(i * kChunkBytes, kChunkBytes)));
-    auto sent = call_host(*hosting, host, "hosting.chunk", members_of(c.end_object().take()), kCallWait);
-    if (!sent.ok()) return rollback(503, "sending the fragment's state to " + where + ": " + sent.error().message);
-  }
+  if (Status st = send_hosted_state(*hosting, host, query, fragment, state->snapshot); !st.ok())
+    return rollback(503, "sending the fragment's state to " + where + ": " + st.error().message);
   JsonOut r;
   r.begin_object().key("query").str(query).key("fragment").str(fragment).key("contract").str(contract);
   r.key("body").raw(body);
@@ -325,36 +366,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   h.pause_ms = ms_between(t_stop, t_run);
   for (size_t o = 0; o < hidden.size(); ++o) h.relays.emplace_back(host_domain + "/" + hidden[o], meta.outputs[o]);
   h.relays.emplace_back(host_domain + "/" + hidden_state, meta.state_stream);
-  struct Join {
-    std::mutex mu;
-    size_t left;
-    std::string error;
-    std::promise<void> done;
-  };
-  auto join = std::make_shared<Join>();
-  join->left = h.relays.size();
-  for (const auto& [mirror, target] : h.relays) {
-    StreamPtr t = find_stream(target);
-    if (!t) {
-      end_there();
-      return rollback(409, "stream " + target + " is not on " + config_.node + " any more");
-    }
-    peering_->create_import(mirror, t->meta().schema, [join, mirror](Result<federation::ImportInfo> r) {
-      std::lock_guard lock(join->mu);
-      if (!r.ok() && r.error().code != Errc::already_exists && join->error.empty())
-        join->error = "reading " + mirror + ": " + r.error().message;
-      if (--join->left == 0) join->done.set_value();
-    });
-  }
-  if (join->done.get_future().wait_for(kCallWait / 2) != std::future_status::ready) {
-    std::lock_guard lock(join->mu);
-    if (join->error.empty()) join->error = "the reads of " + where + "'s streams did not open within 15 s";
-  }
-  std::string error;
-  {
-    std::lock_guard lock(join->mu);
-    error = join->error;
-  }
+  const std::string error = open_hosted_relays(h.relays, where);
   if (!error.empty()) {
     for (const auto& [mirror, _] : h.relays) (void)delete_import(mirror);
     end_there();
@@ -770,6 +782,41 @@ void NodeImpl::on_hosting(const certs::Identity& peer, const std::string& type, 
   answer(false, "unknown call " + type, "");
 }
 
+std::string NodeImpl::open_hosted_copies(const std::string& key, const std::string& owner_domain,
+                                         const std::vector<std::pair<std::string, engine::SchemaPtr>>& copies) {
+  if (copies.empty()) return {};
+  {
+    std::lock_guard lock(hosted_mu_);
+    auto& here = hosting_here_[key];
+    for (const auto& [m, _] : copies) {
+      hosted_mirrors_wanted_.insert(m);
+      here.mirrors.push_back(m);
+    }
+  }
+  auto p = std::make_shared<std::promise<std::string>>();
+  auto f = p->get_future();
+  struct Join {
+    std::mutex mu;
+    size_t left;
+    std::string error;
+  };
+  auto join = std::make_shared<Join>();
+  join->left = copies.size();
+  for (const auto& [mirror, schema] : copies) {
+    peering_->create_import(mirror, schema, [join, p, mirror](Result<federation::ImportInfo> r) {
+      std::lock_guard lock(join->mu);
+      if (!r.ok() && join->error.empty()) join->error = "reading " + mirror + ": " + r.error().message;
+      if (--join->left == 0) p->set_value(join->error);
+    });
+  }
+  std::string error = f.wait_for(kCallWait / 2) == std::future_status::ready
+                          ? f.get()
+                          : "the copies of " + owner_domain + "'s streams did not open within 15 s";
+  std::lock_guard lock(hosted_mu_);
+  for (const auto& [m, _] : copies) hosted_mirrors_wanted_.erase(m);
+  return error;
+}
+
 void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string& message,
                                 std::function<void(bool, const std::string&, const std::string&)> answer) {
   rapidjson::Document d;
@@ -860,44 +907,9 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     meta.start.push_back(state.positions[i]);
     copies.emplace_back(mirror, internal ? engine::internal_stream_schema(*in.schema) : in.schema);
   }
-  {
-    std::lock_guard lock(hosted_mu_);
-    auto& here = hosting_here_[key];
-    for (const auto& [m, _] : copies) {
-      hosted_mirrors_wanted_.insert(m);
-      here.mirrors.push_back(m);
-    }
-  }
-  {
-    auto p = std::make_shared<std::promise<std::string>>();
-    auto f = p->get_future();
-    struct Join {
-      std::mutex mu;
-      size_t left;
-      std::string error;
-    };
-    auto join = std::make_shared<Join>();
-    join->left = copies.size();
-    for (const auto& [mirror, schema] : copies) {
-      peering_->create_import(mirror, schema, [join, p, mirror](Result<federation::ImportInfo> r) {
-        std::lock_guard lock(join->mu);
-        if (!r.ok() && join->error.empty()) join->error = "reading " + mirror + ": " + r.error().message;
-        if (--join->left == 0) p->set_value(join->error);
-      });
-    }
-    std::string error;
-    if (!copies.empty()) {
-      if (f.wait_for(kCallWait / 2) == std::future_status::ready) error = f.get();
-      else error = "the copies of " + owner.domain + "'s streams did not open within 15 s";
-    }
-    {
-      std::lock_guard lock(hosted_mu_);
-      for (const auto& [m, _] : copies) hosted_mirrors_wanted_.erase(m);
-    }
-    if (!error.empty()) {
-      forget();
-      return refuse(error);
-    }
+  if (const std::string error = open_hosted_copies(key, owner.domain, copies); !error.empty()) {
+    forget();
+    return refuse(error);
   }
   std::vector<StreamPtr> ins, outs;
   for (const auto& [mirror, _] : copies) {
@@ -944,10 +956,31 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     forget();
     return refuse("creating its state stream failed");
   }
+  auto started = start_hosted_runner(key, owner.domain, meta, ins, outs, state_log, state);
+  if (!started.ok()) {
+    forget();
+    return refuse(started.error().message);
+  }
+  metrics_
+      .counter("entente_fragment_hosted_moves_total", "Fragments moved to a node of another domain (hosted runs)",
+               {{"direction", "in"}})
+      .inc();
+  log_line("hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + " under contract " +
+           check.contract);
+  JsonOut j;
+  j.begin_object().key("outputs").begin_array();
+  for (const auto& h : hidden) j.str(h);
+  j.end_array().key("state").str(meta.state_stream).key("contract").str(check.contract).end_object();
+  answer(true, "", j.take());
+}
+
+Result<std::shared_ptr<QueryRunner>> NodeImpl::start_hosted_runner(
+    const std::string& key, const std::string& owner_domain, const QueryMeta& meta, const std::vector<StreamPtr>& ins,
+    const std::vector<StreamPtr>& outs, const StreamPtr& state_log, const QueryRunner::State& state) {
   QueryRunner::Env env = runner_env();
   // Appends wait for the owner: an output goes out only once the owner
   // holds the journal that led to it (the top of this file).
-  env.when_replicated = [this, domain = owner.domain, key](const std::string& stream, uint64_t last,
+  env.when_replicated = [this, domain = owner_domain, key](const std::string& stream, uint64_t last,
                                                            std::function<void(const Status&)> release) {
     {
       std::lock_guard lock(hosted_mu_);
@@ -971,15 +1004,10 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     if (auto acked = peering_->acked(stream, domain)) on_hosted_ack(stream, domain, *acked);
   };
   auto created = QueryRunner::create(meta, ins, outs, env, state_log);
-  if (!created.ok()) {
-    forget();
-    return refuse("the fragment does not run here: " + created.error().message);
-  }
+  if (!created.ok()) return make_error(created.error().code, "the fragment does not run here: " + created.error().message);
   std::shared_ptr<QueryRunner> run = *created;
-  if (Status st = run->seed(state, true); !st.ok()) {
-    forget();
-    return refuse("the fragment's state does not restore here: " + st.error().message);
-  }
+  if (Status st = run->seed(state, true); !st.ok())
+    return make_error(st.error().code, "the fragment's state does not restore here: " + st.error().message);
   {
     std::lock_guard lock(hosted_mu_);
     hosting_here_[key].runner = run;
@@ -987,17 +1015,7 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
   run->start();
   // Its first checkpoint, at once: the owner's state stream gets it.
   run->request_checkpoint([](const Result<CheckpointInfo>&) {});
-  metrics_
-      .counter("entente_fragment_hosted_moves_total", "Fragments moved to a node of another domain (hosted runs)",
-               {{"direction", "in"}})
-      .inc();
-  log_line("hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + " under contract " +
-           check.contract);
-  JsonOut j;
-  j.begin_object().key("outputs").begin_array();
-  for (const auto& h : hidden) j.str(h);
-  j.end_array().key("state").str(meta.state_stream).key("contract").str(check.contract).end_object();
-  answer(true, "", j.take());
+  return run;
 }
 
 void NodeImpl::end_hosted_here(const std::string& key, bool release) {

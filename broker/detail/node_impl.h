@@ -43,6 +43,7 @@ struct MembershipView;
 
 namespace entente::federation {
 class Contracting;
+class Hosting;
 class Peering;
 struct ImportInfo;
 }  // namespace entente::federation
@@ -595,6 +596,23 @@ class NodeImpl final : public http::Handler {
   void serve_hosted_run(const certs::Identity& owner, const std::string& message,
                         std::function<void(bool, const std::string&, const std::string&)> answer);
   void end_hosted_here(const std::string& key, bool release);
+  // Steps of run_hosted_move and serve_hosted_run.
+  Status grant_hosted_reads(const std::string& host_domain, const std::vector<std::string>& streams,
+                            const std::string& query, const std::string& fragment, const std::string& contract);
+  Status send_hosted_state(federation::Hosting& hosting, const certs::Identity& host, const std::string& query,
+                           const std::string& fragment, const std::string& snapshot);
+  // The owner's reads of the host's streams (mirror -> stream here): the
+  // error, empty once all are open.
+  std::string open_hosted_relays(const std::vector<std::pair<std::string, std::string>>& relays,
+                                 const std::string& where);
+  // The host's hidden copies of the owner's streams (name, schema): the
+  // error, empty once all are open.
+  std::string open_hosted_copies(const std::string& key, const std::string& owner_domain,
+                                 const std::vector<std::pair<std::string, engine::SchemaPtr>>& copies);
+  Result<std::shared_ptr<QueryRunner>> start_hosted_runner(const std::string& key, const std::string& owner_domain,
+                                                           const QueryMeta& meta, const std::vector<StreamPtr>& ins,
+                                                           const std::vector<StreamPtr>& outs,
+                                                           const StreamPtr& state_log, const QueryRunner::State& state);
   void report_hosted_usage();
   // Whether `domain` may read `stream` whole for a hosted run (either side).
   bool may_read_hosted(const std::string& stream, const std::string& domain);
