@@ -18,8 +18,15 @@ Error no_contract(std::string_view id) {
   return make_error(Errc::not_found, "no contract " + std::string(id.substr(0, 40)));
 }
 
-std::string usage_json(uint64_t tuples, uint64_t load_seconds) {
-  return "{\"load_seconds\":" + std::to_string(load_seconds) + ",\"tuples\":" + std::to_string(tuples) + "}";
+// The load as CPU microseconds ("load_us"); "load_seconds" (whole
+// seconds) is what an older ledger wrote, read when load_us is absent.
+std::string usage_json(uint64_t tuples, uint64_t load_us) {
+  return "{\"load_seconds\":" + std::to_string(load_us / 1'000'000) + ",\"load_us\":" + std::to_string(load_us) +
+         ",\"tuples\":" + std::to_string(tuples) + "}";
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) {
+  return b > std::numeric_limits<uint64_t>::max() - a ? std::numeric_limits<uint64_t>::max() : a + b;
 }
 
 // Why a contract that covers a stream is not in force now.
@@ -89,12 +96,16 @@ Status Ledger::load() {
     doc.Parse(value.data(), value.size());
     const auto tuples = doc.IsObject() ? doc.FindMember("tuples") : rapidjson::Value::ConstMemberIterator();
     const auto load = doc.IsObject() ? doc.FindMember("load_seconds") : rapidjson::Value::ConstMemberIterator();
+    const auto load_us = doc.IsObject() ? doc.FindMember("load_us") : rapidjson::Value::ConstMemberIterator();
     if (doc.HasParseError() || !doc.IsObject() || tuples == doc.MemberEnd() || !tuples->value.IsUint64() ||
-        load == doc.MemberEnd() || !load->value.IsUint64()) {
+        load == doc.MemberEnd() || !load->value.IsUint64() ||
+        (load_us != doc.MemberEnd() && !load_us->value.IsUint64())) {
       failed = make_error(Errc::corrupt, "contracts ledger: malformed usage of " + std::string(id.substr(0, 40)));
       return false;
     }
-    usage_[std::string(id)] = Counters{tuples->value.GetUint64(), load->value.GetUint64(), false};
+    const uint64_t us = load_us != doc.MemberEnd() ? load_us->value.GetUint64()
+                                                   : saturating_add(0, load->value.GetUint64() * 1'000'000);
+    usage_[std::string(id)] = Counters{tuples->value.GetUint64(), us, false};
     return true;
   });
   ENTENTE_RETURN_IF_ERROR(scanned);
@@ -226,6 +237,19 @@ Status Ledger::add_usage(std::string_view id, uint64_t tuples) {
   return Status::Ok();
 }
 
+Status Ledger::add_load(std::string_view id, uint64_t cpu_us) {
+  std::lock_guard lock(mu_);
+  const auto c = contracts_.find(id);
+  if (c == contracts_.end()) return no_contract(id);
+  if (c->second.current().terms.kind != Kind::hosting)
+    return make_error(Errc::invalid_argument, "contract " + std::string(id.substr(0, 40)) + " is not a hosting contract");
+  auto it = usage_.find(id);
+  if (it == usage_.end()) it = usage_.emplace(std::string(id), Counters{}).first;
+  it->second.load_us = saturating_add(it->second.load_us, cpu_us);
+  it->second.dirty = true;
+  return Status::Ok();
+}
+
 Status Ledger::add_usage_with(const std::map<std::string, uint64_t>& tuples, store::WriteBatch with) {
   std::lock_guard lock(mu_);
   std::map<std::string, uint64_t> totals;
@@ -237,7 +261,7 @@ Status Ledger::add_usage_with(const std::map<std::string, uint64_t>& tuples, sto
                                                                              : before + n;
     totals[id] = after;
     with.put(store::Cf::contracts, usage_key(id),
-             usage_json(after, it == usage_.end() ? 0 : it->second.load_seconds));
+             usage_json(after, it == usage_.end() ? 0 : it->second.load_us));
   }
   if (with.empty()) return Status::Ok();
   // In memory only once written: a failed write counts nothing, and the
@@ -255,7 +279,7 @@ Status Ledger::flush_usage() {
   std::lock_guard lock(mu_);
   store::WriteBatch batch;
   for (const auto& [id, u] : usage_) {
-    if (u.dirty) batch.put(store::Cf::contracts, usage_key(id), usage_json(u.tuples, u.load_seconds));
+    if (u.dirty) batch.put(store::Cf::contracts, usage_key(id), usage_json(u.tuples, u.load_us));
   }
   if (batch.empty()) return Status::Ok();
   ENTENTE_RETURN_IF_ERROR(store_.write(batch, store::Durability::buffered));
@@ -270,12 +294,12 @@ Result<Usage> Ledger::usage(std::string_view id) const {
   Usage out;
   if (const auto it = usage_.find(id); it != usage_.end()) {
     out.tuples = it->second.tuples;
-    out.load_seconds = it->second.load_seconds;
+    out.load_seconds = static_cast<double>(it->second.load_us) / 1e6;
   }
   const Terms& t = c->second.current().terms;
   out.cost_credits = t.kind == Kind::stream
                          ? static_cast<double>(out.tuples) * static_cast<double>(t.stream.price_per_million) / 1e6
-                         : static_cast<double>(out.load_seconds) * static_cast<double>(t.hosting.price_min);
+                         : out.load_seconds * static_cast<double>(t.hosting.price_min);
   return out;
 }
 

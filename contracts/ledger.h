@@ -6,7 +6,7 @@
 //
 // Keys:  v/<id>/<number, 8 bytes big-endian> -> version JSON (canonical),
 //        written with Durability::synced before append() returns;
-//        u/<id> -> {"load_seconds":N,"tuples":N}, written by flush_usage()
+//        u/<id> -> {"load_seconds":N,"load_us":N,"tuples":N}, written by flush_usage()
 //        with Durability::buffered (a crash may lose the usage counted since
 //        the last flush, never a contract version), or by add_usage_with()
 //        at once, atomically with what the caller marks counted.
@@ -41,7 +41,7 @@ struct ContractFilter {
 
 struct Usage {
   uint64_t tuples = 0;         // tuples delivered under a stream contract
-  uint64_t load_seconds = 0;   // CPU-seconds hosted under a hosting contract (not metered yet: 0)
+  double load_seconds = 0;     // CPU-seconds hosted under a hosting contract
   double cost_credits = 0;     // at the contract's current price (see usage())
 };
 
@@ -97,6 +97,12 @@ class Ledger final {
   // Counts tuples delivered under contract `id` (in memory; saturating).
   // not_found for an unknown contract.
   Status add_usage(std::string_view id, uint64_t tuples);
+  // Counts CPU time hosted under hosting contract `id` (in memory,
+  // saturating; flush_usage writes it): the host's measure, counted by the
+  // host and by the owner it reports to (docs/cluster.md, "The hosted
+  // run"). not_found for an unknown contract, invalid_argument for a
+  // stream contract.
+  Status add_load(std::string_view id, uint64_t cpu_us);
   // Adds tuples to the usage of several contracts (contract id -> tuples)
   // and writes their new counts at once, in one atomic write together with
   // `with` (what marks those tuples counted), so that a count and its mark
@@ -119,7 +125,7 @@ class Ledger final {
 
   struct Counters {
     uint64_t tuples = 0;
-    uint64_t load_seconds = 0;
+    uint64_t load_us = 0;  // CPU microseconds hosted
     bool dirty = false;
   };
 

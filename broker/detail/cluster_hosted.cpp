@@ -608,6 +608,19 @@ void NodeImpl::check_hosted() {
           back.emplace_back(runner, "contract " + h.contract + " is no longer in force");
           continue;
         }
+        // Hosting above the contract's maximum load, three checks in a row
+        // (what the host measures, with the other runs under it).
+        const uint64_t max = c->current().terms.hosting.max_load;
+        double sum = 0;
+        for (const auto& [_, o] : hosted_)
+          if (o.contract == h.contract) sum += o.cpu_ms_per_s;
+        h.over_load = sum > static_cast<double>(max) ? h.over_load + 1 : 0;
+        if (h.over_load >= 3) {
+          back.emplace_back(runner, "its load on the host, " + std::to_string(static_cast<int64_t>(sum)) +
+                                        " CPU ms/s with the others under the contract, exceeds contract " +
+                                        h.contract + "'s maximum " + std::to_string(max) + " CPU ms/s");
+          continue;
+        }
       }
       bool up = false;
       for (const auto& p : peers.peers)
@@ -711,9 +724,17 @@ void NodeImpl::on_hosting(const certs::Identity& peer, const std::string& type, 
     std::lock_guard lock(hosted_mu_);
     auto it = hosted_.find(runner);
     if (it == hosted_.end() || it->second.host_domain != peer.domain) return;
-    if (d.HasMember("cpu_seconds") && d["cpu_seconds"].IsNumber())
-      it->second.cpu_seconds = std::max(it->second.cpu_seconds, d["cpu_seconds"].GetDouble());
-    it->second.cost = it->second.cpu_seconds * static_cast<double>(it->second.price);
+    HostedRun& h = it->second;
+    if (d.HasMember("cpu_ms_per_s") && d["cpu_ms_per_s"].IsNumber())
+      h.cpu_ms_per_s = std::clamp(d["cpu_ms_per_s"].GetDouble(), 0.0, 1e6);
+    if (!d.HasMember("cpu_seconds") || !d["cpu_seconds"].IsNumber()) return;
+    const double cpu = std::clamp(d["cpu_seconds"].GetDouble(), 0.0, 1e12);
+    if (cpu <= h.cpu_seconds) return;
+    // This domain's ledger counts the CPU time the host reports.
+    if (peering_ && peering_->contracting())
+      (void)peering_->contracting()->ledger().add_load(h.contract, static_cast<uint64_t>((cpu - h.cpu_seconds) * 1e6));
+    h.cpu_seconds = cpu;
+    h.cost = h.cpu_seconds * static_cast<double>(h.price);
     return;
   }
   if (!answer) return;
@@ -1078,18 +1099,28 @@ void NodeImpl::end_hosted_here(const std::string& key, bool release) {
 
 void NodeImpl::report_hosted_usage() {
   federation::Hosting* hosting = peering_ ? peering_->hosting() : nullptr;
+  contracts::Ledger* ledger = peering_ && peering_->contracting() ? &peering_->contracting()->ledger() : nullptr;
   if (!hosting) return;
   std::vector<std::pair<certs::Identity, std::string>> notes;
+  std::vector<std::pair<std::string, uint64_t>> loads;  // contract, CPU us since the last report
   {
     std::lock_guard lock(hosted_mu_);
-    for (const auto& [_, h] : hosting_here_) {
+    for (auto& [_, h] : hosting_here_) {
       if (!h.runner) continue;
+      const QueryInfo info = h.runner->info();
+      if (info.cpu_seconds > h.reported_cpu) {
+        loads.emplace_back(h.contract, static_cast<uint64_t>((info.cpu_seconds - h.reported_cpu) * 1e6));
+        h.reported_cpu = info.cpu_seconds;
+      }
       JsonOut j;
       j.begin_object().key("query").str(h.query).key("fragment").str(h.fragment);
-      j.key("cpu_seconds").dbl(h.runner->info().cpu_seconds).end_object();
+      j.key("cpu_seconds").dbl(info.cpu_seconds).key("cpu_ms_per_s").dbl(info.cpu_ms_per_s).end_object();
       notes.emplace_back(certs::Identity{h.owner_domain, h.owner_node}, members_of(j.take()));
     }
   }
+  // The host's ledger counts what it ran; the owner's counts what it is told.
+  for (const auto& [contract, us] : loads)
+    if (ledger) (void)ledger->add_load(contract, us);
   for (const auto& [owner, fields] : notes) (void)hosting->notify(owner, "hosting.usage", fields);
 }
 

@@ -548,6 +548,8 @@ class NodeImpl final : public http::Handler {
     int64_t since_ms = 0;
     double pause_ms = 0;
     double cpu_seconds = 0;  // the host's figure (hosting.usage)
+    double cpu_ms_per_s = 0;  // the host's figure: CPU ms per second lately
+    int over_load = 0;        // checks in a row with the contract's max_load exceeded
     double cost = 0;         // cpu_seconds at the contract's price
     uint64_t price = 0;      // credits per CPU-second (the contract's price_min)
     uint64_t load = 0;       // CPU ms per second, as admitted
@@ -564,6 +566,7 @@ class NodeImpl final : public http::Handler {
     std::vector<std::string> streams;  // hidden: outputs, then the state stream
     std::vector<std::string> mirrors;  // hidden copies of the owner's streams it reads
     std::map<std::string, uint64_t> first;  // per hidden stream, its first sequence number
+    double reported_cpu = 0;                // CPU seconds counted into the ledger so far
   };
   // The move route's hosted branch, once the contract and the host admit
   // it: runs the move on the hosted thread and answers.

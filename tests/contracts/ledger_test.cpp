@@ -182,7 +182,7 @@ TEST(LedgerTest, RestartKeepsVersionsAndUsage) {
   u = n.ledger().usage(c.id);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->tuples, 4'000'000u);
-  EXPECT_EQ(u->load_seconds, 0u);
+  EXPECT_EQ(u->load_seconds, 0.0);
   // Usage counted after the last flush is what a crash may lose.
   ASSERT_TRUE(n.ledger().add_usage(c.id, 10).ok());
   n.reopen();
@@ -191,6 +191,19 @@ TEST(LedgerTest, RestartKeepsVersionsAndUsage) {
   Contract h = testing::active_contract(testing::hosting_terms(), beta(), acme());
   testing::record(n.ledger(), h);
   EXPECT_EQ(n.ledger().usage(h.id)->cost_credits, 0.0);
+  // CPU time hosted, to the microsecond, costs load_seconds x price_min,
+  // and survives a restart once flushed.
+  ASSERT_TRUE(n.ledger().add_load(h.id, 2'000'000).ok());
+  ASSERT_TRUE(n.ledger().add_load(h.id, 500'000).ok());
+  u = n.ledger().usage(h.id);
+  ASSERT_TRUE(u.ok());
+  EXPECT_DOUBLE_EQ(u->load_seconds, 2.5);
+  EXPECT_DOUBLE_EQ(u->cost_credits, 2.5 * static_cast<double>(h.current().terms.hosting.price_min));
+  ASSERT_TRUE(n.ledger().flush_usage().ok());
+  n.reopen();
+  EXPECT_DOUBLE_EQ(n.ledger().usage(h.id)->load_seconds, 2.5);
+  EXPECT_EQ(n.ledger().add_load(c.id, 1).error().code, Errc::invalid_argument);  // a stream contract
+  EXPECT_EQ(n.ledger().add_load("c-0000000000000000", 1).error().code, Errc::not_found);
 }
 
 TEST(LedgerTest, ListFiltersByStateAtNowAndPeer) {

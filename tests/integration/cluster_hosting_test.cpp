@@ -277,6 +277,17 @@ TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringI
   })) << "GET /v1/queries/cut does not show b hosted by beta/n1 with its load-seconds: " << hosted.hosted_by << " "
       << hosted.load_seconds;
   EXPECT_EQ(hosted.state, "running");
+  // Both ledgers count the load-seconds, at the contract's price (5).
+  for (const FedNode* side : {beta_, &acme(2)}) {
+    rapidjson::Document u;
+    EXPECT_TRUE(eventually(10.0, [&] {
+      u = parse(side->process().request("GET", "/v1/contracts/" + ample + "/usage", {}, kReaderToken).body);
+      return u.IsObject() && u.HasMember("load_seconds") && u["load_seconds"].GetDouble() > 0;
+    })) << "no load-seconds on " << side->identity();
+    if (u.IsObject() && u.HasMember("cost_credits")) {
+      EXPECT_DOUBLE_EQ(u["cost_credits"].GetDouble(), 5 * u["load_seconds"].GetDouble());
+    }
+  }
   // The host's admin sees none of it: no stream, copy, import or query of
   // the hosted run is listed, read, subscribed to or queried on beta.
   const BrokerProcess& b = beta_->process();
