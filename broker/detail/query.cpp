@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <future>
 #include <numeric>
+#include <thread>
 
 #include "engine/codec.h"
 #include "engine/fragments.h"
@@ -29,6 +30,9 @@ constexpr uint8_t kCheckpointVersion = 1;
 // kStateRetryMs, before the runner fails.
 constexpr int64_t kStateRetryMs = 200;
 constexpr int64_t kStateGiveUpMs = 15'000;
+// How long stopped_state waits for the rows it counts to reach the logs of
+// its outputs (appends already submitted to the group commit).
+constexpr auto kStoppedOutputsWait = std::chrono::seconds(10);
 
 int64_t wall_ms() {
   using namespace std::chrono;
@@ -1249,12 +1253,36 @@ Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
 }
 
 Result<QueryRunner::State> QueryRunner::stopped_state() {
-  std::lock_guard lock(mu_);
-  if (state_ != "running") return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
-  bool any = !journal_pending_.empty();
-  for (auto& p : pending_out_) any |= !p.empty();
-  if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
-  return State{pos_, out_next_, executor_->snapshot(), journal_next_, next_checkpoint_id_};
+  State state;
+  std::vector<StreamPtr> outputs;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != "running") return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
+    bool any = !journal_pending_.empty();
+    for (auto& p : pending_out_) any |= !p.empty();
+    if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
+    state = State{pos_, out_next_, executor_->snapshot(), journal_next_, next_checkpoint_id_};
+    outputs = outputs_;
+  }
+  // The rows it counts are in its outputs' logs before the state says so:
+  // their appends were submitted to the group commit, which writes them a
+  // moment later. A runner seeded with this state continues each output at
+  // out_next and checks that the log holds exactly that much (seed()); read
+  // at once, a merge back found the merge's last rows still in flight and
+  // was refused ("continues at 78; the seed at 85"). The runner is stopped
+  // (or gets nothing more), so the wait is for writes already made.
+  const auto until = std::chrono::steady_clock::now() + kStoppedOutputsWait;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    while (outputs[o]->committed_next() < state.out_next[o]) {
+      if (std::chrono::steady_clock::now() >= until)
+        return make_error(Errc::unavailable, "query '" + meta_.name + "': output '" + meta_.outputs[o] + "' holds " +
+                                                 std::to_string(outputs[o]->committed_next() - 1) + " rows, " +
+                                                 std::to_string(state.out_next[o] - 1) + " were written to it; the "
+                                                 "rest did not reach its log within 10 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return state;
 }
 
 Status QueryRunner::seed(const State& state, bool continue_journal) {

@@ -243,7 +243,10 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // then its next input positions, next output sequence numbers and
   // executor snapshot. After stop(), where it stopped; on a running runner
   // whose inputs get nothing more (a part of a split being merged back),
-  // where it stands. conflict when the runner failed.
+  // where it stands. conflict when the runner failed. Every row out_next
+  // counts is in its output's log when it returns (it waits up to 10 s for
+  // appends in flight; unavailable when they do not land), so a runner
+  // seeded with it continues each output exactly there.
   struct State {
     std::vector<uint64_t> positions;
     std::vector<uint64_t> out_next;
