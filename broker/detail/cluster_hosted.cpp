@@ -560,17 +560,24 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
     rerunning_.insert(runner);
   }
   (void)mark_hosted(*catalog_, h.query, h.fragment, "", config_.cluster.etcd_timeout_ms);
-  // The fragment runs here again, from its state stream.
+  // The fragment runs here again, from its state stream (unless it does
+  // already: a failover here took it over while this node was down).
   auto p = std::make_shared<std::promise<Status>>();
   auto f = p->get_future();
-  run_fragment(h.query, h.fragment, h.body, FragmentRun::takeover,
-               [this, p, runner](Result<std::shared_ptr<QueryRunner>> r, bool) {
-                 {
-                   std::lock_guard lock(takeover_mu_);
-                   rerunning_.erase(runner);
-                 }
-                 p->set_value(r.ok() ? Status::Ok() : r.error());
-               });
+  if (find_query(runner)) {
+    std::lock_guard lock(takeover_mu_);
+    rerunning_.erase(runner);
+    p->set_value(Status::Ok());
+  } else {
+    run_fragment(h.query, h.fragment, h.body, FragmentRun::takeover,
+                 [this, p, runner](Result<std::shared_ptr<QueryRunner>> r, bool) {
+                   {
+                     std::lock_guard lock(takeover_mu_);
+                     rerunning_.erase(runner);
+                   }
+                   p->set_value(r.ok() ? Status::Ok() : r.error());
+                 });
+  }
   Status ran = f.get();
   const double pause = ms_between(t0, Clock::now());
   metrics_
@@ -590,6 +597,69 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
   j.key("load_seconds").dbl(h.cpu_seconds).key("cost").dbl(h.cost);
   j.key("pause_ms").dbl(pause).end_object();
   return http::Response::json(200, j.take());
+}
+
+void NodeImpl::take_back_after_restart(const std::string& query, const std::string& fragment,
+                                       const std::string& body_json, const std::string& hosted_json) {
+  const std::string runner = engine::fragment_network_name(query, fragment);
+  {
+    std::lock_guard lock(hosted_mu_);
+    if (hosted_.count(runner) || !taking_back_.insert(runner).second) return;
+  }
+  post_hosted([this, query, fragment, body_json, hosted_json, runner] {
+    // Still marked, and still without a run here? (A move out of this
+    // node, on this thread before this job, may have ended either way.)
+    auto entry = cut_entry(query, true);
+    bool still = entry && fragment_hosted_in_entry(entry->json, fragment);
+    {
+      std::lock_guard lock(hosted_mu_);
+      still = still && !hosted_.count(runner);
+      if (!still) {
+        taking_back_.erase(runner);
+        return;
+      }
+    }
+    // What this node knew of the run before it restarted, from the entry:
+    // the host, the contract, and the names the host gave its streams
+    // (hidden_name: derived from this domain and the runner).
+    rapidjson::Document m, b;
+    m.Parse(hosted_json.data(), hosted_json.size());
+    b.Parse(body_json.data(), body_json.size());
+    Diagnostics diag;
+    auto net = b.IsObject() && b.HasMember("network") && b["network"].IsObject()
+                   ? engine::QueryNetwork::parse(json_text(b["network"]), diag)
+                   : Result<engine::QueryNetwork>(make_error(Errc::invalid_argument, "no network"));
+    if (!m.IsObject() || !net.ok()) {
+      log_line("fragment " + runner + " was hosted when this node stopped, but its entry cannot be read");
+      std::lock_guard lock(hosted_mu_);
+      taking_back_.erase(runner);
+      return;
+    }
+    HostedRun h;
+    h.query = query;
+    h.fragment = fragment;
+    h.runner = runner;
+    h.host_domain = str_of(m, "domain");
+    h.host_node = str_of(m, "node");
+    h.contract = str_of(m, "contract");
+    h.body = body_json;
+    const std::string key = config_.domain + "/" + runner;
+    for (size_t o = 0; o < net->outputs().size(); ++o)
+      h.relays.emplace_back(h.host_domain + "/" + hidden_name(key, "o" + std::to_string(o)), net->outputs()[o].name);
+    h.relays.emplace_back(h.host_domain + "/" + hidden_name(key, "state"), state_stream_name(runner));
+    std::set<std::string> reads;
+    if (b.HasMember("reads") && b["reads"].IsArray())
+      for (const auto& r : b["reads"].GetArray())
+        if (r.IsObject() && r.HasMember("stream") && r["stream"].IsString()) reads.insert(r["stream"].GetString());
+    for (const auto& in : net->inputs())
+      h.grants.push_back(reads.count(in.name) || in.stream.empty() ? in.name : in.stream);
+    {
+      std::lock_guard lock(hosted_mu_);
+      hosted_[runner] = h;
+      taking_back_.erase(runner);
+    }
+    (void)take_back(runner, "this node restarted while the fragment was hosted");
+  });
 }
 
 void NodeImpl::check_hosted() {

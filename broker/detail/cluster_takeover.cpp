@@ -311,8 +311,14 @@ void NodeImpl::run_placed_fragments() {
           !f["body"].IsObject())
         continue;
       // Run by a node of another domain (cluster_hosted.cpp): its results
-      // come here through the relay, not from a run here.
-      if (f.HasMember("hosted")) continue;
+      // come here through the relay, not from a run here. Without a run of
+      // it here (this node restarted), taken back.
+      if (f.HasMember("hosted")) {
+        const std::string runner = engine::fragment_network_name(query, f["name"].GetString());
+        if (!fragment_is_hosted(runner))
+          take_back_after_restart(query, f["name"].GetString(), json_text(f["body"]), json_text(f["hosted"]));
+        continue;
+      }
       QueryMeta meta;
       meta.query = query;
       meta.fragment = f["name"].GetString();

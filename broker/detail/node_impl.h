@@ -586,6 +586,10 @@ class NodeImpl final : public http::Handler {
   bool fragment_is_hosted(const std::string& runner);
   // Whether the query's entry (its JSON) marks `fragment` hosted.
   static bool fragment_hosted_in_entry(const std::string& entry_json, const std::string& fragment);
+  // A fragment the entry marks hosted from this node, which holds no run of
+  // it (it restarted meanwhile): taken back.
+  void take_back_after_restart(const std::string& query, const std::string& fragment, const std::string& body_json,
+                               const std::string& hosted_json);
   // One pass of the relays: what the hosts wrote, appended here.
   void relay_hosted();
   // Contracts out of force, hosts gone: their fragments taken back.
@@ -635,6 +639,7 @@ class NodeImpl final : public http::Handler {
   std::map<std::string, HostedHere> hosting_here_;   // REQUIRES: hosted_mu_; by OWNER/runner
   std::map<std::string, StreamPtr> hosted_streams_;  // REQUIRES: hosted_mu_; hidden streams by name
   std::set<std::string> hosted_mirrors_wanted_;      // REQUIRES: hosted_mu_
+  std::set<std::string> taking_back_;                // REQUIRES: hosted_mu_; runners queued for take_back_after_restart
   std::map<std::string, std::string> hosted_chunks_;  // REQUIRES: hosted_mu_; snapshots arriving, by OWNER/runner
   // Host side: replication waits on the owner's acknowledgements.
   struct AckWait {

@@ -357,5 +357,32 @@ TEST_F(ClusterHosting, AHostKilledWhileRunningAFragmentGivesItBackWithNothingLos
   ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
 }
 
+// kill -9 of the owner's node that relays the hosted fragment's results
+// (acme/n2), restarted at once: acme takes the fragment back (n2 knows it
+// was hosted from the query's entry), the host's run ends, and the output
+// is still the whole query's, row for row.
+TEST_F(ClusterHosting, TheOwnersNodeKilledWhileItsFragmentIsHostedTakesItBackWithNothingLostOrRepeated) {
+  ASSERT_NO_FATAL_FAILURE(deploy());
+  Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
+  feeder.start();
+  const std::string id = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
+  ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").cpu_ms_per_s > 0; }));
+  ASSERT_NO_FATAL_FAILURE(move_to_beta(id));
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(acme(2).process().restart_after_kill()) << acme(2).process().last_error();
+  FragmentView back;
+  ASSERT_TRUE(eventually(60.0, [&] {
+    back = fragment("b");
+    return back.hosted_by.empty() && back.state == "running";
+  })) << "fragment b is not back in acme after acme/n2 restarted: " << back.hosted_by << " " << back.state;
+  // The host's run ended.
+  EXPECT_TRUE(eventually(20.0, [&] {
+    return beta_->process().stderr_text().find("hosted run acme/cut--b ended") != std::string::npos;
+  })) << beta_->process().stderr_text();
+  std::this_thread::sleep_for(1s);
+  feeder.stop();
+  ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
+}
+
 }  // namespace
 }  // namespace entente::testing
