@@ -3,7 +3,7 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut [--move]]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut [--move|--split]]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
@@ -74,6 +74,27 @@
 // elsewhere now (close 4010), resumes where it stopped. The rows must
 // still equal the engine-only rows one by one. The JSON line adds
 // "move": the move's answer; a move that does not answer 200 fails the run.
+//
+// Split (--cut --split). Once a third of the chunks are published, while
+// the publishers go on, the query's keyed stateful fragment is split into
+// two parts by key group (POST /v1/queries/{name}/fragments/{f}/split,
+// parts on the two nodes other than the fragment's; docs/cluster.md,
+// "Splitting a fragment"); once two thirds are published it is merged back
+// (POST .../merge). Just before the merge the bench reads each part's
+// count of tuples in (GET /v1/queries/{name}): both parts must have
+// worked. The rows must still equal the engine-only rows one by one. The
+// JSON line adds "split" and "merge": their answers (pause_ms, total_ms),
+// the chunk each was asked at, and the parts' tuples. The split refuses
+// q5 itself (its aggregate ranks the groups of a window together, `top`:
+// each part would keep its own best auction) and q8 (its stateful box is
+// a join of two inputs); for those the bench still asks, and the line
+// says "split":{"refused":STATUS,"problem":ANSWER} and no merge. The query
+// `q5count` is q5 without that `top`: every auction's sliding count, the
+// keyed stage q5 ranks; placed whole on the third node, the leader of bids
+// (its one fragment `all`: boxes counts and hot), it is what the split
+// takes.
+// A split or merge answered otherwise than 200 or 409 fails the run, and
+// so does a refused merge.
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,6 +130,8 @@ using nexmark::Chunk;
 namespace {
 
 constexpr const char* kProg = "nexmark_e2e";
+// q5 without its top (see "Split" above): the keyed stage the split takes.
+constexpr const char* kQ5Count = "q5count";
 constexpr int kStreams = 3;
 enum StreamIndex : size_t { kPersons = 0, kAuctions = 1, kBids = 2 };  // into kStreamNames
 const char* const kStreamNames[kStreams] = {"persons", "auctions", "bids"};
@@ -127,6 +150,7 @@ struct Args {
   std::vector<int> node_pids;  // --node-pid, repeated: the nodes' processes, for their CPU time (same machine)
   bool cut = false;            // --cut: each query cut into fragments on the three nodes
   bool move = false;           // --move (with --cut): a fragment moved mid-stream
+  bool split = false;          // --split (with --cut): a fragment split, then merged back, mid-stream
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
@@ -351,6 +375,7 @@ struct Query {
   std::vector<Fragment> cut;  // with --cut
   size_t output_node = 0;     // with --cut: the node of the fragment that writes the output
   std::string movable;        // with --cut: the stateful fragment that reads no input stream
+  std::string splittable;     // with --cut: the fragment holding the keyed (or joined) state, asked to split
 };
 
 // The cut of q5 and q8 (see "Cut" above). A fragment that reads an input
@@ -361,10 +386,20 @@ Status plan_cut(Query& q) {
   if (q.name == "q5") {
     q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
     q.movable = "hot";
+    q.splittable = "counts";
   } else if (q.name == "q8") {
     q.cut = {{"people", {"people"}, kPersons}, {"sellers", {"sellers"}, kAuctions}, {"new-users", {"new_users"}, 2 /* the third node */}};
     q.movable = "new-users";
-  } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5 and q8, not " + q.name);
+    q.splittable = "new-users";
+  } else if (q.name == kQ5Count) {
+    // One fragment: the split takes only a fragment that writes the
+    // query's outputs, and the map after the aggregate may come along. A
+    // placement on one node deploys the query whole, its one fragment
+    // named `all` (docs/cluster.md, "Whole queries fail over too").
+    q.cut = {{"all", {"counts", "hot"}, kBids}};
+    q.movable = "all";
+    q.splittable = "all";
+  } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5, q5count and q8, not " + q.name);
   // Every box of the network in one fragment, as the server checks too:
   // a box renamed in the query file should fail here, clearly.
   const std::vector<std::string> ids = q.net.box_ids();
@@ -385,14 +420,35 @@ Status plan_cut(Query& q) {
   return Status::Ok();
 }
 
+// q5.json without the `top` of its aggregate `counts` (see "Split" above).
+Result<std::string> without_top(const std::string& q5) {
+  rapidjson::Document d;
+  d.Parse(q5.data(), q5.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("boxes") || !d["boxes"].IsArray())
+    return make_error(Errc::invalid_argument, "q5.json: expected an object with boxes");
+  bool dropped = false;
+  for (auto& b : d["boxes"].GetArray())
+    if (b.IsObject() && b.HasMember("id") && b["id"] == "counts" && b.HasMember("options") && b["options"].IsObject())
+      dropped = b["options"].RemoveMember("top");
+  if (!dropped) return make_error(Errc::invalid_argument, "q5.json: its box 'counts' has no top to leave out");
+  d["name"].SetString(kQ5Count, d.GetAllocator());
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  d.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
 Result<Query> load_query(const std::string& name) {
   nexmark::RunOptions ro;
-  ENTENTE_ASSIGN_OR_RETURN(std::string text, nexmark::load_query_text(name, ro.query_dir));
+  ENTENTE_ASSIGN_OR_RETURN(std::string text, nexmark::load_query_text(name == kQ5Count ? "q5" : name, ro.query_dir));
+  if (name == kQ5Count) {
+    ENTENTE_ASSIGN_OR_RETURN(text, without_top(text));
+  }
   Diagnostics diag;
   auto net = engine::QueryNetwork::parse(text, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, name + ".json: " + diag.to_string());
   if (net->outputs().size() != 1) return make_error(Errc::invalid_argument, name + ".json must have one output");
-  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}};
+  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}, {}};
   for (const auto& in : q.net.inputs()) {
     int s = 0;
     while (s < kStreams && in.name != kStreamNames[s]) ++s;
@@ -773,9 +829,10 @@ class Publisher final {
   const std::string& error() const { return error_; }
 
   // Sends every message of `feed`, chunk by chunk in stream order, and
-  // waits for every answer; `halfway` (if any) is called once half the
-  // chunks are sent.
-  Status run(const Feed& feed, const std::function<void()>& halfway = {}) {
+  // waits for every answer; `before_chunk` (if any) is called with each
+  // chunk's index before it is sent, and with the number of chunks once
+  // all are.
+  Status run(const Feed& feed, const std::function<void(size_t)>& before_chunk = {}) {
     if (!error_.empty()) return make_error(Errc::io_error, error_);
     size_t at[kStreams] = {0, 0, 0};
     size_t chunk = 0;
@@ -783,10 +840,11 @@ class Publisher final {
     // persons, auctions, bids (empty batches were not encoded, so each
     // stream advances by its own count of messages per chunk).
     for (const Chunk& c : feed.events.chunks) {
-      if (halfway && chunk++ == feed.events.chunks.size() / 2) halfway();
+      if (before_chunk) before_chunk(chunk++);
       for (int s = 0; s < kStreams; ++s)
         if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));
     }
+    if (before_chunk) before_chunk(chunk);
     for (int s = 0; s < kStreams; ++s)
       if (socks_[s]) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));  // the end marker
     for (int s = 0; s < kStreams; ++s)
@@ -823,6 +881,185 @@ class Publisher final {
   std::string error_;
 };
 
+// `body` as a JSON value: itself when it parses as an object, else as a
+// string.
+std::string as_json(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  return !d.HasParseError() && d.IsObject() ? body : json_escape(body);
+}
+
+// --split: splits the query's keyed fragment once a third of the chunks are
+// published and merges it back once two thirds are, on a thread of its own
+// while the publishers go on (see "Split" above). The publisher's thread
+// calls at_chunk(), and waits there at two thirds until the split has
+// answered and before the end markers until the merge has: a split may
+// take longer than the publishers (hundreds of thousands of events a
+// second), and the merge must come while events still flow, the end
+// marker after it. join() once the publishers are done.
+class Splitter final {
+ public:
+  Splitter(const Endpoints& ep, const Query& q, std::string query_name, size_t chunks)
+      : ep_(ep), q_(q), query_name_(std::move(query_name)), chunks_(chunks) {}
+  ~Splitter() { (void)join(); }
+  Splitter(const Splitter&) = delete;
+  Splitter& operator=(const Splitter&) = delete;
+
+  // Before chunk `chunk` is sent (`chunks` once all are, before the end
+  // markers).
+  void at_chunk(size_t chunk) {
+    std::unique_lock lock(mu_);
+    published_ = chunk;
+    cv_.notify_all();
+    if (chunk == chunks_ / 3 && !thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!thread_.joinable()) return;
+    const auto t0 = Clock::now();
+    if (chunk == 2 * chunks_ / 3) cv_.wait(lock, [this] { return split_answered_ || done_; });
+    if (chunk == chunks_) cv_.wait(lock, [this] { return done_; });
+    waited_s_ += seconds_between(t0, Clock::now());
+  }
+  // Waits for the split and the merge (at once, if the publishers stopped
+  // early); an error when either answered something else than 200 or a
+  // refusal of the split (409), or did not answer.
+  Status join() {
+    {
+      std::lock_guard lock(mu_);
+      published_ = chunks_;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  // The members the JSON line adds ("" when nothing was asked).
+  // REQUIRES: join() returned.
+  std::string json() const {
+    if (split_.empty()) return {};
+    char waited[64];
+    std::snprintf(waited, sizeof waited, ",\"publisher_waited_ms\":%.0f", waited_s_ * 1e3);
+    std::string out = ",\"chunks\":" + std::to_string(chunks_) + waited + ",\"split_at_chunk\":" +
+                      std::to_string(split_at_);
+    if (refused_) return out + ",\"split\":{\"refused\":" + std::to_string(refused_) + ",\"problem\":" + as_json(split_) +
+                         "},\"merge\":null";
+    return out + ",\"split\":" + as_json(split_) + ",\"split_parts\":" + parts_ + ",\"merge_at_chunk\":" +
+           std::to_string(merge_at_) + ",\"merge\":" + (merge_.empty() ? "null" : as_json(merge_));
+  }
+
+ private:
+  void run() {
+    split();
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void split() {
+    size_t from = 0;
+    for (const Fragment& fr : q_.cut)
+      if (fr.name == q_.splittable) from = fr.node;
+    // The parts on the two nodes the fragment is not on; the router and
+    // the merge stay on its node.
+    std::string body = "{\"parts\":[";
+    for (size_t i = 1; i < ep_.size(); ++i)
+      body += std::string(i > 1 ? "," : "") + "{\"node\":" + json_escape(ep_.name((from + i) % ep_.size())) + "}";
+    body += "]}";
+    const std::string target = "/v1/queries/" + query_name_ + "/fragments/" + q_.splittable;
+    split_at_ = published();
+    auto r = bench::call(ep_.deploy(), "POST", target + "/split", body);
+    if (!r.ok()) {
+      status_ = make_error(Errc::io_error, "splitting " + q_.splittable + ": " + r.error().message);
+      return;
+    }
+    split_ = r->body;
+    if (r->status == 409) {
+      refused_ = 409;
+      return;
+    }
+    if (r->status != 200) {
+      status_ = make_error(Errc::unavailable, "splitting " + q_.splittable + ": " + std::to_string(r->status) + " " + r->body);
+      return;
+    }
+    {
+      std::unique_lock lock(mu_);
+      split_answered_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return published_ >= 2 * chunks_ / 3; });
+    }
+    parts_ = parts_json();
+    merge_at_ = published();
+    r = bench::call(ep_.deploy(), "POST", target + "/merge", "");
+    if (!r.ok()) status_ = make_error(Errc::io_error, "merging " + q_.splittable + ": " + r.error().message);
+    else if (r->status != 200)
+      status_ = make_error(Errc::unavailable, "merging " + q_.splittable + ": " + std::to_string(r->status) + " " + r->body);
+    merge_ = r.ok() ? r->body : std::string();
+  }
+  size_t published() {
+    std::lock_guard lock(mu_);
+    return published_;
+  }
+
+  // Per part of the split (its answer's "parts"), its node and what its
+  // copy of the keyed box has read so far and its runner's CPU seconds,
+  // from GET /v1/queries/{name}: [{"fragment","node","tuples_in","cpu_seconds"}]
+  // (null figures when the node does not say).
+  std::string parts_json() const {
+    rapidjson::Document split, got;
+    split.Parse(split_.data(), split_.size());
+    if (split.HasParseError() || !split.IsObject() || !split.HasMember("parts") || !split["parts"].IsArray() ||
+        !split.HasMember("keyed_box") || !split["keyed_box"].IsString())
+      return "null";
+    auto r = bench::call(ep_.deploy(), "GET", "/v1/queries/" + query_name_);
+    if (r.ok() && r->status == 200) got.Parse(r->body.data(), r->body.size());
+    const bool fragments = r.ok() && r->status == 200 && !got.HasParseError() && got.IsObject() &&
+                           got.HasMember("fragments") && got["fragments"].IsArray();
+    const std::string copy = std::string(split["keyed_box"].GetString()) + "-p";
+    std::string out = "[";
+    for (const auto& p : split["parts"].GetArray()) {
+      if (!p.IsObject() || !p.HasMember("fragment") || !p["fragment"].IsString()) continue;
+      const std::string name = p["fragment"].GetString();
+      std::string tuples = "null", cpu = "null", node = "null";
+      if (p.HasMember("node") && p["node"].IsString()) node = json_escape(p["node"].GetString());
+      for (rapidjson::SizeType i = 0; fragments && i < got["fragments"].Size(); ++i) {
+        const rapidjson::Value& fr = got["fragments"][i];
+        if (!fr.IsObject() || !fr.HasMember("name") || fr["name"] != name.c_str() || !fr.HasMember("runner") ||
+            !fr["runner"].IsObject())
+          continue;
+        const auto& runner = fr["runner"];
+        if (runner.HasMember("boxes") && runner["boxes"].IsArray())
+          for (const auto& b : runner["boxes"].GetArray())
+            if (b.IsObject() && b.HasMember("id") && b["id"].IsString() &&
+                std::string_view(b["id"].GetString()).starts_with(copy) && b.HasMember("tuples_in") &&
+                b["tuples_in"].IsUint64())
+              tuples = std::to_string(b["tuples_in"].GetUint64());
+        if (runner.HasMember("load") && runner["load"].IsObject() && runner["load"].HasMember("cpu_seconds") &&
+            runner["load"]["cpu_seconds"].IsNumber()) {
+          char v[32];
+          std::snprintf(v, sizeof v, "%.3f", runner["load"]["cpu_seconds"].GetDouble());
+          cpu = v;
+        }
+      }
+      out += std::string(out.size() > 1 ? "," : "") + "{\"fragment\":" + json_escape(name) + ",\"node\":" + node +
+             ",\"tuples_in\":" + tuples + ",\"cpu_seconds\":" + cpu + "}";
+    }
+    return out + "]";
+  }
+
+  const Endpoints& ep_;
+  const Query& q_;
+  std::string query_name_;
+  size_t chunks_;
+  std::thread thread_;
+  std::mutex mu_;  // guards the three below; with cv_, the publisher and thread_ wait for each other
+  std::condition_variable cv_;
+  size_t published_ = 0;         // the chunk the publisher is at
+  bool split_answered_ = false;  // the split answered 200
+  bool done_ = false;            // thread_ has nothing more to ask
+  double waited_s_ = 0;          // the publisher's wait in at_chunk() (its thread only)
+  // Written by thread_, read after join().
+  Status status_ = Status::Ok();
+  size_t split_at_ = 0, merge_at_ = 0;
+  int refused_ = 0;  // the split's status when it refused
+  std::string split_, merge_, parts_ = "null";
+};
+
 struct E2eRun {
   double seconds = 0;          // first publish .. last expected output row received
   double publish_seconds = 0;  // first publish .. last publish answer
@@ -833,6 +1070,7 @@ struct E2eRun {
   double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
   size_t subscribe_index = 0;  // the node the output was read through
   std::string move;  // --move: the move's answer (JSON)
+  std::string split;  // --split: the split's and the merge's answers, as members of the JSON line
   int resumed = 0;   // times the subscriber resumed (4001, 4010)
 };
 
@@ -868,7 +1106,9 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   // --move: the fragment moves on its own thread, the publishers going on.
   std::thread mover;
   Status moved = Status::Ok();
-  auto halfway = [&] {
+  const size_t chunks = f.events.chunks.size();
+  auto halfway = [&](size_t chunk) {
+    if (chunk != chunks / 2) return;
     mover = std::thread([&] {
       size_t from = 0;
       for (const Fragment& fr : q.cut)
@@ -882,11 +1122,19 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
       else run.move = r->body;
     });
   };
-  Status s = pub.run(f, a.move && ep.cut() ? std::function<void()>(halfway) : std::function<void()>());
+  // --split: the split and the merge on their own thread too.
+  Splitter splitter(ep, q, query_name, chunks);
+  std::function<void(size_t)> before_chunk;
+  if (a.move && ep.cut()) before_chunk = halfway;
+  if (a.split && ep.cut()) before_chunk = [&splitter](size_t chunk) { splitter.at_chunk(chunk); };
+  Status s = pub.run(f, before_chunk);
   run.publish_seconds = seconds_between(t0, Clock::now());
   if (mover.joinable()) mover.join();
+  Status split = splitter.join();
   if (!s.ok()) return s.error();
   if (!moved.ok()) return moved.error();
+  if (!split.ok()) return split.error();
+  run.split = splitter.json();
   sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
   if (node_cpu0 >= 0) {
     run.node_cpu_s = nodes_cpu_seconds(a.node_pids) - node_cpu0;
@@ -912,7 +1160,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
                "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] "
-               "[--node-pid PID ...] [--cut [--move]]\n");
+               "[--node-pid PID ...] [--cut [--move|--split]]\n");
   return 2;
 }
 
@@ -948,6 +1196,7 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (n == "--node-pid") a.node_pids.push_back(r.integer());
     else if (n == "--cut") a.cut = true;
     else if (n == "--move") a.move = true;
+    else if (n == "--split") a.split = true;
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
@@ -955,8 +1204,12 @@ int parse_args(int argc, char** argv, Args& a) {
     std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
     return usage();
   }
-  if (a.move && !a.cut) {
-    std::fprintf(stderr, "%s: --move needs --cut\n", kProg);
+  if ((a.move || a.split) && !a.cut) {
+    std::fprintf(stderr, "%s: --move and --split need --cut\n", kProg);
+    return 2;
+  }
+  if (a.move && a.split) {
+    std::fprintf(stderr, "%s: --move or --split, not both\n", kProg);
     return 2;
   }
   if (a.cut && ports.size() != kStreams) {
@@ -1022,8 +1275,8 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
       static_cast<unsigned long long>(e2e.rows), load, each.c_str(), ep.cluster() ? ",\"forwarded\":" : "",
       ep.cluster() ? json_escape(ep.forwarded(e2e.subscribe_index)).c_str() : "", ep.cut() ? ",\"fragments\":" : "",
       ep.cut() ? fragments_json(ep, q).c_str() : "",
-      e2e.move.empty() ? "" : (",\"subscriber_resumed\":" + std::to_string(e2e.resumed) + ",\"move\":").c_str(),
-      e2e.move.c_str(),
+      e2e.move.empty() && e2e.split.empty() ? "" : (",\"subscriber_resumed\":" + std::to_string(e2e.resumed)).c_str(),
+      e2e.move.empty() ? e2e.split.c_str() : (",\"move\":" + e2e.move).c_str(),
       match ? "" : ",\"mismatch\":", match ? "" : json_escape(e2e.mismatch).c_str());
   std::fflush(stdout);
 }
