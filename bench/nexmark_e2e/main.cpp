@@ -3,7 +3,8 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut [--move|--split]]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...]
+//               [--cut [--move|--split|--split-throughput [--offered-rate EVENTS_PER_S]]]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
@@ -95,6 +96,23 @@
 // takes.
 // A split or merge answered otherwise than 200 or 409 fails the run, and
 // so does a refused merge.
+//
+// Split throughput (--cut --split-throughput [--offered-rate R]). What
+// the keyed stage reads per second unsplit and split, in one run: the
+// first half of the chunks with the fragment unsplit, then (once its keyed
+// box has read every bid of that half) the split into two parts on the
+// other two nodes, then the second half. Each half is published as fast as
+// the nodes answer, or paced at R events a second (all three streams'),
+// the same pace for both; a phase ends when the keyed box, or its copies
+// in the parts together, has read all of the phase's bids (GET
+// /v1/queries/{name} every 100 ms: a box's counters are read between its
+// runner's runs, so a phase's end is seen a run and a poll late at most,
+// never early). One line {"bench":"split_throughput","parts":1|2,...} per
+// half: bids, publish_seconds, seconds, tuples_per_s (bids / seconds),
+// catch_up_s (seconds after the last publish answer), each node's CPU
+// seconds over the phase and CPU microseconds per bid, all nodes summed.
+// The rows must still equal the engine-only rows; the split must answer
+// 200 (q5count).
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,6 +169,8 @@ struct Args {
   bool cut = false;            // --cut: each query cut into fragments on the three nodes
   bool move = false;           // --move (with --cut): a fragment moved mid-stream
   bool split = false;          // --split (with --cut): a fragment split, then merged back, mid-stream
+  bool split_throughput = false;  // --split-throughput (with --cut): the keyed stage's rate unsplit, then split
+  double offered_rate = 0;         // --offered-rate: events per second the publisher paces --split-throughput at
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
@@ -376,6 +396,7 @@ struct Query {
   size_t output_node = 0;     // with --cut: the node of the fragment that writes the output
   std::string movable;        // with --cut: the stateful fragment that reads no input stream
   std::string splittable;     // with --cut: the fragment holding the keyed (or joined) state, asked to split
+  std::string keyed_box;      // with --cut: its stateful box (a split names its copies BOX-pI)
 };
 
 // The cut of q5 and q8 (see "Cut" above). A fragment that reads an input
@@ -387,10 +408,12 @@ Status plan_cut(Query& q) {
     q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
     q.movable = "hot";
     q.splittable = "counts";
+    q.keyed_box = "counts";
   } else if (q.name == "q8") {
     q.cut = {{"people", {"people"}, kPersons}, {"sellers", {"sellers"}, kAuctions}, {"new-users", {"new_users"}, 2 /* the third node */}};
     q.movable = "new-users";
     q.splittable = "new-users";
+    q.keyed_box = "new_users";
   } else if (q.name == kQ5Count) {
     // One fragment: the split takes only a fragment that writes the
     // query's outputs, and the map after the aggregate may come along. A
@@ -399,6 +422,7 @@ Status plan_cut(Query& q) {
     q.cut = {{"all", {"counts", "hot"}, kBids}};
     q.movable = "all";
     q.splittable = "all";
+    q.keyed_box = "counts";
   } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5, q5count and q8, not " + q.name);
   // Every box of the network in one fragment, as the server checks too:
   // a box renamed in the query file should fail here, clearly.
@@ -448,7 +472,7 @@ Result<Query> load_query(const std::string& name) {
   auto net = engine::QueryNetwork::parse(text, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, name + ".json: " + diag.to_string());
   if (net->outputs().size() != 1) return make_error(Errc::invalid_argument, name + ".json must have one output");
-  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}, {}};
+  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}, {}, {}};
   for (const auto& in : q.net.inputs()) {
     int s = 0;
     while (s < kStreams && in.name != kStreamNames[s]) ++s;
@@ -833,22 +857,48 @@ class Publisher final {
   // chunk's index before it is sent, and with the number of chunks once
   // all are.
   Status run(const Feed& feed, const std::function<void(size_t)>& before_chunk = {}) {
+    ENTENTE_RETURN_IF_ERROR(send_chunks(feed, feed.events.chunks.size(), before_chunk));
+    return finish(feed, before_chunk);
+  }
+  // Sends the chunks from the next one not sent up to `end` (exclusive),
+  // `before_chunk` as for run().
+  // With a `rate` (events per second, 0: as fast as the node answers),
+  // chunk k of the call is not sent before k chunks' events at that rate
+  // have passed since the call.
+  Status send_chunks(const Feed& feed, size_t end, const std::function<void(size_t)>& before_chunk = {},
+                     double rate = 0) {
     if (!error_.empty()) return make_error(Errc::io_error, error_);
-    size_t at[kStreams] = {0, 0, 0};
-    size_t chunk = 0;
+    const auto t0 = Clock::now();
+    uint64_t sent = 0;  // events of this call so far
     // Messages interleave as the generator produced them: a chunk's
     // persons, auctions, bids (empty batches were not encoded, so each
     // stream advances by its own count of messages per chunk).
-    for (const Chunk& c : feed.events.chunks) {
-      if (before_chunk) before_chunk(chunk++);
+    for (; next_chunk_ < end && next_chunk_ < feed.events.chunks.size(); ++next_chunk_) {
+      if (before_chunk) before_chunk(next_chunk_);
+      const Chunk& c = feed.events.chunks[next_chunk_];
+      if (rate > 0)
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(static_cast<double>(sent) / rate)));
+      sent += c.persons.rows() + c.auctions.rows() + c.bids.rows();
       for (int s = 0; s < kStreams; ++s)
-        if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));
+        if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at_[s]++]));
     }
-    if (before_chunk) before_chunk(chunk);
-    for (int s = 0; s < kStreams; ++s)
-      if (socks_[s]) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));  // the end marker
+    return Status::Ok();
+  }
+  // Waits for the answers to everything sent.
+  Status drain() {
     for (int s = 0; s < kStreams; ++s)
       while (socks_[s] && in_flight_[s] > 0) ENTENTE_RETURN_IF_ERROR(read_answer(s));
+    return Status::Ok();
+  }
+  // After every chunk: the end markers, their answers, and the sockets
+  // closed.
+  Status finish(const Feed& feed, const std::function<void(size_t)>& before_chunk = {}) {
+    if (!error_.empty()) return make_error(Errc::io_error, error_);
+    if (before_chunk) before_chunk(next_chunk_);
+    for (int s = 0; s < kStreams; ++s)
+      if (socks_[s]) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at_[s]++]));  // the end marker
+    ENTENTE_RETURN_IF_ERROR(drain());
     for (int s = 0; s < kStreams; ++s)
       if (socks_[s]) (void)socks_[s]->close();
     return Status::Ok();
@@ -878,6 +928,8 @@ class Publisher final {
   int window_;
   std::unique_ptr<http::WsClient> socks_[kStreams];
   int in_flight_[kStreams] = {0, 0, 0};
+  size_t next_chunk_ = 0;               // the next chunk to send
+  size_t at_[kStreams] = {0, 0, 0};     // per stream, its next message
   std::string error_;
 };
 
@@ -1156,11 +1208,162 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   return run;
 }
 
+// ------------------------------------------------- --split-throughput
+
+// What the query's keyed box has read so far, summed over its copies once
+// split (box KEYED or KEYED-pI in any fragment), from GET
+// /v1/queries/{name} through `node`.
+Result<uint64_t> keyed_tuples_in(const bench::Node& node, const std::string& query_name, const std::string& keyed) {
+  auto r = bench::call(node, "GET", "/v1/queries/" + query_name);
+  if (!r.ok()) return make_error(Errc::io_error, "GET /v1/queries/" + query_name + ": " + r.error().message);
+  rapidjson::Document d;
+  d.Parse(r->body.data(), r->body.size());
+  if (r->status != 200 || d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray())
+    return make_error(Errc::unavailable, "GET /v1/queries/" + query_name + ": " + r->body.substr(0, 300));
+  const std::string copy = keyed + "-p";
+  uint64_t sum = 0;
+  for (const auto& fr : d["fragments"].GetArray()) {
+    if (!fr.IsObject() || !fr.HasMember("runner") || !fr["runner"].IsObject()) continue;
+    const auto& runner = fr["runner"];
+    if (!runner.HasMember("boxes") || !runner["boxes"].IsArray()) continue;
+    for (const auto& b : runner["boxes"].GetArray()) {
+      if (!b.IsObject() || !b.HasMember("id") || !b["id"].IsString() || !b.HasMember("tuples_in") ||
+          !b["tuples_in"].IsUint64())
+        continue;
+      const std::string_view id = b["id"].GetString();
+      if (id == keyed || id.starts_with(copy)) sum += b["tuples_in"].GetUint64();
+    }
+  }
+  return sum;
+}
+
+// One phase of --split-throughput: the figures of its JSON line.
+struct Phase {
+  uint64_t bids = 0;              // bids published in the phase
+  double publish_seconds = 0;     // its first publish .. its last answer
+  double seconds = 0;             // its first publish .. the keyed box has read them all
+  std::vector<double> nodes_cpu;  // per --node-pid, over `seconds`
+};
+
+constexpr int kPollMs = 100;  // how often a phase asks how far the keyed box has read
+
+// Publishes chunks up to `end` as fast as the publisher goes and waits
+// until the keyed box (or its copies) has read `base` + the phase's bids.
+Result<Phase> run_phase(const Args& a, const Endpoints& ep, const Query& q, const std::string& query_name,
+                        const Feed& f, Publisher& pub, size_t begin, size_t end, uint64_t base) {
+  Phase p;
+  for (size_t c = begin; c < end; ++c) p.bids += f.events.chunks[c].bids.rows();
+  std::vector<double> cpu0;
+  for (int pid : a.node_pids) cpu0.push_back(process_cpu_seconds(pid));
+  const auto t0 = Clock::now();
+  ENTENTE_RETURN_IF_ERROR(pub.send_chunks(f, end, {}, a.offered_rate));
+  ENTENTE_RETURN_IF_ERROR(pub.drain());
+  p.publish_seconds = seconds_between(t0, Clock::now());
+  const bench::Node& node = ep.node(q.output_node);
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s));
+  for (;;) {
+    // (A runner's box counters are read between its runs: a reading may be
+    // a run late, never early.)
+    ENTENTE_ASSIGN_OR_RETURN(uint64_t read, keyed_tuples_in(node, query_name, q.keyed_box));
+    if (read >= base + p.bids) break;
+    if (Clock::now() >= deadline)
+      return make_error(Errc::unavailable, q.name + ": the keyed box read " + std::to_string(read - base) + " of " +
+                                               std::to_string(p.bids) + " bids within " + std::to_string(a.timeout_s) +
+                                               " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+  }
+  p.seconds = seconds_between(t0, Clock::now());
+  for (size_t i = 0; i < a.node_pids.size(); ++i) p.nodes_cpu.push_back(process_cpu_seconds(a.node_pids[i]) - cpu0[i]);
+  return p;
+}
+
+// --split-throughput (see "Split throughput" above): the first half of the
+// chunks with the keyed fragment unsplit, then the split into two parts on
+// the other two nodes, then the second half; one JSON line per phase.
+// The rows must still equal the engine-only rows.
+Status run_split_throughput(const Args& a, const Endpoints& ep, const Query& q, const Feed& f,
+                            const EngineRun& engine) {
+  const std::string query_name = "nexmark-e2e-" + q.name;
+  const std::string output = "nexmark-e2e-" + q.name + "-out";
+  std::vector<bool> publish(kStreams, !a.inputs_only);
+  for (int s : q.feeds) publish[static_cast<size_t>(s)] = true;
+  uint64_t expected = 0;
+  for (const Batch& b : engine.output) expected += b.rows();
+  const double load = loadavg_1m();
+  clean(ep, query_name);
+  ENTENTE_RETURN_IF_ERROR(create_streams(ep, publish));
+  ENTENTE_ASSIGN_OR_RETURN(std::string doc, deployable(q, query_name, output, "{\"fragments\":" + fragments_json(ep, q) + "}"));
+  ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.deploy(), "POST", "/v1/queries", doc), 201, "deploying " + q.name));
+  ENTENTE_RETURN_IF_ERROR(await_cluster_ready(ep, publish, q, query_name, output, q.output_node));
+  Subscriber sub(ep.node(q.output_node), output, expected);
+  ENTENTE_RETURN_IF_ERROR(sub.start());
+  Publisher pub(ep, publish, a.window);
+  const size_t half = f.events.chunks.size() / 2;
+
+  ENTENTE_ASSIGN_OR_RETURN(Phase one, run_phase(a, ep, q, query_name, f, pub, 0, half, 0));
+  size_t from = 0;
+  for (const Fragment& fr : q.cut)
+    if (fr.name == q.splittable) from = fr.node;
+  std::string parts_body = "{\"parts\":[";
+  for (size_t i = 1; i < ep.size(); ++i)
+    parts_body += std::string(i > 1 ? "," : "") + "{\"node\":" + json_escape(ep.name((from + i) % ep.size())) + "}";
+  parts_body += "]}";
+  auto split = bench::call(ep.deploy(), "POST", "/v1/queries/" + query_name + "/fragments/" + q.splittable + "/split",
+                           parts_body);
+  ENTENTE_RETURN_IF_ERROR(expect(split, 200, "splitting " + q.splittable));
+  // The parts start counting from their seed; whatever they hold already
+  // is the base of the second phase.
+  ENTENTE_ASSIGN_OR_RETURN(uint64_t base, keyed_tuples_in(ep.node(q.output_node), query_name, q.keyed_box));
+  ENTENTE_ASSIGN_OR_RETURN(Phase two, run_phase(a, ep, q, query_name, f, pub, half, f.events.chunks.size(), base));
+  ENTENTE_RETURN_IF_ERROR(pub.finish(f));
+  sub.wait(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
+  sub.stop();
+  std::string mismatch;
+  if (!sub.error().empty()) mismatch = "subscriber: " + sub.error();
+  else if (!sub.complete()) mismatch = "only " + std::to_string(sub.rows()) + " of " + std::to_string(expected) + " output rows";
+  else mismatch = compare_rows(engine.output, sub.batches());
+  clean(ep, query_name);
+
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  char rate[32] = "null";  // the pace asked of the publisher, all three streams' events
+  if (a.offered_rate > 0) std::snprintf(rate, sizeof rate, "%.0f", a.offered_rate);
+  for (int parts : {1, 2}) {
+    const Phase& p = parts == 1 ? one : two;
+    std::string cpu = "[";
+    for (size_t i = 0; i < p.nodes_cpu.size(); ++i) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%s%.3f", i ? "," : "", p.nodes_cpu[i]);
+      cpu += v;
+    }
+    cpu += "]";
+    std::string nodes = "[" + json_escape(ep.name(from)) + "]";
+    if (parts == 2) nodes = "[" + json_escape(ep.name((from + 1) % ep.size())) + "," + json_escape(ep.name((from + 2) % ep.size())) + "]";
+    std::printf(
+        "{\"bench\":\"split_throughput\",\"query\":\"%s\",\"fragment\":\"%s\",\"parts\":%d,\"parts_nodes\":%s,"
+        "\"bids\":%llu,\"publish_seconds\":%.3f,\"offered_tuples_per_s\":%.0f,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+        "\"catch_up_s\":%.3f,\"offered_events_per_s\":%s,\"poll_ms\":%d,\"nodes_cpu_s\":%s,\"cpu_us_per_tuple\":%.3f,"
+        "\"results_match\":%s,\"cores\":%d,\"loadavg_1m\":%.2f%s%s}\n",
+        q.name.c_str(), q.splittable.c_str(), parts, nodes.c_str(), static_cast<unsigned long long>(p.bids),
+        p.publish_seconds, static_cast<double>(p.bids) / p.publish_seconds, p.seconds,
+        static_cast<double>(p.bids) / p.seconds, p.seconds - p.publish_seconds, rate, kPollMs, cpu.c_str(),
+        [&] {
+          double sum = 0;
+          for (double c : p.nodes_cpu) sum += c;
+          return sum * 1e6 / static_cast<double>(p.bids);
+        }(),
+        mismatch.empty() ? "true" : "false", cores, load, parts == 2 ? ",\"split\":" : "",
+        parts == 2 ? as_json(split->body).c_str() : "");
+  }
+  std::fflush(stdout);
+  if (!mismatch.empty()) return make_error(Errc::conflict, q.name + ": the rows differ: " + mismatch);
+  return Status::Ok();
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
                "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] "
-               "[--node-pid PID ...] [--cut [--move|--split]]\n");
+               "[--node-pid PID ...] [--cut [--move|--split|--split-throughput [--offered-rate EVENTS_PER_S]]]\n");
   return 2;
 }
 
@@ -1197,6 +1400,8 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (n == "--cut") a.cut = true;
     else if (n == "--move") a.move = true;
     else if (n == "--split") a.split = true;
+    else if (n == "--split-throughput") a.split_throughput = true;
+    else if (n == "--offered-rate") a.offered_rate = r.number();
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
@@ -1204,12 +1409,16 @@ int parse_args(int argc, char** argv, Args& a) {
     std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
     return usage();
   }
-  if ((a.move || a.split) && !a.cut) {
-    std::fprintf(stderr, "%s: --move and --split need --cut\n", kProg);
+  if ((a.move || a.split || a.split_throughput) && !a.cut) {
+    std::fprintf(stderr, "%s: --move, --split and --split-throughput need --cut\n", kProg);
     return 2;
   }
-  if (a.move && a.split) {
-    std::fprintf(stderr, "%s: --move or --split, not both\n", kProg);
+  if (a.offered_rate < 0 || (a.offered_rate > 0 && !a.split_throughput)) {
+    std::fprintf(stderr, "%s: --offered-rate (events per second, > 0) goes with --split-throughput\n", kProg);
+    return 2;
+  }
+  if (int(a.move) + int(a.split) + int(a.split_throughput) > 1) {
+    std::fprintf(stderr, "%s: one of --move, --split, --split-throughput\n", kProg);
     return 2;
   }
   if (a.cut && ports.size() != kStreams) {
@@ -1320,6 +1529,13 @@ int main(int argc, char** argv) {
     if (!engine.ok()) {
       std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), engine.error().message.c_str());
       return 1;
+    }
+    if (a.split_throughput) {
+      if (Status s = run_split_throughput(a, ep, q, *feed, *engine); !s.ok()) {
+        std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), s.error().message.c_str());
+        return 1;
+      }
+      continue;
     }
     const double load = loadavg_1m();
     auto e2e = run_e2e(a, ep, q, *feed, *engine);
