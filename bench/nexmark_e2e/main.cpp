@@ -419,8 +419,8 @@ Status plan_cut(Query& q) {
     // query's outputs, and the map after the aggregate may come along. A
     // placement on one node deploys the query whole, its one fragment
     // named `all` (docs/cluster.md, "Whole queries fail over too").
+    // Not movable: a fragment that reads a query input runs next to it.
     q.cut = {{"all", {"counts", "hot"}, kBids}};
-    q.movable = "all";
     q.splittable = "all";
     q.keyed_box = "counts";
   } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5, q5count and q8, not " + q.name);
@@ -1512,6 +1512,11 @@ int main(int argc, char** argv) {
     if (a.cut) {
       if (Status s = plan_cut(*q); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
+        return 2;
+      }
+      if (a.move && q->movable.empty()) {
+        std::fprintf(stderr, "%s: --move: %s has no fragment that reads no input stream (one that does cannot move)\n",
+                     kProg, name.c_str());
         return 2;
       }
     }
