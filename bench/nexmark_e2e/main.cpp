@@ -3,7 +3,8 @@
 //
 //   nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE]
 //               [--events N] [--queries q5,q8] [--chunk N] [--seed S] [--window N]
-//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...] [--cut [--move]]
+//               [--repeat N] [--timeout S] [--inputs-only] [--node-pid PID ...]
+//               [--cut [--move|--split|--split-throughput [--offered-rate EVENTS_PER_S]]]
 //
 // Per query, on the node(s) given:
 //   1. the engine alone runs the query over the generated events in this
@@ -74,6 +75,44 @@
 // elsewhere now (close 4010), resumes where it stopped. The rows must
 // still equal the engine-only rows one by one. The JSON line adds
 // "move": the move's answer; a move that does not answer 200 fails the run.
+//
+// Split (--cut --split). Once a third of the chunks are published, while
+// the publishers go on, the query's keyed stateful fragment is split into
+// two parts by key group (POST /v1/queries/{name}/fragments/{f}/split,
+// parts on the two nodes other than the fragment's; docs/cluster.md,
+// "Splitting a fragment"); once two thirds are published it is merged back
+// (POST .../merge). Just before the merge the bench reads each part's
+// count of tuples in (GET /v1/queries/{name}): both parts must have
+// worked. The rows must still equal the engine-only rows one by one. The
+// JSON line adds "split" and "merge": their answers (pause_ms, total_ms),
+// the chunk each was asked at, and the parts' tuples. The split refuses
+// q5 itself (its aggregate ranks the groups of a window together, `top`:
+// each part would keep its own best auction) and q8 (its stateful box is
+// a join of two inputs); for those the bench still asks, and the line
+// says "split":{"refused":STATUS,"problem":ANSWER} and no merge. The query
+// `q5count` is q5 without that `top`: every auction's sliding count, the
+// keyed stage q5 ranks; placed whole on the third node, the leader of bids
+// (its one fragment `all`: boxes counts and hot), it is what the split
+// takes.
+// A split or merge answered otherwise than 200 or 409 fails the run, and
+// so does a refused merge.
+//
+// Split throughput (--cut --split-throughput [--offered-rate R]). What
+// the keyed stage reads per second unsplit and split, in one run: the
+// first half of the chunks with the fragment unsplit, then (once its keyed
+// box has read every bid of that half) the split into two parts on the
+// other two nodes, then the second half. Each half is published as fast as
+// the nodes answer, or paced at R events a second (all three streams'),
+// the same pace for both; a phase ends when the keyed box, or its copies
+// in the parts together, has read all of the phase's bids (GET
+// /v1/queries/{name} every 100 ms: a box's counters are read between its
+// runner's runs, so a phase's end is seen a run and a poll late at most,
+// never early). One line {"bench":"split_throughput","parts":1|2,...} per
+// half: bids, publish_seconds, seconds, tuples_per_s (bids / seconds),
+// catch_up_s (seconds after the last publish answer), each node's CPU
+// seconds over the phase and CPU microseconds per bid, all nodes summed.
+// The rows must still equal the engine-only rows; the split must answer
+// 200 (q5count).
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,6 +148,8 @@ using nexmark::Chunk;
 namespace {
 
 constexpr const char* kProg = "nexmark_e2e";
+// q5 without its top (see "Split" above): the keyed stage the split takes.
+constexpr const char* kQ5Count = "q5count";
 constexpr int kStreams = 3;
 enum StreamIndex : size_t { kPersons = 0, kAuctions = 1, kBids = 2 };  // into kStreamNames
 const char* const kStreamNames[kStreams] = {"persons", "auctions", "bids"};
@@ -127,6 +168,9 @@ struct Args {
   std::vector<int> node_pids;  // --node-pid, repeated: the nodes' processes, for their CPU time (same machine)
   bool cut = false;            // --cut: each query cut into fragments on the three nodes
   bool move = false;           // --move (with --cut): a fragment moved mid-stream
+  bool split = false;          // --split (with --cut): a fragment split, then merged back, mid-stream
+  bool split_throughput = false;  // --split-throughput (with --cut): the keyed stage's rate unsplit, then split
+  double offered_rate = 0;         // --offered-rate: events per second the publisher paces --split-throughput at
   std::vector<std::string> queries = {"q5", "q8"};
 };
 
@@ -351,6 +395,8 @@ struct Query {
   std::vector<Fragment> cut;  // with --cut
   size_t output_node = 0;     // with --cut: the node of the fragment that writes the output
   std::string movable;        // with --cut: the stateful fragment that reads no input stream
+  std::string splittable;     // with --cut: the fragment holding the keyed (or joined) state, asked to split
+  std::string keyed_box;      // with --cut: its stateful box (a split names its copies BOX-pI)
 };
 
 // The cut of q5 and q8 (see "Cut" above). A fragment that reads an input
@@ -361,10 +407,23 @@ Status plan_cut(Query& q) {
   if (q.name == "q5") {
     q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
     q.movable = "hot";
+    q.splittable = "counts";
+    q.keyed_box = "counts";
   } else if (q.name == "q8") {
     q.cut = {{"people", {"people"}, kPersons}, {"sellers", {"sellers"}, kAuctions}, {"new-users", {"new_users"}, 2 /* the third node */}};
     q.movable = "new-users";
-  } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5 and q8, not " + q.name);
+    q.splittable = "new-users";
+    q.keyed_box = "new_users";
+  } else if (q.name == kQ5Count) {
+    // One fragment: the split takes only a fragment that writes the
+    // query's outputs, and the map after the aggregate may come along. A
+    // placement on one node deploys the query whole, its one fragment
+    // named `all` (docs/cluster.md, "Whole queries fail over too").
+    // Not movable: a fragment that reads a query input runs next to it.
+    q.cut = {{"all", {"counts", "hot"}, kBids}};
+    q.splittable = "all";
+    q.keyed_box = "counts";
+  } else return make_error(Errc::invalid_argument, "--cut knows how to cut q5, q5count and q8, not " + q.name);
   // Every box of the network in one fragment, as the server checks too:
   // a box renamed in the query file should fail here, clearly.
   const std::vector<std::string> ids = q.net.box_ids();
@@ -385,14 +444,35 @@ Status plan_cut(Query& q) {
   return Status::Ok();
 }
 
+// q5.json without the `top` of its aggregate `counts` (see "Split" above).
+Result<std::string> without_top(const std::string& q5) {
+  rapidjson::Document d;
+  d.Parse(q5.data(), q5.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("boxes") || !d["boxes"].IsArray())
+    return make_error(Errc::invalid_argument, "q5.json: expected an object with boxes");
+  bool dropped = false;
+  for (auto& b : d["boxes"].GetArray())
+    if (b.IsObject() && b.HasMember("id") && b["id"] == "counts" && b.HasMember("options") && b["options"].IsObject())
+      dropped = b["options"].RemoveMember("top");
+  if (!dropped) return make_error(Errc::invalid_argument, "q5.json: its box 'counts' has no top to leave out");
+  d["name"].SetString(kQ5Count, d.GetAllocator());
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  d.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
 Result<Query> load_query(const std::string& name) {
   nexmark::RunOptions ro;
-  ENTENTE_ASSIGN_OR_RETURN(std::string text, nexmark::load_query_text(name, ro.query_dir));
+  ENTENTE_ASSIGN_OR_RETURN(std::string text, nexmark::load_query_text(name == kQ5Count ? "q5" : name, ro.query_dir));
+  if (name == kQ5Count) {
+    ENTENTE_ASSIGN_OR_RETURN(text, without_top(text));
+  }
   Diagnostics diag;
   auto net = engine::QueryNetwork::parse(text, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, name + ".json: " + diag.to_string());
   if (net->outputs().size() != 1) return make_error(Errc::invalid_argument, name + ".json must have one output");
-  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}};
+  Query q{name, std::move(text), std::move(*net), {}, {}, 0, {}, {}, {}};
   for (const auto& in : q.net.inputs()) {
     int s = 0;
     while (s < kStreams && in.name != kStreamNames[s]) ++s;
@@ -773,24 +853,52 @@ class Publisher final {
   const std::string& error() const { return error_; }
 
   // Sends every message of `feed`, chunk by chunk in stream order, and
-  // waits for every answer; `halfway` (if any) is called once half the
-  // chunks are sent.
-  Status run(const Feed& feed, const std::function<void()>& halfway = {}) {
+  // waits for every answer; `before_chunk` (if any) is called with each
+  // chunk's index before it is sent, and with the number of chunks once
+  // all are.
+  Status run(const Feed& feed, const std::function<void(size_t)>& before_chunk = {}) {
+    ENTENTE_RETURN_IF_ERROR(send_chunks(feed, feed.events.chunks.size(), before_chunk));
+    return finish(feed, before_chunk);
+  }
+  // Sends the chunks from the next one not sent up to `end` (exclusive),
+  // `before_chunk` as for run().
+  // With a `rate` (events per second, 0: as fast as the node answers),
+  // chunk k of the call is not sent before k chunks' events at that rate
+  // have passed since the call.
+  Status send_chunks(const Feed& feed, size_t end, const std::function<void(size_t)>& before_chunk = {},
+                     double rate = 0) {
     if (!error_.empty()) return make_error(Errc::io_error, error_);
-    size_t at[kStreams] = {0, 0, 0};
-    size_t chunk = 0;
+    const auto t0 = Clock::now();
+    uint64_t sent = 0;  // events of this call so far
     // Messages interleave as the generator produced them: a chunk's
     // persons, auctions, bids (empty batches were not encoded, so each
     // stream advances by its own count of messages per chunk).
-    for (const Chunk& c : feed.events.chunks) {
-      if (halfway && chunk++ == feed.events.chunks.size() / 2) halfway();
+    for (; next_chunk_ < end && next_chunk_ < feed.events.chunks.size(); ++next_chunk_) {
+      if (before_chunk) before_chunk(next_chunk_);
+      const Chunk& c = feed.events.chunks[next_chunk_];
+      if (rate > 0)
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(static_cast<double>(sent) / rate)));
+      sent += c.persons.rows() + c.auctions.rows() + c.bids.rows();
       for (int s = 0; s < kStreams; ++s)
-        if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));
+        if (socks_[s] && !(c.*kStreamOf[s]).empty()) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at_[s]++]));
     }
-    for (int s = 0; s < kStreams; ++s)
-      if (socks_[s]) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at[s]++]));  // the end marker
+    return Status::Ok();
+  }
+  // Waits for the answers to everything sent.
+  Status drain() {
     for (int s = 0; s < kStreams; ++s)
       while (socks_[s] && in_flight_[s] > 0) ENTENTE_RETURN_IF_ERROR(read_answer(s));
+    return Status::Ok();
+  }
+  // After every chunk: the end markers, their answers, and the sockets
+  // closed.
+  Status finish(const Feed& feed, const std::function<void(size_t)>& before_chunk = {}) {
+    if (!error_.empty()) return make_error(Errc::io_error, error_);
+    if (before_chunk) before_chunk(next_chunk_);
+    for (int s = 0; s < kStreams; ++s)
+      if (socks_[s]) ENTENTE_RETURN_IF_ERROR(send(s, feed.messages[s][at_[s]++]));  // the end marker
+    ENTENTE_RETURN_IF_ERROR(drain());
     for (int s = 0; s < kStreams; ++s)
       if (socks_[s]) (void)socks_[s]->close();
     return Status::Ok();
@@ -820,7 +928,188 @@ class Publisher final {
   int window_;
   std::unique_ptr<http::WsClient> socks_[kStreams];
   int in_flight_[kStreams] = {0, 0, 0};
+  size_t next_chunk_ = 0;               // the next chunk to send
+  size_t at_[kStreams] = {0, 0, 0};     // per stream, its next message
   std::string error_;
+};
+
+// `body` as a JSON value: itself when it parses as an object, else as a
+// string.
+std::string as_json(const std::string& body) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  return !d.HasParseError() && d.IsObject() ? body : json_escape(body);
+}
+
+// --split: splits the query's keyed fragment once a third of the chunks are
+// published and merges it back once two thirds are, on a thread of its own
+// while the publishers go on (see "Split" above). The publisher's thread
+// calls at_chunk(), and waits there at two thirds until the split has
+// answered and before the end markers until the merge has: a split may
+// take longer than the publishers (hundreds of thousands of events a
+// second), and the merge must come while events still flow, the end
+// marker after it. join() once the publishers are done.
+class Splitter final {
+ public:
+  Splitter(const Endpoints& ep, const Query& q, std::string query_name, size_t chunks)
+      : ep_(ep), q_(q), query_name_(std::move(query_name)), chunks_(chunks) {}
+  ~Splitter() { (void)join(); }
+  Splitter(const Splitter&) = delete;
+  Splitter& operator=(const Splitter&) = delete;
+
+  // Before chunk `chunk` is sent (`chunks` once all are, before the end
+  // markers).
+  void at_chunk(size_t chunk) {
+    std::unique_lock lock(mu_);
+    published_ = chunk;
+    cv_.notify_all();
+    if (chunk == chunks_ / 3 && !thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!thread_.joinable()) return;
+    const auto t0 = Clock::now();
+    if (chunk == 2 * chunks_ / 3) cv_.wait(lock, [this] { return split_answered_ || done_; });
+    if (chunk == chunks_) cv_.wait(lock, [this] { return done_; });
+    waited_s_ += seconds_between(t0, Clock::now());
+  }
+  // Waits for the split and the merge (at once, if the publishers stopped
+  // early); an error when either answered something else than 200 or a
+  // refusal of the split (409), or did not answer.
+  Status join() {
+    {
+      std::lock_guard lock(mu_);
+      published_ = chunks_;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  // The members the JSON line adds ("" when nothing was asked).
+  // REQUIRES: join() returned.
+  std::string json() const {
+    if (split_.empty()) return {};
+    char waited[64];
+    std::snprintf(waited, sizeof waited, ",\"publisher_waited_ms\":%.0f", waited_s_ * 1e3);
+    std::string out = ",\"chunks\":" + std::to_string(chunks_) + waited + ",\"split_at_chunk\":" +
+                      std::to_string(split_at_);
+    if (refused_) return out + ",\"split\":{\"refused\":" + std::to_string(refused_) + ",\"problem\":" + as_json(split_) +
+                         "},\"merge\":null";
+    return out + ",\"split\":" + as_json(split_) + ",\"split_parts\":" + parts_ + ",\"merge_at_chunk\":" +
+           std::to_string(merge_at_) + ",\"merge\":" + (merge_.empty() ? "null" : as_json(merge_));
+  }
+
+ private:
+  void run() {
+    split();
+    std::lock_guard lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void split() {
+    size_t from = 0;
+    for (const Fragment& fr : q_.cut)
+      if (fr.name == q_.splittable) from = fr.node;
+    // The parts on the two nodes the fragment is not on; the router and
+    // the merge stay on its node.
+    std::string body = "{\"parts\":[";
+    for (size_t i = 1; i < ep_.size(); ++i)
+      body += std::string(i > 1 ? "," : "") + "{\"node\":" + json_escape(ep_.name((from + i) % ep_.size())) + "}";
+    body += "]}";
+    const std::string target = "/v1/queries/" + query_name_ + "/fragments/" + q_.splittable;
+    split_at_ = published();
+    auto r = bench::call(ep_.deploy(), "POST", target + "/split", body);
+    if (!r.ok()) {
+      status_ = make_error(Errc::io_error, "splitting " + q_.splittable + ": " + r.error().message);
+      return;
+    }
+    split_ = r->body;
+    if (r->status == 409) {
+      refused_ = 409;
+      return;
+    }
+    if (r->status != 200) {
+      status_ = make_error(Errc::unavailable, "splitting " + q_.splittable + ": " + std::to_string(r->status) + " " + r->body);
+      return;
+    }
+    {
+      std::unique_lock lock(mu_);
+      split_answered_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return published_ >= 2 * chunks_ / 3; });
+    }
+    parts_ = parts_json();
+    merge_at_ = published();
+    r = bench::call(ep_.deploy(), "POST", target + "/merge", "");
+    if (!r.ok()) status_ = make_error(Errc::io_error, "merging " + q_.splittable + ": " + r.error().message);
+    else if (r->status != 200)
+      status_ = make_error(Errc::unavailable, "merging " + q_.splittable + ": " + std::to_string(r->status) + " " + r->body);
+    merge_ = r.ok() ? r->body : std::string();
+  }
+  size_t published() {
+    std::lock_guard lock(mu_);
+    return published_;
+  }
+
+  // Per part of the split (its answer's "parts"), its node and what its
+  // copy of the keyed box has read so far and its runner's CPU seconds,
+  // from GET /v1/queries/{name}: [{"fragment","node","tuples_in","cpu_seconds"}]
+  // (null figures when the node does not say).
+  std::string parts_json() const {
+    rapidjson::Document split, got;
+    split.Parse(split_.data(), split_.size());
+    if (split.HasParseError() || !split.IsObject() || !split.HasMember("parts") || !split["parts"].IsArray() ||
+        !split.HasMember("keyed_box") || !split["keyed_box"].IsString())
+      return "null";
+    auto r = bench::call(ep_.deploy(), "GET", "/v1/queries/" + query_name_);
+    if (r.ok() && r->status == 200) got.Parse(r->body.data(), r->body.size());
+    const bool fragments = r.ok() && r->status == 200 && !got.HasParseError() && got.IsObject() &&
+                           got.HasMember("fragments") && got["fragments"].IsArray();
+    const std::string copy = std::string(split["keyed_box"].GetString()) + "-p";
+    std::string out = "[";
+    for (const auto& p : split["parts"].GetArray()) {
+      if (!p.IsObject() || !p.HasMember("fragment") || !p["fragment"].IsString()) continue;
+      const std::string name = p["fragment"].GetString();
+      std::string tuples = "null", cpu = "null", node = "null";
+      if (p.HasMember("node") && p["node"].IsString()) node = json_escape(p["node"].GetString());
+      for (rapidjson::SizeType i = 0; fragments && i < got["fragments"].Size(); ++i) {
+        const rapidjson::Value& fr = got["fragments"][i];
+        if (!fr.IsObject() || !fr.HasMember("name") || fr["name"] != name.c_str() || !fr.HasMember("runner") ||
+            !fr["runner"].IsObject())
+          continue;
+        const auto& runner = fr["runner"];
+        if (runner.HasMember("boxes") && runner["boxes"].IsArray())
+          for (const auto& b : runner["boxes"].GetArray())
+            if (b.IsObject() && b.HasMember("id") && b["id"].IsString() &&
+                std::string_view(b["id"].GetString()).starts_with(copy) && b.HasMember("tuples_in") &&
+                b["tuples_in"].IsUint64())
+              tuples = std::to_string(b["tuples_in"].GetUint64());
+        if (runner.HasMember("load") && runner["load"].IsObject() && runner["load"].HasMember("cpu_seconds") &&
+            runner["load"]["cpu_seconds"].IsNumber()) {
+          char v[32];
+          std::snprintf(v, sizeof v, "%.3f", runner["load"]["cpu_seconds"].GetDouble());
+          cpu = v;
+        }
+      }
+      out += std::string(out.size() > 1 ? "," : "") + "{\"fragment\":" + json_escape(name) + ",\"node\":" + node +
+             ",\"tuples_in\":" + tuples + ",\"cpu_seconds\":" + cpu + "}";
+    }
+    return out + "]";
+  }
+
+  const Endpoints& ep_;
+  const Query& q_;
+  std::string query_name_;
+  size_t chunks_;
+  std::thread thread_;
+  std::mutex mu_;  // guards the three below; with cv_, the publisher and thread_ wait for each other
+  std::condition_variable cv_;
+  size_t published_ = 0;         // the chunk the publisher is at
+  bool split_answered_ = false;  // the split answered 200
+  bool done_ = false;            // thread_ has nothing more to ask
+  double waited_s_ = 0;          // the publisher's wait in at_chunk() (its thread only)
+  // Written by thread_, read after join().
+  Status status_ = Status::Ok();
+  size_t split_at_ = 0, merge_at_ = 0;
+  int refused_ = 0;  // the split's status when it refused
+  std::string split_, merge_, parts_ = "null";
 };
 
 struct E2eRun {
@@ -833,6 +1122,7 @@ struct E2eRun {
   double bench_cpu_s = 0;  // this process's (publisher, subscriber) over `seconds`
   size_t subscribe_index = 0;  // the node the output was read through
   std::string move;  // --move: the move's answer (JSON)
+  std::string split;  // --split: the split's and the merge's answers, as members of the JSON line
   int resumed = 0;   // times the subscriber resumed (4001, 4010)
 };
 
@@ -868,7 +1158,9 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   // --move: the fragment moves on its own thread, the publishers going on.
   std::thread mover;
   Status moved = Status::Ok();
-  auto halfway = [&] {
+  const size_t chunks = f.events.chunks.size();
+  auto halfway = [&](size_t chunk) {
+    if (chunk != chunks / 2) return;
     mover = std::thread([&] {
       size_t from = 0;
       for (const Fragment& fr : q.cut)
@@ -882,11 +1174,19 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
       else run.move = r->body;
     });
   };
-  Status s = pub.run(f, a.move && ep.cut() ? std::function<void()>(halfway) : std::function<void()>());
+  // --split: the split and the merge on their own thread too.
+  Splitter splitter(ep, q, query_name, chunks);
+  std::function<void(size_t)> before_chunk;
+  if (a.move && ep.cut()) before_chunk = halfway;
+  if (a.split && ep.cut()) before_chunk = [&splitter](size_t chunk) { splitter.at_chunk(chunk); };
+  Status s = pub.run(f, before_chunk);
   run.publish_seconds = seconds_between(t0, Clock::now());
   if (mover.joinable()) mover.join();
+  Status split = splitter.join();
   if (!s.ok()) return s.error();
   if (!moved.ok()) return moved.error();
+  if (!split.ok()) return split.error();
+  run.split = splitter.json();
   sub.wait(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
   if (node_cpu0 >= 0) {
     run.node_cpu_s = nodes_cpu_seconds(a.node_pids) - node_cpu0;
@@ -908,11 +1208,162 @@ Result<E2eRun> run_e2e(const Args& a, const Endpoints& ep, const Query& q, const
   return run;
 }
 
+// ------------------------------------------------- --split-throughput
+
+// What the query's keyed box has read so far, summed over its copies once
+// split (box KEYED or KEYED-pI in any fragment), from GET
+// /v1/queries/{name} through `node`.
+Result<uint64_t> keyed_tuples_in(const bench::Node& node, const std::string& query_name, const std::string& keyed) {
+  auto r = bench::call(node, "GET", "/v1/queries/" + query_name);
+  if (!r.ok()) return make_error(Errc::io_error, "GET /v1/queries/" + query_name + ": " + r.error().message);
+  rapidjson::Document d;
+  d.Parse(r->body.data(), r->body.size());
+  if (r->status != 200 || d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray())
+    return make_error(Errc::unavailable, "GET /v1/queries/" + query_name + ": " + r->body.substr(0, 300));
+  const std::string copy = keyed + "-p";
+  uint64_t sum = 0;
+  for (const auto& fr : d["fragments"].GetArray()) {
+    if (!fr.IsObject() || !fr.HasMember("runner") || !fr["runner"].IsObject()) continue;
+    const auto& runner = fr["runner"];
+    if (!runner.HasMember("boxes") || !runner["boxes"].IsArray()) continue;
+    for (const auto& b : runner["boxes"].GetArray()) {
+      if (!b.IsObject() || !b.HasMember("id") || !b["id"].IsString() || !b.HasMember("tuples_in") ||
+          !b["tuples_in"].IsUint64())
+        continue;
+      const std::string_view id = b["id"].GetString();
+      if (id == keyed || id.starts_with(copy)) sum += b["tuples_in"].GetUint64();
+    }
+  }
+  return sum;
+}
+
+// One phase of --split-throughput: the figures of its JSON line.
+struct Phase {
+  uint64_t bids = 0;              // bids published in the phase
+  double publish_seconds = 0;     // its first publish .. its last answer
+  double seconds = 0;             // its first publish .. the keyed box has read them all
+  std::vector<double> nodes_cpu;  // per --node-pid, over `seconds`
+};
+
+constexpr int kPollMs = 100;  // how often a phase asks how far the keyed box has read
+
+// Publishes chunks up to `end` as fast as the publisher goes and waits
+// until the keyed box (or its copies) has read `base` + the phase's bids.
+Result<Phase> run_phase(const Args& a, const Endpoints& ep, const Query& q, const std::string& query_name,
+                        const Feed& f, Publisher& pub, size_t begin, size_t end, uint64_t base) {
+  Phase p;
+  for (size_t c = begin; c < end; ++c) p.bids += f.events.chunks[c].bids.rows();
+  std::vector<double> cpu0;
+  for (int pid : a.node_pids) cpu0.push_back(process_cpu_seconds(pid));
+  const auto t0 = Clock::now();
+  ENTENTE_RETURN_IF_ERROR(pub.send_chunks(f, end, {}, a.offered_rate));
+  ENTENTE_RETURN_IF_ERROR(pub.drain());
+  p.publish_seconds = seconds_between(t0, Clock::now());
+  const bench::Node& node = ep.node(q.output_node);
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s));
+  for (;;) {
+    // (A runner's box counters are read between its runs: a reading may be
+    // a run late, never early.)
+    ENTENTE_ASSIGN_OR_RETURN(uint64_t read, keyed_tuples_in(node, query_name, q.keyed_box));
+    if (read >= base + p.bids) break;
+    if (Clock::now() >= deadline)
+      return make_error(Errc::unavailable, q.name + ": the keyed box read " + std::to_string(read - base) + " of " +
+                                               std::to_string(p.bids) + " bids within " + std::to_string(a.timeout_s) +
+                                               " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+  }
+  p.seconds = seconds_between(t0, Clock::now());
+  for (size_t i = 0; i < a.node_pids.size(); ++i) p.nodes_cpu.push_back(process_cpu_seconds(a.node_pids[i]) - cpu0[i]);
+  return p;
+}
+
+// --split-throughput (see "Split throughput" above): the first half of the
+// chunks with the keyed fragment unsplit, then the split into two parts on
+// the other two nodes, then the second half; one JSON line per phase.
+// The rows must still equal the engine-only rows.
+Status run_split_throughput(const Args& a, const Endpoints& ep, const Query& q, const Feed& f,
+                            const EngineRun& engine) {
+  const std::string query_name = "nexmark-e2e-" + q.name;
+  const std::string output = "nexmark-e2e-" + q.name + "-out";
+  std::vector<bool> publish(kStreams, !a.inputs_only);
+  for (int s : q.feeds) publish[static_cast<size_t>(s)] = true;
+  uint64_t expected = 0;
+  for (const Batch& b : engine.output) expected += b.rows();
+  const double load = loadavg_1m();
+  clean(ep, query_name);
+  ENTENTE_RETURN_IF_ERROR(create_streams(ep, publish));
+  ENTENTE_ASSIGN_OR_RETURN(std::string doc, deployable(q, query_name, output, "{\"fragments\":" + fragments_json(ep, q) + "}"));
+  ENTENTE_RETURN_IF_ERROR(expect(bench::call(ep.deploy(), "POST", "/v1/queries", doc), 201, "deploying " + q.name));
+  ENTENTE_RETURN_IF_ERROR(await_cluster_ready(ep, publish, q, query_name, output, q.output_node));
+  Subscriber sub(ep.node(q.output_node), output, expected);
+  ENTENTE_RETURN_IF_ERROR(sub.start());
+  Publisher pub(ep, publish, a.window);
+  const size_t half = f.events.chunks.size() / 2;
+
+  ENTENTE_ASSIGN_OR_RETURN(Phase one, run_phase(a, ep, q, query_name, f, pub, 0, half, 0));
+  size_t from = 0;
+  for (const Fragment& fr : q.cut)
+    if (fr.name == q.splittable) from = fr.node;
+  std::string parts_body = "{\"parts\":[";
+  for (size_t i = 1; i < ep.size(); ++i)
+    parts_body += std::string(i > 1 ? "," : "") + "{\"node\":" + json_escape(ep.name((from + i) % ep.size())) + "}";
+  parts_body += "]}";
+  auto split = bench::call(ep.deploy(), "POST", "/v1/queries/" + query_name + "/fragments/" + q.splittable + "/split",
+                           parts_body);
+  ENTENTE_RETURN_IF_ERROR(expect(split, 200, "splitting " + q.splittable));
+  // The parts start counting from their seed; whatever they hold already
+  // is the base of the second phase.
+  ENTENTE_ASSIGN_OR_RETURN(uint64_t base, keyed_tuples_in(ep.node(q.output_node), query_name, q.keyed_box));
+  ENTENTE_ASSIGN_OR_RETURN(Phase two, run_phase(a, ep, q, query_name, f, pub, half, f.events.chunks.size(), base));
+  ENTENTE_RETURN_IF_ERROR(pub.finish(f));
+  sub.wait(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.timeout_s)));
+  sub.stop();
+  std::string mismatch;
+  if (!sub.error().empty()) mismatch = "subscriber: " + sub.error();
+  else if (!sub.complete()) mismatch = "only " + std::to_string(sub.rows()) + " of " + std::to_string(expected) + " output rows";
+  else mismatch = compare_rows(engine.output, sub.batches());
+  clean(ep, query_name);
+
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  char rate[32] = "null";  // the pace asked of the publisher, all three streams' events
+  if (a.offered_rate > 0) std::snprintf(rate, sizeof rate, "%.0f", a.offered_rate);
+  for (int parts : {1, 2}) {
+    const Phase& p = parts == 1 ? one : two;
+    std::string cpu = "[";
+    for (size_t i = 0; i < p.nodes_cpu.size(); ++i) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%s%.3f", i ? "," : "", p.nodes_cpu[i]);
+      cpu += v;
+    }
+    cpu += "]";
+    std::string nodes = "[" + json_escape(ep.name(from)) + "]";
+    if (parts == 2) nodes = "[" + json_escape(ep.name((from + 1) % ep.size())) + "," + json_escape(ep.name((from + 2) % ep.size())) + "]";
+    std::printf(
+        "{\"bench\":\"split_throughput\",\"query\":\"%s\",\"fragment\":\"%s\",\"parts\":%d,\"parts_nodes\":%s,"
+        "\"bids\":%llu,\"publish_seconds\":%.3f,\"offered_tuples_per_s\":%.0f,\"seconds\":%.3f,\"tuples_per_s\":%.0f,"
+        "\"catch_up_s\":%.3f,\"offered_events_per_s\":%s,\"poll_ms\":%d,\"nodes_cpu_s\":%s,\"cpu_us_per_tuple\":%.3f,"
+        "\"results_match\":%s,\"cores\":%d,\"loadavg_1m\":%.2f%s%s}\n",
+        q.name.c_str(), q.splittable.c_str(), parts, nodes.c_str(), static_cast<unsigned long long>(p.bids),
+        p.publish_seconds, static_cast<double>(p.bids) / p.publish_seconds, p.seconds,
+        static_cast<double>(p.bids) / p.seconds, p.seconds - p.publish_seconds, rate, kPollMs, cpu.c_str(),
+        [&] {
+          double sum = 0;
+          for (double c : p.nodes_cpu) sum += c;
+          return sum * 1e6 / static_cast<double>(p.bids);
+        }(),
+        mismatch.empty() ? "true" : "false", cores, load, parts == 2 ? ",\"split\":" : "",
+        parts == 2 ? as_json(split->body).c_str() : "");
+  }
+  std::fflush(stdout);
+  if (!mismatch.empty()) return make_error(Errc::conflict, q.name + ": the rows differ: " + mismatch);
+  return Status::Ok();
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: nexmark_e2e --port P [--port P2 ...] [--host H] [--token T] [--tls --ca FILE] [--events N] "
                "[--queries q5,q8] [--chunk N] [--seed S] [--window N] [--repeat N] [--timeout S] [--inputs-only] "
-               "[--node-pid PID ...] [--cut [--move]]\n");
+               "[--node-pid PID ...] [--cut [--move|--split|--split-throughput [--offered-rate EVENTS_PER_S]]]\n");
   return 2;
 }
 
@@ -948,6 +1399,9 @@ int parse_args(int argc, char** argv, Args& a) {
     else if (n == "--node-pid") a.node_pids.push_back(r.integer());
     else if (n == "--cut") a.cut = true;
     else if (n == "--move") a.move = true;
+    else if (n == "--split") a.split = true;
+    else if (n == "--split-throughput") a.split_throughput = true;
+    else if (n == "--offered-rate") a.offered_rate = r.number();
     else return usage();
   }
   if (ports.empty() || a.events == 0 || a.window < 1 || a.window > 64 || a.repeat < 1 || a.repeat > 100 ||
@@ -955,8 +1409,16 @@ int parse_args(int argc, char** argv, Args& a) {
     std::fprintf(stderr, "%s: --port is required; --events, --timeout > 0; --window 1..64; --repeat 1..100\n", kProg);
     return usage();
   }
-  if (a.move && !a.cut) {
-    std::fprintf(stderr, "%s: --move needs --cut\n", kProg);
+  if ((a.move || a.split || a.split_throughput) && !a.cut) {
+    std::fprintf(stderr, "%s: --move, --split and --split-throughput need --cut\n", kProg);
+    return 2;
+  }
+  if (a.offered_rate < 0 || (a.offered_rate > 0 && !a.split_throughput)) {
+    std::fprintf(stderr, "%s: --offered-rate (events per second, > 0) goes with --split-throughput\n", kProg);
+    return 2;
+  }
+  if (int(a.move) + int(a.split) + int(a.split_throughput) > 1) {
+    std::fprintf(stderr, "%s: one of --move, --split, --split-throughput\n", kProg);
     return 2;
   }
   if (a.cut && ports.size() != kStreams) {
@@ -1022,8 +1484,8 @@ void print_line(const Args& a, const Endpoints& ep, const std::string& mode, con
       static_cast<unsigned long long>(e2e.rows), load, each.c_str(), ep.cluster() ? ",\"forwarded\":" : "",
       ep.cluster() ? json_escape(ep.forwarded(e2e.subscribe_index)).c_str() : "", ep.cut() ? ",\"fragments\":" : "",
       ep.cut() ? fragments_json(ep, q).c_str() : "",
-      e2e.move.empty() ? "" : (",\"subscriber_resumed\":" + std::to_string(e2e.resumed) + ",\"move\":").c_str(),
-      e2e.move.c_str(),
+      e2e.move.empty() && e2e.split.empty() ? "" : (",\"subscriber_resumed\":" + std::to_string(e2e.resumed)).c_str(),
+      e2e.move.empty() ? e2e.split.c_str() : (",\"move\":" + e2e.move).c_str(),
       match ? "" : ",\"mismatch\":", match ? "" : json_escape(e2e.mismatch).c_str());
   std::fflush(stdout);
 }
@@ -1052,6 +1514,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
         return 2;
       }
+      if (a.move && q->movable.empty()) {
+        std::fprintf(stderr, "%s: --move: %s has no fragment that reads no input stream (one that does cannot move)\n",
+                     kProg, name.c_str());
+        return 2;
+      }
     }
     queries.push_back(std::move(*q));
   }
@@ -1067,6 +1534,13 @@ int main(int argc, char** argv) {
     if (!engine.ok()) {
       std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), engine.error().message.c_str());
       return 1;
+    }
+    if (a.split_throughput) {
+      if (Status s = run_split_throughput(a, ep, q, *feed, *engine); !s.ok()) {
+        std::fprintf(stderr, "%s: %s: %s\n", kProg, q.name.c_str(), s.error().message.c_str());
+        return 1;
+      }
+      continue;
     }
     const double load = loadavg_1m();
     auto e2e = run_e2e(a, ep, q, *feed, *engine);
