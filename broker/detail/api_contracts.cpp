@@ -270,7 +270,7 @@ void NodeImpl::get_contract_usage(const http::Request& req, const PathParams& pa
   const auto& terms = k->current().terms;
   JsonOut j;
   j.begin_object().key("id").str(id).key("kind").str(contracts::kind_name(terms.kind));
-  j.key("tuples").u64(u->tuples).key("load_seconds").u64(u->load_seconds);
+  j.key("tuples").u64(u->tuples).key("load_seconds").dbl(u->load_seconds);
   if (terms.kind == contracts::Kind::stream) {
     j.key("price_per_million").u64(terms.stream.price_per_million);
   } else {
