@@ -75,10 +75,12 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunkBytes = 96u << 10;  // of snapshot per hosting.chunk (hex: twice that)
 constexpr size_t kMaxHostedSnapshot = 64u << 20;
+constexpr size_t kMaxHostedChunkBytes = 128u << 20;  // of states arriving, on a host, at once
 constexpr auto kCallWait = std::chrono::seconds(30);
 constexpr auto kEndWait = std::chrono::seconds(5);
 constexpr auto kDrainWait = std::chrono::seconds(10);
 constexpr auto kHostLost = std::chrono::seconds(3);
+constexpr auto kHostedGrace = std::chrono::seconds(30);
 constexpr auto kLoopPeriod = std::chrono::milliseconds(2);
 constexpr size_t kMaxHostedHere = 32;
 
@@ -832,6 +834,15 @@ void NodeImpl::on_hosting(const certs::Identity& peer, const std::string& type, 
       answer(false, "chunk " + std::to_string(index) + " of a state whose first chunk did not arrive", "");
       return;
     }
+    // Bounded in all: states arriving for runs that never come hold memory.
+    size_t buffered = 0;
+    for (const auto& [_, b] : hosted_chunks_) buffered += b.size();
+    if (buffered + bytes->size() > kMaxHostedChunkBytes || it->second.size() + bytes->size() > kMaxHostedSnapshot) {
+      hosted_chunks_.erase(it);
+      answer(false, "more state arriving than " + config_.node + " holds at once (" +
+                        std::to_string(kMaxHostedChunkBytes >> 20) + " MiB); retry later", "");
+      return;
+    }
     it->second += *bytes;
     answer(true, "", "");
     return;
@@ -1173,9 +1184,22 @@ void NodeImpl::report_hosted_usage() {
   if (!hosting) return;
   std::vector<std::pair<certs::Identity, std::string>> notes;
   std::vector<std::pair<std::string, uint64_t>> loads;  // contract, CPU us since the last report
+  std::vector<std::string> ended;                        // runs whose contract left force long enough ago
+  const int64_t now = wall_clock_ms();
   {
     std::lock_guard lock(hosted_mu_);
-    for (auto& [_, h] : hosting_here_) {
+    for (auto& [key, h] : hosting_here_) {
+      if (ledger) {
+        auto c = ledger->get(h.contract);
+        if (c.ok() && c->in_force(now)) {
+          h.out_of_force_since = {};
+        } else if (h.out_of_force_since == Clock::time_point{}) {
+          h.out_of_force_since = Clock::now();
+        } else if (Clock::now() - h.out_of_force_since > kHostedGrace) {
+          ended.push_back(key);
+          continue;
+        }
+      }
       if (!h.runner) continue;
       const QueryInfo info = h.runner->info();
       if (info.cpu_seconds > h.reported_cpu) {
@@ -1192,6 +1216,13 @@ void NodeImpl::report_hosted_usage() {
   for (const auto& [contract, us] : loads)
     if (ledger) (void)ledger->add_load(contract, us);
   for (const auto& [owner, fields] : notes) (void)hosting->notify(owner, "hosting.usage", fields);
+  // The owner did not end them (it restarted, or its link is gone): the
+  // host does, so that nothing of them stays here.
+  for (const auto& key : ended) {
+    log_line("hosted run " + key + ": its contract is out of force for " +
+             std::to_string(std::chrono::seconds(kHostedGrace).count()) + " s; ending it");
+    end_hosted_here(key, true);
+  }
 }
 
 // ----------------------------------------------------------------- thread

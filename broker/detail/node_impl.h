@@ -567,6 +567,10 @@ class NodeImpl final : public http::Handler {
     std::vector<std::string> mirrors;  // hidden copies of the owner's streams it reads
     std::map<std::string, uint64_t> first;  // per hidden stream, its first sequence number
     double reported_cpu = 0;                // CPU seconds counted into the ledger so far
+    // Since when its contract is out of force (zero: in force): the run
+    // ends and its streams go kHostedGrace later, if the owner has not
+    // ended it by then (the owner drains them first).
+    std::chrono::steady_clock::time_point out_of_force_since{};
   };
   // The move route's hosted branch, once the contract and the host admit
   // it: runs the move on the hosted thread and answers.

@@ -384,5 +384,26 @@ TEST_F(ClusterHosting, TheOwnersNodeKilledWhileItsFragmentIsHostedTakesItBackWit
   ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
 }
 
+// Hosting above the contract's maximum load: admitted while the fragment
+// is idle (1 CPU ms/s asked, the maximum), then bids make it work harder
+// on the host than the contract allows, and acme takes it back.
+TEST_F(ClusterHosting, AFragmentWhoseLoadOnTheHostExceedsTheContractsMaximumIsTakenBack) {
+  ASSERT_NO_FATAL_FAILURE(deploy());
+  const std::string tight = agree(hosting_terms(R"(["aggregate","map"])", 1, 5, seconds_from_now(3600)));
+  ASSERT_NO_FATAL_FAILURE(move_to_beta(tight));
+  Feeder feeder(acme(1).process(), "bids", bid_row, 2000, 2ms);
+  feeder.start();
+  FragmentView back;
+  ASSERT_TRUE(eventually(60.0, [&] {
+    back = fragment("b");
+    return back.hosted_by.empty() && back.state == "running";
+  })) << "fragment b was not taken back: " << back.hosted_by << " " << back.state;
+  EXPECT_NE(acme(2).process().stderr_text().find("exceeds contract " + tight + "'s maximum 1 CPU ms/s"),
+            std::string::npos)
+      << acme(2).process().stderr_text();
+  feeder.stop();
+  ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
+}
+
 }  // namespace
 }  // namespace entente::testing
