@@ -369,6 +369,7 @@ if [[ $hosting_move == 1 ]]; then
   sleep 1.5  # a usage report or two
   api "$acme/v1/queries/hot-items" | jq -r '.fragments[] | select(.name == "hot") |
     "   fragment hot: \(.runner.state), hosted by \(.runner.hosted.domain)/\(.runner.hosted.node) under \(.runner.hosted.contract): \(.runner.hosted.load_seconds) CPU s so far, \(.runner.hosted.cost) credits at \(.runner.hosted.price) per CPU-second"'
+  echo "   the hosting contract's usage in each ledger: beta (counts what it ran) $(api "$beta/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}'), acme/n2 (counts what beta reports) $(api "${url[acme-n2]}/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}')"
   echo "-- beta's admin revokes the hosting contract; acme takes the fragment back to n2 from the host's last results ($(since))"
   api -H 'Content-Type: application/json' "$beta/v1/contracts/$hid/revoke" \
     --data '{"version": 3, "reason": "capacity needed at home"}' | show_contract
