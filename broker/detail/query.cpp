@@ -914,6 +914,15 @@ void QueryRunner::run_some() {
     checkpoint_waiters_.clear();
     take_checkpoint(std::move(waiters));
   }
+  // What info() answers while a run holds mu_: a runner busy run after run
+  // would otherwise never be seen between runs (its boxes stayed empty).
+  if (const auto now = std::chrono::steady_clock::now(); now - info_refreshed_ >= kInfoRefresh) {
+    info_refreshed_ = now;
+    std::lock_guard cache(info_mu_);
+    info_cache_.state = state_;
+    info_cache_.boxes = executor_->box_stats();
+    info_cache_.positions = pos_;
+  }
   lock.unlock();
   if (more) schedule();
 }

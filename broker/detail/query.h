@@ -384,6 +384,9 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // calls that come while a run holds mu_.
   mutable std::mutex info_mu_;
   mutable QueryInfo info_cache_;  // REQUIRES: info_mu_
+  // When run_some last refreshed info_cache_ (at most every kInfoRefresh).
+  static constexpr std::chrono::milliseconds kInfoRefresh{100};
+  std::chrono::steady_clock::time_point info_refreshed_{};  // REQUIRES: mu_
 
   std::unique_ptr<std::atomic<uint64_t>[]> positions_;  // mirror of pos_ for lag
   std::unique_ptr<std::atomic<uint64_t>[]> pins_;       // checkpointed positions
