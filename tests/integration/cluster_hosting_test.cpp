@@ -175,6 +175,25 @@ class ClusterHosting : public ::testing::Test {
     return d;
   }
 
+  // deploy(), `feeder` started, a contract agreed, and fragment b moved
+  // to beta/n1 once it has worked.
+  void host_while_fed(Feeder& feeder) {
+    ASSERT_NO_FATAL_FAILURE(deploy());
+    feeder.start();
+    const std::string id = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
+    ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").cpu_ms_per_s > 0; }));
+    ASSERT_NO_FATAL_FAILURE(move_to_beta(id));
+  }
+
+  // Fragment b runs in acme again, hosted no more (`when` for the message).
+  void expect_back(const std::string& when) {
+    FragmentView back;
+    ASSERT_TRUE(eventually(60.0, [&] {
+      back = fragment("b");
+      return back.hosted_by.empty() && back.state == "running";
+    })) << "fragment b is not back in acme " << when << ": " << back.hosted_by << " " << back.state;
+  }
+
   // After the feeder stops: the end marker, then the cut query's output is
   // the whole one's row for row, and counts every bid acknowledged.
   void expect_output_exact(const Feeder& feeder) {
@@ -322,11 +341,7 @@ TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringI
   // last results, and it runs on acme/n2 again.
   auto revoked = act(acme(2), ample, "revoke", R"({"version":3,"reason":"audit"})");
   ASSERT_EQ(revoked.status, 200u) << revoked.body;
-  FragmentView back;
-  ASSERT_TRUE(eventually(30.0, [&] {
-    back = fragment("b");
-    return back.hosted_by.empty() && back.state == "running";
-  })) << "fragment b is not back on acme/n2: " << back.hosted_by << " " << back.state;
+  ASSERT_NO_FATAL_FAILURE(expect_back("after the revocation"));
   const std::string m2 = acme(2).process().request("GET", "/metrics", {}, kReaderToken).body;
   EXPECT_NE(m2.find("entente_fragment_hosted_moves_total{direction=\"back\"} 1"), std::string::npos) << m2;
   std::this_thread::sleep_for(1s);  // bids flow through b on acme/n2 again
@@ -339,19 +354,11 @@ TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringI
 // takes the fragment back after 3 s from what the host's results it holds,
 // and the output is still the whole query's, row for row.
 TEST_F(ClusterHosting, AHostKilledWhileRunningAFragmentGivesItBackWithNothingLostOrRepeated) {
-  ASSERT_NO_FATAL_FAILURE(deploy());
   Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
-  feeder.start();
-  const std::string id = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
-  ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").cpu_ms_per_s > 0; }));
-  ASSERT_NO_FATAL_FAILURE(move_to_beta(id));
+  ASSERT_NO_FATAL_FAILURE(host_while_fed(feeder));
   std::this_thread::sleep_for(1500ms);  // results flow back
   beta_->process().kill();
-  FragmentView back;
-  ASSERT_TRUE(eventually(30.0, [&] {
-    back = fragment("b");
-    return back.hosted_by.empty() && back.state == "running";
-  })) << "fragment b is not back on acme/n2 after its host died: " << back.hosted_by << " " << back.state;
+  ASSERT_NO_FATAL_FAILURE(expect_back("after its host died"));
   std::this_thread::sleep_for(1s);
   feeder.stop();
   ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
@@ -362,19 +369,11 @@ TEST_F(ClusterHosting, AHostKilledWhileRunningAFragmentGivesItBackWithNothingLos
 // was hosted from the query's entry), the host's run ends, and the output
 // is still the whole query's, row for row.
 TEST_F(ClusterHosting, TheOwnersNodeKilledWhileItsFragmentIsHostedTakesItBackWithNothingLostOrRepeated) {
-  ASSERT_NO_FATAL_FAILURE(deploy());
   Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
-  feeder.start();
-  const std::string id = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
-  ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").cpu_ms_per_s > 0; }));
-  ASSERT_NO_FATAL_FAILURE(move_to_beta(id));
+  ASSERT_NO_FATAL_FAILURE(host_while_fed(feeder));
   std::this_thread::sleep_for(1500ms);
   ASSERT_TRUE(acme(2).process().restart_after_kill()) << acme(2).process().last_error();
-  FragmentView back;
-  ASSERT_TRUE(eventually(60.0, [&] {
-    back = fragment("b");
-    return back.hosted_by.empty() && back.state == "running";
-  })) << "fragment b is not back in acme after acme/n2 restarted: " << back.hosted_by << " " << back.state;
+  ASSERT_NO_FATAL_FAILURE(expect_back("after acme/n2 restarted"));
   // The host's run ended.
   EXPECT_TRUE(eventually(20.0, [&] {
     return beta_->process().stderr_text().find("hosted run acme/cut--b ended") != std::string::npos;
@@ -393,11 +392,7 @@ TEST_F(ClusterHosting, AFragmentWhoseLoadOnTheHostExceedsTheContractsMaximumIsTa
   ASSERT_NO_FATAL_FAILURE(move_to_beta(tight));
   Feeder feeder(acme(1).process(), "bids", bid_row, 2000, 2ms);
   feeder.start();
-  FragmentView back;
-  ASSERT_TRUE(eventually(60.0, [&] {
-    back = fragment("b");
-    return back.hosted_by.empty() && back.state == "running";
-  })) << "fragment b was not taken back: " << back.hosted_by << " " << back.state;
+  ASSERT_NO_FATAL_FAILURE(expect_back("for its load"));
   EXPECT_NE(acme(2).process().stderr_text().find("exceeds contract " + tight + "'s maximum 1 CPU ms/s"),
             std::string::npos)
       << acme(2).process().stderr_text();
