@@ -117,6 +117,15 @@ Result<std::string> call_host(federation::Hosting& hosting, const certs::Identit
   return f.get();
 }
 
+// hosting.end for the run of `fragment` of `query` on `host` (`release`:
+// its streams and copies go too): the answer's body, or why not.
+Result<std::string> end_host_run(federation::Hosting& hosting, const certs::Identity& host, const std::string& query,
+                                 const std::string& fragment, bool release) {
+  JsonOut e;
+  e.begin_object().key("query").str(query).key("fragment").str(fragment).key("release").boolean(release);
+  return call_host(hosting, host, "hosting.end", members_of(e.end_object().take()), kEndWait);
+}
+
 std::vector<uint64_t> u64s(const rapidjson::Value& o, const char* key) {
   std::vector<uint64_t> out;
   if (!o.HasMember(key) || !o[key].IsArray()) return out;
@@ -342,11 +351,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
     for (const auto& o : a["outputs"].GetArray())
       if (o.IsString()) hidden.emplace_back(o.GetString());
   const std::string hidden_state = a.IsObject() ? str_of(a, "state") : "";
-  auto end_there = [&] {
-    JsonOut e;
-    e.begin_object().key("query").str(query).key("fragment").str(fragment).key("release").boolean(true);
-    (void)call_host(*hosting, host, "hosting.end", members_of(e.end_object().take()), kEndWait);
-  };
+  auto end_there = [&] { (void)end_host_run(*hosting, host, query, fragment, true); };
   if (hidden.size() != meta.outputs.size() || hidden_state.empty()) {
     end_there();
     return rollback(503, where + " answered without the streams it writes");
@@ -507,9 +512,7 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
   // 4. The host's run stops; where its streams end.
   std::map<std::string, uint64_t> heads;  // mirror -> the host's stream's next
   if (hosting) {
-    JsonOut e;
-    e.begin_object().key("query").str(h.query).key("fragment").str(h.fragment).key("release").boolean(false);
-    auto ended = call_host(*hosting, host, "hosting.end", members_of(e.end_object().take()), kEndWait);
+    auto ended = end_host_run(*hosting, host, h.query, h.fragment, false);
     if (ended.ok()) {
       rapidjson::Document d;
       d.Parse(ended->data(), ended->size());
@@ -550,11 +553,7 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
   for (const auto& [mirror, _] : h.relays)
     if (Status st = delete_import(mirror); !st.ok() && st.error().code != Errc::not_found)
       log_line(what + ": closing " + mirror + ": " + st.error().message);
-  if (hosting) {
-    JsonOut e;
-    e.begin_object().key("query").str(h.query).key("fragment").str(h.fragment).key("release").boolean(true);
-    (void)call_host(*hosting, host, "hosting.end", members_of(e.end_object().take()), kEndWait);
-  }
+  if (hosting) (void)end_host_run(*hosting, host, h.query, h.fragment, true);
   for (const auto& g : h.grants) (void)catalog_->erase(grant_key(h.host_domain, g));
   {
     // This run of it, not run_placed_fragments's, once the mark is gone.
