@@ -2,6 +2,7 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -315,6 +316,20 @@ bool Contract::in_force(int64_t now_ms) const {
          now_ms < cur.terms.valid_until_ms;
 }
 
+int64_t Contract::notice_until_ms() const {
+  if (history.size() < 2) return 0;
+  const Version& cur = current();
+  const Version& before = history[history.size() - 2];
+  if (cur.state != State::revoked || cur.terms.kind != Kind::hosting || cur.terms.hosting.notice_seconds == 0)
+    return 0;
+  // Revoked while in force: a contract never in force has nothing to end.
+  if (before.state != State::active || before.signatures.size() != 2 || cur.at_ms < before.terms.valid_from_ms ||
+      cur.at_ms >= before.terms.valid_until_ms)
+    return 0;
+  const auto notice_ms = static_cast<int64_t>(std::min<uint64_t>(cur.terms.hosting.notice_seconds, kMaxNoticeSeconds) * 1000);
+  return before.terms.valid_until_ms - cur.at_ms <= notice_ms ? before.terms.valid_until_ms : cur.at_ms + notice_ms;
+}
+
 std::string new_contract_id() {
   unsigned char bytes[8];
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
@@ -565,6 +580,9 @@ std::string contract_to_json(const Contract& c, int64_t now_ms) {
   doc.AddMember("parties", ps, a);
   doc.AddMember("state", string_value(state_name(c.state_at(now_ms)), a), a);
   doc.AddMember("in_force", rapidjson::Value(c.in_force(now_ms)), a);
+  // A revocation under notice: the hosted runs end then (contracts.md).
+  if (const int64_t until = c.notice_until_ms(); until != 0)
+    doc.AddMember("notice_until", string_value(format_time(until), a), a);
   doc.AddMember("version", rapidjson::Value(cur.number), a);
   doc.AddMember("terms", detail::terms_value(cur.terms, a), a);
   rapidjson::Value history(rapidjson::kArrayType);

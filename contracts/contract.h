@@ -65,6 +65,13 @@ struct Contract {
   State state_at(int64_t now_ms) const;
   // Active, both signatures, and valid_from <= now < valid_until.
   bool in_force(int64_t now_ms) const;
+  // A hosting contract revoked while in force, with notice_seconds in the
+  // terms in force: when its revocation takes effect for the runs it
+  // covers (the revocation's time plus the notice, at most valid_until).
+  // The host keeps running what it hosts until then; nothing new is placed
+  // under it (in_force is false from the revocation). 0 otherwise.
+  int64_t notice_until_ms() const;
+  bool in_notice(int64_t now_ms) const { return now_ms < notice_until_ms(); }
 };
 
 // A fresh random id: "c-" + 16 lower-case hex digits.

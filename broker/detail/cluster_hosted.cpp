@@ -54,6 +54,7 @@
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "cluster/catalog.h"
+#include "contracts/canonical.h"
 #include "contracts/contract.h"
 #include "contracts/hosting.h"
 #include "contracts/ledger.h"
@@ -676,7 +677,13 @@ void NodeImpl::check_hosted() {
       if (ledger) {
         auto c = ledger->get(h.contract);
         if (!c.ok() || !c->in_force(now)) {
-          back.emplace_back(runner, "contract " + h.contract + " is no longer in force");
+          // Under notice the host keeps it until the notice ends; the owner
+          // takes it back at once all the same.
+          back.emplace_back(runner, "contract " + h.contract + " is no longer in force" +
+                                        (c.ok() && c->in_notice(now)
+                                             ? " (revoked with notice until " +
+                                                   contracts::format_time(c->notice_until_ms()) + ")"
+                                             : std::string()));
           continue;
         }
         // Hosting above the contract's maximum load, three checks in a row
@@ -759,8 +766,10 @@ bool NodeImpl::may_read_hosted(const std::string& stream, const std::string& dom
   const contracts::Ledger* ledger =
       peering_ && peering_->contracting() ? &peering_->contracting()->ledger() : nullptr;
   if (!d.IsObject() || !ledger) return false;
+  // (Under a revocation's notice too: the run goes on until it ends.)
   auto c = ledger->get(str_of(d, "contract"));
-  return c.ok() && c->in_force(wall_clock_ms());
+  const int64_t now = wall_clock_ms();
+  return c.ok() && (c->in_force(now) || c->in_notice(now));
 }
 
 void NodeImpl::on_hosted_ack(const std::string& stream, const std::string& domain, uint64_t through) {
@@ -1190,7 +1199,8 @@ void NodeImpl::report_hosted_usage() {
     for (auto& [key, h] : hosting_here_) {
       if (ledger) {
         auto c = ledger->get(h.contract);
-        if (c.ok() && c->in_force(now)) {
+        // A revocation with notice ends the run when the notice does.
+        if (c.ok() && (c->in_force(now) || c->in_notice(now))) {
           h.out_of_force_since = {};
         } else if (h.out_of_force_since == Clock::time_point{}) {
           h.out_of_force_since = Clock::now();

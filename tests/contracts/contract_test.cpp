@@ -165,6 +165,43 @@ TEST(Transitions, RevokeByEitherPartyOnAcceptedOrActive) {
   EXPECT_EQ(revoke(c, "acme", 4, "again", 6000).error().code, Errc::conflict);
 }
 
+TEST(Notice, AHostingContractRevokedInForceEndsItsRunsAfterTheNotice) {
+  using testing::hosting_terms;
+  Contract c = testing::active_contract(hosting_terms(), acme(), beta());
+  EXPECT_EQ(c.notice_until_ms(), 0);
+  const int64_t at = kJan2027 + 5000;
+  ASSERT_TRUE(apply(c, *revoke(c, "beta", 3, "capacity needed", at), "beta", trust()).ok());
+  EXPECT_FALSE(c.in_force(at + 1));  // nothing new under it
+  EXPECT_EQ(c.notice_until_ms(), at + 600'000);
+  EXPECT_TRUE(c.in_notice(at + 599'999));
+  EXPECT_FALSE(c.in_notice(at + 600'000));
+  rapidjson::Document d;
+  const std::string json = contract_to_json(c, at + 1);
+  d.Parse(json.c_str());
+  ASSERT_TRUE(d.IsObject() && d.HasMember("notice_until")) << json;
+  EXPECT_STREQ(d["notice_until"].GetString(), "2027-01-01T00:10:05Z");
+
+  // The notice never runs past the contract's end.
+  Contract late = testing::active_contract(hosting_terms(), acme(), beta());
+  ASSERT_TRUE(apply(late, *revoke(late, "acme", 3, "moving out", kJan2028 - 1000), "acme", trust()).ok());
+  EXPECT_EQ(late.notice_until_ms(), kJan2028);
+
+  // No notice: revoked before it was in force, without notice, or a
+  // stream contract (its terms have none).
+  Contract early = testing::active_contract(hosting_terms(), acme(), beta());
+  ASSERT_TRUE(apply(early, *revoke(early, "acme", 3, "changed plans", kJan2027 - 1), "acme", trust()).ok());
+  EXPECT_EQ(early.notice_until_ms(), 0);
+  Terms none = hosting_terms();
+  none.hosting.notice_seconds = 0;
+  Contract bare = testing::active_contract(none, acme(), beta());
+  ASSERT_TRUE(apply(bare, *revoke(bare, "acme", 3, "x", at), "acme", trust()).ok());
+  EXPECT_EQ(bare.notice_until_ms(), 0);
+  EXPECT_EQ(contract_to_json(bare, at + 1).find("notice_until"), std::string::npos);
+  Contract stream = testing::active_contract(stream_terms(), acme(), beta());
+  ASSERT_TRUE(apply(stream, *revoke(stream, "acme", 3, "x", at), "acme", trust()).ok());
+  EXPECT_EQ(stream.notice_until_ms(), 0);
+}
+
 TEST(Expiry, DerivedFromValidity) {
   Contract c = testing::active_contract(stream_terms(), acme(), beta());
   EXPECT_EQ(c.state_at(kJan2027 - 1000), State::active);  // signed, not started
