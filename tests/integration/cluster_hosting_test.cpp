@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/client.h"
 #include "rapidjson/document.h"
 #include "tests/integration/support/cluster.h"
 #include "tests/integration/support/contracts.h"
@@ -86,8 +87,19 @@ class ClusterHosting : public ::testing::Test {
 
   FedNode& acme(int i) { return *acme_.at(static_cast<size_t>(i - 1)); }
 
+  // With a timeout longer than the move's own bounds (the fragment's stop,
+  // up to 10 s under load, then the host's answer, up to 30 s), not a
+  // client's default 10 s: a loaded machine made a hosted move outlast it.
   http::ClientResponse move(int via, const std::string& body, const std::string& fragment = "b") {
-    return acme(via).process().request("POST", "/v1/queries/cut/fragments/" + fragment + "/move", body, kAdminToken);
+    http::ClientOptions o = acme(via).process().client_options();
+    o.timeout_ms = 120'000;
+    auto c = http::Client::connect(o);
+    EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
+    if (!c.ok()) return {};
+    auto r = (*c)->request("POST", "/v1/queries/cut/fragments/" + fragment + "/move", body, "application/json",
+                           {{"authorization", std::string("Bearer ") + kAdminToken}});
+    EXPECT_TRUE(r.ok()) << "the move of " << fragment << ": " << (r.ok() ? "" : r.error().message);
+    return r.ok() ? std::move(r).value() : http::ClientResponse{};
   }
 
   // Negotiated over REST: acme proposes, beta accepts, acme countersigns;
@@ -341,6 +353,13 @@ TEST_F(ClusterHosting, AMoveToAnotherDomainIsAdmittedOnlyUnderAContractCoveringI
   // last results, and it runs on acme/n2 again.
   auto revoked = act(acme(2), ample, "revoke", R"({"version":3,"reason":"audit"})");
   ASSERT_EQ(revoked.status, 200u) << revoked.body;
+  // Revoked with the terms' 60 s of notice: both sides show when it ends
+  // for the run, and acme takes the fragment back at once all the same.
+  const ContractView on_acme = get_contract(acme(2), ample);
+  EXPECT_NE(on_acme.body.find(R"("notice_until":")"), std::string::npos) << on_acme.body;
+  const ContractView on_beta = wait_version(*beta_, ample, 4);
+  EXPECT_FALSE(on_beta.in_force) << on_beta.body;
+  EXPECT_NE(on_beta.body.find(R"("notice_until":")"), std::string::npos) << on_beta.body;
   ASSERT_NO_FATAL_FAILURE(expect_back("after the revocation"));
   const std::string m2 = acme(2).process().request("GET", "/metrics", {}, kReaderToken).body;
   EXPECT_NE(m2.find("entente_fragment_hosted_moves_total{direction=\"back\"} 1"), std::string::npos) << m2;
