@@ -36,8 +36,9 @@ scripts/fuzz.sh 30
 
 echo "== concurrent parts under ThreadSanitizer"
 tsan_tests=(group_commit_test http_websocket_test http_upstream_test link_test trust_test streams_test query_state_test etcd_test membership_test)
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_TSAN=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_TSAN=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON \
+  -DENTENTE_TSAN_TESTS="$(IFS=';'; echo "${tsan_tests[*]}")" >/dev/null
+cmake --build build-tsan -j"$jobs" --target tsan_tests
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS=halt_on_error=1 "build-tsan/tests/$t"
 done
