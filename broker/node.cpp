@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -457,7 +458,7 @@ void NodeImpl::maintenance_loop() {
       job->done(std::move(result));
     }
     if (now >= next_cp) {
-      for (auto& q : list_queries()) {
+      for (auto& q : checkpointed_runners()) {
         if (q->info().state == "running")
           q->request_checkpoint([this, name = q->meta().name, sync_checkpoints,
                                  checkpoint_unsynced](const Result<CheckpointInfo>& r) {
@@ -563,7 +564,7 @@ void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
     t.erased_before = before;
   };
   // A runner's own state stream: up to its last checkpoint taken.
-  for (auto& q : list_queries()) {
+  for (auto& q : checkpointed_runners()) {
     const StreamPtr& state = q->state_stream();
     if (!state || state->closed()) continue;
     StateTrim& t = seen[state->meta().name];
@@ -577,13 +578,21 @@ void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
     }
     erase(state, before, t);
   }
-  // A follower's copy (@LEADER/QUERY--FRAGMENT--state): up to the last
-  // checkpoint it holds whole, read as it grows (each record once).
+  // The state stream of a fragment hosted in another domain: no runner
+  // here trims it; the relay appends the host's checkpoints and journal
+  // to it (docs/cluster.md, "The hosted run").
+  std::set<std::string> hosted;
+  {
+    std::lock_guard lock(hosted_mu_);
+    for (const auto& [_, h] : hosted_) hosted.insert(h.meta.state_stream);
+  }
+  // It, and a follower's copy (@LEADER/QUERY--FRAGMENT--state): up to the
+  // last checkpoint it holds whole, read as it grows (each record once).
   for (auto& s : list_streams()) {
     const StreamMeta& m = s->meta();
-    if (s->closed() || m.producer != "import" || !m.name.starts_with("@") || !m.name.ends_with("--state") ||
-        !(*m.schema == *state_stream_schema()))
-      continue;
+    const bool copy = m.producer == "import" && m.name.starts_with("@") && m.name.ends_with("--state");
+    const bool relayed = hosted.count(m.name) != 0;
+    if (s->closed() || (!copy && !relayed) || !(*m.schema == *state_stream_schema())) continue;
     StateTrim& t = seen[m.name];
     if (auto it = trims.find(m.name); it != trims.end()) t = it->second;
     Status failed = Status::Ok();
@@ -602,7 +611,12 @@ void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
       log_line("reading state stream copy '" + m.name + "': " + failed.error().message);
       continue;
     }
-    erase(s, t.checkpoints.last_complete_first(), t);
+    uint64_t before = t.checkpoints.last_complete_first();
+    // The relayed stream's own followers resume after what they acknowledged.
+    if (relayed && peering_) {
+      if (auto need = peering_->retention_pin(m.name)) before = std::min(before, *need);
+    }
+    erase(s, before, t);
   }
   trims = std::move(seen);  // forgets deleted queries and copies
 }

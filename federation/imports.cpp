@@ -86,6 +86,9 @@ struct Imports::Import {
   // durable, so the owner charges it (docs/protocol.md §9.3).
   uint64_t ended_generation = 0;
   bool asked_from_start = false;  // REQUIRES: mu; OPEN had from_seq 0
+  // The first sequence number a new mirror wants (create's `from_seq`);
+  // 0: the oldest the owner retains.
+  uint64_t start_seq = 0;
   size_t node_index = 0;          // REQUIRES: mu; next node of the domain to try
   // REQUIRES: mu. The node a RESET moved named: OPENs go there while it is
   // set, whether or not it is configured; `moved_since` is when it was
@@ -173,7 +176,7 @@ Status Imports::load() {
 // The API.
 
 void Imports::create(const std::string& stream, engine::SchemaPtr expected, Done done,
-                     std::chrono::milliseconds timeout) {
+                     std::chrono::milliseconds timeout, uint64_t from_seq) {
   auto parts = detail::split_stream(stream);
   if (!parts) {
     done(make_error(Errc::invalid_argument, "'" + stream + "' is not DOMAIN/NAME"));
@@ -193,7 +196,7 @@ void Imports::create(const std::string& stream, engine::SchemaPtr expected, Done
     done(make_error(Errc::not_found, "domain " + parts->first + " is not a configured peer (federation.peers)"));
     return;
   }
-  start(stream, parts->first, stream, "", std::move(expected), std::move(done), timeout);
+  start(stream, parts->first, stream, "", std::move(expected), std::move(done), timeout, from_seq);
 }
 
 void Imports::create_internal(const std::string& stream, const std::string& node, engine::SchemaPtr expected,
@@ -220,7 +223,7 @@ void Imports::create_internal(const std::string& stream, const std::string& node
 }
 
 void Imports::start(const std::string& mirror, std::string domain, std::string stream, std::string node,
-                    engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout) {
+                    engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout, uint64_t from_seq) {
   std::shared_ptr<Import> imp, existing;
   {
     std::lock_guard lock(mu_);
@@ -234,6 +237,7 @@ void Imports::start(const std::string& mirror, std::string domain, std::string s
       imp->remote = std::move(stream);
       imp->node = std::move(node);
       imp->expected = std::move(expected);
+      imp->start_seq = from_seq;
       imports_[mirror] = imp;
     }
   }
@@ -430,8 +434,13 @@ void Imports::open(const ImportPtr& imp) {
   // Unless the numbering diverged (a predicate), the mirror's next number is
   // where the owner resumes.
   const uint64_t mirror_next = imp->mirror ? imp->mirror->next_seq() : 1;
-  const bool fresh = mirror_next <= 1 && !imp->diverged;
+  bool fresh = mirror_next <= 1 && !imp->diverged;
   if (imp->mirror && !imp->diverged) imp->next_expected = mirror_next;
+  // A new mirror asked to start at a position: from there.
+  if (fresh && imp->start_seq > 0 && imp->tuples == 0) {
+    imp->next_expected = imp->start_seq;
+    fresh = false;
+  }
   open.from_seq = fresh ? 0 : imp->next_expected;
   open.credit = options_.window;
   imp->window = open.credit;

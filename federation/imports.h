@@ -88,8 +88,11 @@ class Imports final {
   // exists) or refused, or after `timeout`. `expected` (a query's declared
   // input schema) must match the owner's schema when given.
   using Done = std::function<void(Result<ImportInfo>)>;
+  // `from_seq` > 0: the new mirror starts there rather than at the oldest
+  // tuple the owner retains (a hosted run reads from its checkpoint's
+  // positions on); the owner refuses a position it no longer holds.
   void create(const std::string& stream, engine::SchemaPtr expected, Done done,
-              std::chrono::milliseconds timeout);
+              std::chrono::milliseconds timeout, uint64_t from_seq = 0);
   // Reads `stream`, a stream of this node's own domain that node `node`
   // leads, over the peer link to that node (docs/federation.md, "Reading a
   // stream of another node of the domain"): the mirror is "@NODE/STREAM"
@@ -135,7 +138,7 @@ class Imports final {
   // A new import named `mirror` (of `stream` as the owner names it),
   // opened; `done` answers.
   void start(const std::string& mirror, std::string domain, std::string stream, std::string node,
-             engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout);
+             engine::SchemaPtr expected, Done done, std::chrono::milliseconds timeout, uint64_t from_seq = 0);
   void open(const ImportPtr& imp);
   // Frame handlers. REQUIRES: imp->mu held.
   void on_open_ok(const ImportPtr& imp, const Channel& ch, std::string_view payload, detail::Deferred& later);

@@ -268,8 +268,8 @@ void Peering::stop() {
 uint16_t Peering::port() const { return links_ ? links_->port() : 0; }
 
 void Peering::create_import(const std::string& stream, engine::SchemaPtr expected, ImportDone done,
-                            std::chrono::milliseconds timeout) {
-  imports_.create(stream, std::move(expected), std::move(done), timeout);
+                            std::chrono::milliseconds timeout, uint64_t from_seq) {
+  imports_.create(stream, std::move(expected), std::move(done), timeout, from_seq);
 }
 
 void Peering::create_internal_import(const std::string& stream, const std::string& node, engine::SchemaPtr expected,

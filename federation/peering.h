@@ -91,7 +91,7 @@ class Peering final : public LinkHandler {
   // --- the API
   using ImportDone = Imports::Done;
   void create_import(const std::string& stream, engine::SchemaPtr expected, ImportDone done,
-                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                     std::chrono::milliseconds timeout = std::chrono::seconds(10), uint64_t from_seq = 0);
   // Reads `stream`, led by node `node` of this node's own domain, into
   // the mirror "@NODE/STREAM" (Imports::create_internal): the transport of
   // an arc between query fragments on two nodes of one domain.

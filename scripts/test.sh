@@ -16,7 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-jobs=$(nproc)
+# One job more than cores: a job linking or writing its objects leaves a
+# core to the others.
+jobs=$(( $(nproc) + 1 ))
+tests=$(nproc)
 
 echo "== include direction between modules"
 scripts/check-includes.py
@@ -26,7 +29,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DENTENTE_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 
 echo "== unit and integration tests"
-ctest --test-dir build --output-on-failure -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$tests"
 
 echo "== NEXMark results check"
 build/bench/nexmark --events 300000 --json
@@ -47,4 +50,4 @@ echo "== unit tests under ASan + UBSan"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DENTENTE_SANITIZE=ON -DENTENTE_BENCH=OFF -DENTENTE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs" --target unit_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs" -L unit
+  ctest --test-dir build-asan --output-on-failure -j"$tests" -L unit

@@ -893,7 +893,8 @@ void NodeImpl::on_hosting(const certs::Identity& peer, const std::string& type, 
 }
 
 std::string NodeImpl::open_hosted_copies(const std::string& key, const std::string& owner_domain,
-                                         const std::vector<std::pair<std::string, engine::SchemaPtr>>& copies) {
+                                         const std::vector<std::pair<std::string, engine::SchemaPtr>>& copies,
+                                         const std::vector<uint64_t>& from) {
   if (copies.empty()) return {};
   {
     std::lock_guard lock(hosted_mu_);
@@ -912,12 +913,18 @@ std::string NodeImpl::open_hosted_copies(const std::string& key, const std::stri
   };
   auto join = std::make_shared<Join>();
   join->left = copies.size();
-  for (const auto& [mirror, schema] : copies) {
-    peering_->create_import(mirror, schema, [join, p, mirror](Result<federation::ImportInfo> r) {
-      std::lock_guard lock(join->mu);
-      if (!r.ok() && join->error.empty()) join->error = "reading " + mirror + ": " + r.error().message;
-      if (--join->left == 0) p->set_value(join->error);
-    });
+  // Each from where the run reads it (its checkpoint's positions): what
+  // comes before is the owner's alone.
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const auto& [mirror, schema] = copies[i];
+    peering_->create_import(
+        mirror, schema,
+        [join, p, mirror](Result<federation::ImportInfo> r) {
+          std::lock_guard lock(join->mu);
+          if (!r.ok() && join->error.empty()) join->error = "reading " + mirror + ": " + r.error().message;
+          if (--join->left == 0) p->set_value(join->error);
+        },
+        std::chrono::seconds(10), i < from.size() ? from[i] : 0);
   }
   std::string error = f.wait_for(kCallWait / 2) == std::future_status::ready
                           ? f.get()
@@ -993,8 +1000,8 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     }
     for (const auto& m : mirrors) (void)peering_->forget_import(m);
   };
-  // The owner's streams it reads: hidden copies, from the first tuple the
-  // owner holds.
+  // The owner's streams it reads: hidden copies, from where the run reads
+  // each (the positions the owner's state gives).
   QueryMeta meta;
   meta.name = runner;
   meta.query = query;
@@ -1017,7 +1024,7 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     meta.start.push_back(state.positions[i]);
     copies.emplace_back(mirror, internal ? engine::internal_stream_schema(*in.schema) : in.schema);
   }
-  if (const std::string error = open_hosted_copies(key, owner.domain, copies); !error.empty()) {
+  if (const std::string error = open_hosted_copies(key, owner.domain, copies, meta.start); !error.empty()) {
     forget();
     return refuse(error);
   }
@@ -1235,6 +1242,17 @@ void NodeImpl::report_hosted_usage() {
 }
 
 // ----------------------------------------------------------------- thread
+
+std::vector<std::shared_ptr<QueryRunner>> NodeImpl::checkpointed_runners() {
+  std::vector<std::shared_ptr<QueryRunner>> runners = list_queries();
+  // A hosted run checkpoints at this node's interval, as a query here
+  // would: each checkpoint reaches the owner's state stream through the
+  // relay, so a take-back replays little.
+  std::lock_guard lock(hosted_mu_);
+  for (const auto& [_, h] : hosting_here_)
+    if (h.runner) runners.push_back(h.runner);
+  return runners;
+}
 
 void NodeImpl::hosted_loop() {
   auto last_check = Clock::now();

@@ -243,6 +243,10 @@ class NodeImpl final : public http::Handler {
                                                         const std::vector<StreamPtr>& outs, StreamPtr state);
   std::shared_ptr<QueryRunner> find_query(const std::string& name) const;
   std::vector<std::shared_ptr<QueryRunner>> list_queries() const;
+  // The queries, and the fragments this node hosts for other domains
+  // (cluster_hosted.cpp): what the maintenance thread checkpoints and
+  // whose state streams it trims.
+  std::vector<std::shared_ptr<QueryRunner>> checkpointed_runners();
   // Queries reading `stream` (for backpressure and delete checks).
   std::vector<std::shared_ptr<QueryRunner>> readers_of(const std::string& stream) const;
 
@@ -616,10 +620,11 @@ class NodeImpl final : public http::Handler {
   // error, empty once all are open.
   std::string open_hosted_relays(const std::vector<std::pair<std::string, std::string>>& relays,
                                  const std::string& where);
-  // The host's hidden copies of the owner's streams (name, schema): the
-  // error, empty once all are open.
+  // The host's hidden copies of the owner's streams (name, schema), each
+  // from its position in `from`: the error, empty once all are open.
   std::string open_hosted_copies(const std::string& key, const std::string& owner_domain,
-                                 const std::vector<std::pair<std::string, engine::SchemaPtr>>& copies);
+                                 const std::vector<std::pair<std::string, engine::SchemaPtr>>& copies,
+                                 const std::vector<uint64_t>& from);
   Result<std::shared_ptr<QueryRunner>> start_hosted_runner(const std::string& key, const std::string& owner_domain,
                                                            const QueryMeta& meta, const std::vector<StreamPtr>& ins,
                                                            const std::vector<StreamPtr>& outs,
