@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "engine/detail/network_def.h"
@@ -113,7 +114,27 @@ struct Shape {
   std::vector<uint32_t> boxes;         // the fragment's boxes (topological)
   std::pair<uint32_t, uint32_t> entry; // (box, input port) fed from outside
   std::pair<uint32_t, uint32_t> exit;  // (box, output port) read outside
+  // The keyed aggregate's `top`, if any: each part keeps its own best
+  // groups of a window, and the merge ranks them again all together.
+  const rapidjson::Value* top = nullptr;
 };
+
+// The field the keyed aggregate's `top` ranks by, if it has one.
+std::optional<std::string> shape_top_by(const Shape& s) {
+  if (s.top == nullptr || !s.top->IsObject() || !s.top->HasMember("by") || !(*s.top)["by"].IsString())
+    return std::nullopt;
+  return std::string((*s.top)["by"].GetString());
+}
+
+// True if map options `o` give field `key` as it came (`"expr": key`).
+bool hands_on(const rapidjson::Value& o, const std::string& key) {
+  if (!o.HasMember("fields") || !o["fields"].IsArray()) return false;
+  for (const auto& f : o["fields"].GetArray())
+    if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == key &&
+        f.HasMember("expr") && f["expr"].IsString())
+      return trimmed(f["expr"].GetString()) == key;
+  return false;
+}
 
 // Checks that the fragment can be split by its keyed box's key (the
 // reasons in splits.h). Every problem goes to `diag`.
@@ -148,11 +169,6 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
                  "aggregate " + quote(box.id) + " has no group_by: its state is one global group, not keyed");
       continue;
     }
-    if (o.HasMember("top")) {
-      diag.error(path(b) + ".options.top", "aggregate " + quote(box.id) + " ranks all groups of a window together "
-                                           "(top): each part would keep its own best groups");
-      continue;
-    }
     if (o.HasMember("timeout")) {
       diag.error(path(b) + ".options.timeout", "aggregate " + quote(box.id) + " has a time-out: what it emits "
                                                "depends on processing time, so parts would not emit the same rows");
@@ -170,6 +186,7 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
       continue;
     }
     s.keyed = int(b);
+    if (o.HasMember("top")) s.top = &o["top"];
   }
   if (diag.size() > 0) return s;
   if (s.keyed < 0) {
@@ -229,13 +246,7 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
       for (const auto& k : (*def.boxes[keyed].options)["group_by"].GetArray()) {
         if (!k.IsString()) continue;
         const std::string key = k.GetString();
-        bool same = false;
-        if (o.HasMember("fields") && o["fields"].IsArray())
-          for (const auto& f : o["fields"].GetArray())
-            if (f.IsObject() && f.HasMember("name") && f["name"].IsString() && f["name"].GetString() == key &&
-                f.HasMember("expr") && f["expr"].IsString())
-              same = trimmed(f["expr"].GetString()) == key;
-        if (!same)
+        if (!hands_on(o, key))
           diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
                                   " and does not hand its key field " + quote(key) + " on as it is (\"expr\": " +
                                   quote(key) + "): the router hashes the fragment's input");
@@ -246,6 +257,15 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
                               "key on may come before it");
     } else if (after[b] && type != "filter" && type != "map") {
       diag.error(path(b), "box " + name(b) + " comes after the keyed aggregate: only filters and maps may");
+    } else if (after[b] && shape_top_by(s) && type == "filter") {
+      diag.error(path(b), "box " + name(b) + " comes after the keyed aggregate " + quote(def.boxes[keyed].id) +
+                              ", which has top: the merge ranks the parts' rows again, and would rank what the "
+                              "filter left rather than what the aggregate emitted");
+    } else if (after[b] && shape_top_by(s) && type == "map" && !hands_on(o, *shape_top_by(s))) {
+      diag.error(path(b), "map " + quote(def.boxes[b].id) + " after the keyed aggregate " +
+                              quote(def.boxes[keyed].id) + " does not hand the field its top ranks by, " +
+                              quote(*shape_top_by(s)) + ", on as it is (\"expr\": " + quote(*shape_top_by(s)) +
+                              "): the merge ranks the parts' rows again by it");
     } else if (after[b] && type == "map" && o.HasMember("event_time")) {
       diag.error(path(b) + ".options.event_time", "map " + quote(def.boxes[b].id) + " after the keyed aggregate "
                                                   "gives its rows new event times, by which the merge would order "
@@ -307,9 +327,11 @@ std::string rewritten_document(const NetworkDef& def, const Shape& shape, const 
     }
   {
     rapidjson::Value merge(rapidjson::kObjectType);
+    rapidjson::Value options(rapidjson::kObjectType);
+    if (shape.top != nullptr) options.AddMember("top", rapidjson::Value(*shape.top, a), a);
     merge.AddMember("id", str_value(out.merge_box, a), a)
         .AddMember("type", "merge", a)
-        .AddMember("options", rapidjson::Value(rapidjson::kObjectType), a)
+        .AddMember("options", options, a)
         .AddMember("description", str_value("recombines fragment " + out.fragment + "'s parts in order", a), a);
     boxes.PushBack(merge, a);
   }

@@ -68,9 +68,13 @@ struct FragmentSplit {
 // ("$.parts[1].range", "$.boxes[2]") and naming the box:
 //   - a fragment whose state is not keyed: no aggregate with a group_by,
 //     a box that keeps state not partitioned by key (bsort, union, merge,
-//     split, a join: two inputs), an aggregate with `top` (it ranks all
-//     groups of a window together), a time-out (its output depends on
+//     split, a join: two inputs), a time-out (its output depends on
 //     processing time) or count windows (they emit in arrival order);
+//   - an aggregate with `top` followed by a filter, or by a map that does
+//     not hand the ranked field on as it is: each part keeps its own best
+//     groups of a window and the merge (union with the same `top`) ranks
+//     them again, which needs the aggregate's rows and ranked field as
+//     they were;
 //   - a fragment the router cannot feed: more than one keyed box, before
 //     the keyed box a box other than a filter or a map handing each key
 //     field on as it is ({"name": K, "expr": K}: the router hashes the

@@ -85,15 +85,14 @@
 // count of tuples in (GET /v1/queries/{name}): both parts must have
 // worked. The rows must still equal the engine-only rows one by one. The
 // JSON line adds "split" and "merge": their answers (pause_ms, total_ms),
-// the chunk each was asked at, and the parts' tuples. The split refuses
-// q5 itself (its aggregate ranks the groups of a window together, `top`:
-// each part would keep its own best auction) and q8 (its stateful box is
-// a join of two inputs); for those the bench still asks, and the line
-// says "split":{"refused":STATUS,"problem":ANSWER} and no merge. The query
-// `q5count` is q5 without that `top`: every auction's sliding count, the
-// keyed stage q5 ranks; placed whole on the third node, the leader of bids
-// (its one fragment `all`: boxes counts and hot), it is what the split
-// takes.
+// the chunk each was asked at, and the parts' tuples. q5 is placed whole
+// on the third node, the leader of bids (its one fragment `all`: boxes
+// counts and hot): each part's aggregate keeps its own best auctions of a
+// window (`top`) and the merge ranks them again. The split refuses q8 (its
+// stateful box is a join of two inputs); the bench still asks, and the
+// line says "split":{"refused":STATUS,"problem":ANSWER} and no merge. The
+// query `q5count` is q5 without its `top`: every auction's sliding count,
+// placed as q5.
 // A split or merge answered otherwise than 200 or 409 fails the run, and
 // so does a refused merge.
 //
@@ -403,8 +402,16 @@ struct Query {
 // stream is on the node that leads it (stream s on node s, the server
 // refuses anything else with 409); the others spread the work over the
 // nodes the figure is about.
-Status plan_cut(Query& q) {
-  if (q.name == "q5") {
+Status plan_cut(Query& q, bool split) {
+  if (q.name == "q5" && split) {
+    // Whole on the leader of bids (its one fragment `all`), as q5count:
+    // the split takes only a fragment that writes the query's outputs.
+    // Its parts keep each its own best auctions of a window, the merge
+    // ranks them again (docs/cluster.md, "Splitting a fragment").
+    q.cut = {{"all", {"counts", "hot"}, kBids}};
+    q.splittable = "all";
+    q.keyed_box = "counts";
+  } else if (q.name == "q5") {
     q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
     q.movable = "hot";
     q.splittable = "counts";
@@ -1510,7 +1517,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (a.cut) {
-      if (Status s = plan_cut(*q); !s.ok()) {
+      if (Status s = plan_cut(*q, a.split || a.split_throughput); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
         return 2;
       }

@@ -1,7 +1,10 @@
 // Merge: recombines the outputs of a split box (docs/boxes.md#merge), as a
 // deterministic union or by combining partial aggregates.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "engine/boxes/detail_stateless_ordered.h"
 
@@ -10,6 +13,8 @@ namespace entente::engine::boxes {
 namespace {
 
 inline constexpr size_t kMaxMergeInputs = 1024;
+// `top.k` at most this, as the aggregate's `top`.
+inline constexpr int64_t kMaxMergeTopK = int64_t{1} << 20;
 
 enum class CombineFn : uint8_t { sum, min, max, first, last };
 
@@ -228,6 +233,101 @@ class PartialCombiner final : public RunCombiner {
   EventTime time_ = kMinTime;
 };
 
+// Union with `top`: keeps, of the rows of each event time, those with
+// fewer than `k` rows of that time ranked strictly above them by field
+// `by` (SQL RANK() <= k), in release order. After a hash split of an
+// aggregate with `top`, each part keeps its own best groups of a window
+// (a superset of the window's best, since a group beaten by fewer than k
+// groups in all is beaten by fewer than k in its part); this ranks them
+// again all together, as the unsplit aggregate did. The rows of one window
+// share its event time (end - 1), and all rows of one event time come in
+// one release step.
+class TopRanker final : public RunCombiner {
+ public:
+  TopRanker(SchemaPtr schema, size_t by, int64_t k, bool asc)
+      : schema_(std::move(schema)), by_(by), k_(static_cast<size_t>(k)), asc_(asc), builder_(schema_) {}
+
+  void add(size_t /*input*/, const Batch& run) override {
+    if (run.empty()) return;
+    const auto part = static_cast<uint32_t>(parts_.size());
+    parts_.push_back(run);
+    for (size_t r = 0; r < run.rows(); ++r) {
+      const EventTime t = run.event_time[r];
+      if (!refs_.empty() && t != time_) flush_time();
+      time_ = t;
+      refs_.push_back({part, static_cast<uint32_t>(r)});
+    }
+  }
+
+  Batch finish() override {
+    flush_time();
+    parts_.clear();
+    return builder_.finish();
+  }
+
+ private:
+  struct Ref {
+    uint32_t part = 0;
+    uint32_t row = 0;
+  };
+
+  const Column& col(Ref ref) const { return parts_[ref.part].column(by_); }
+
+  // True if row `x` ranks strictly above row `y`. NaN ranks below every
+  // number in both orders, as in the aggregate's `top`.
+  bool better(Ref x, Ref y) const {
+    const Column& cx = col(x);
+    const Column& cy = col(y);
+    switch (cx.type) {
+      case Type::Double: {
+        const double dx = cx.doubles[x.row], dy = cy.doubles[y.row];
+        if (std::isnan(dx) || std::isnan(dy)) return !std::isnan(dx) && std::isnan(dy);
+        return asc_ ? dx < dy : dx > dy;
+      }
+      case Type::Bool: return asc_ ? cx.bools[x.row] < cy.bools[y.row] : cx.bools[x.row] > cy.bools[y.row];
+      case Type::String: return false;  // refused by make_merge
+      case Type::Int64:
+      case Type::Timestamp: break;
+    }
+    return asc_ ? cx.ints[x.row] < cy.ints[y.row] : cx.ints[x.row] > cy.ints[y.row];
+  }
+
+  void flush_time() {
+    if (refs_.empty()) return;
+    Ref kth = refs_[0];
+    if (refs_.size() > k_) {
+      if (k_ == 1) {
+        for (const Ref& r : refs_)
+          if (better(r, kth)) kth = r;
+      } else {
+        ranked_ = refs_;
+        const auto nth = ranked_.begin() + static_cast<ptrdiff_t>(k_ - 1);
+        std::nth_element(ranked_.begin(), nth, ranked_.end(), [this](Ref x, Ref y) { return better(x, y); });
+        kth = *nth;
+      }
+    }
+    const bool all = refs_.size() <= k_;
+    const size_t nf = schema_->size();
+    for (const Ref& r : refs_) {
+      if (!all && better(kth, r)) continue;
+      for (size_t f = 0; f < nf; ++f) builder_.column(f).append_from(parts_[r.part].column(f), r.row);
+      builder_.event_time().push_back(time_);
+      builder_.seq().push_back(0);
+    }
+    refs_.clear();
+  }
+
+  SchemaPtr schema_;
+  size_t by_;
+  size_t k_;
+  bool asc_;
+  BatchBuilder builder_;
+  std::vector<Batch> parts_;  // the runs of the current release step
+  std::vector<Ref> refs_;     // the rows of the current event time, in release order
+  std::vector<Ref> ranked_;   // flush_time() scratch
+  EventTime time_ = kMinTime;
+};
+
 }  // namespace
 
 std::unique_ptr<Box> make_merge(const rapidjson::Value& options, const BoxBuildContext& ctx) {
@@ -242,6 +342,34 @@ std::unique_ptr<Box> make_merge(const rapidjson::Value& options, const BoxBuildC
 
   std::vector<size_t> keys;
   std::vector<std::pair<size_t, CombineFn>> aggs;
+  // Union's `top`: the ranked field, k, ascending.
+  std::optional<std::tuple<size_t, int64_t, bool>> top;
+  if (const rapidjson::Value* t = r.value("top", detail::Need::optional); t != nullptr) {
+    const std::string tpath = r.path_of("top");
+    detail::OptionReader tr(t, tpath, diag);
+    auto by = tr.string("by", detail::Need::required);
+    auto k = tr.int64("k", detail::Need::optional, 1, kMaxMergeTopK);
+    auto order = tr.choice("order", detail::Need::optional, {"desc", "asc"});
+    tr.finish();
+    if (!tr.ok() || !by) {
+      good = false;
+    } else if (combine) {
+      diag.error(tpath, "'top' applies only to mode \"union\"");
+      good = false;
+    } else if (inputs_ok) {
+      const Schema& in = *ctx.inputs[0];
+      auto idx = in.index_of(*by);
+      if (!idx) {
+        diag.error(tpath + ".by", "unknown field '" + *by + "'; input has (" + in.to_string() + ")");
+        good = false;
+      } else if (in.field(*idx).type == Type::String) {
+        diag.error(tpath + ".by", "top ranks by an int64, double, bool or timestamp field; '" + *by + "' is a string");
+        good = false;
+      } else {
+        top.emplace(*idx, k.value_or(1), order.value_or("desc") == "asc");
+      }
+    }
+  }
   if (!combine) {
     for (std::string_view k : {"group_by", "aggregates"}) {
       if (r.value(k, detail::Need::optional) != nullptr) {
@@ -308,6 +436,8 @@ std::unique_ptr<Box> make_merge(const rapidjson::Value& options, const BoxBuildC
   if (!good || !r.ok()) return nullptr;
   std::unique_ptr<RunCombiner> combiner;
   if (combine) combiner = std::make_unique<PartialCombiner>(ctx.inputs[0], std::move(keys), std::move(aggs));
+  else if (top)
+    combiner = std::make_unique<TopRanker>(ctx.inputs[0], std::get<0>(*top), std::get<1>(*top), std::get<2>(*top));
   return make_ordered_box("merge", SnapshotTag::merge, ctx.inputs, std::move(combiner));
 }
 

@@ -10,9 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/codec.h"
@@ -43,6 +45,30 @@ const char* kQ5 = R"({
 })";
 
 const std::vector<FragmentSpec> kPlacement = {{"pre", "n1", {"keep"}}, {"agg", "n2", {"counts", "shape", "cents"}}};
+
+// NEXMark q5's shape: the aggregate keeps per window only the auctions
+// with the most bids (`top`, RANK() <= k: ties stay), a map after it.
+std::string top_query(int k) {
+  return R"({
+  "name": "q5",
+  "inputs": [{"name": "bids", "schema": [{"name": "auction", "type": "int64"}, {"name": "price", "type": "int64"},
+                                        {"name": "date_time", "type": "timestamp"}],
+              "event_time": "date_time", "watermark_lag": "200ms"}],
+  "boxes": [
+    {"id": "keep", "type": "filter", "options": {"predicates": ["price > 10"], "drop_unmatched": true}},
+    {"id": "counts", "type": "aggregate", "options": {"group_by": ["auction"],
+        "window": {"type": "sliding", "size": "2s", "slide": "500ms"},
+        "aggregates": [{"fn": "count", "as": "n"}, {"fn": "max", "field": "price", "as": "top"}],
+        "top": {"by": "n", "k": )" + std::to_string(k) + R"(}}},
+    {"id": "cents", "type": "map", "options": {"fields": [{"name": "auction", "expr": "auction"},
+        {"name": "n", "expr": "n"}, {"name": "top_cents", "expr": "top * 100"}]}}
+  ],
+  "arcs": [{"from": "bids", "to": "keep"}, {"from": "keep", "to": "counts"}, {"from": "counts", "to": "cents"}],
+  "outputs": [{"name": "out", "from": "cents"}]
+})";
+}
+
+const std::vector<FragmentSpec> kTopPlacement = {{"pre", "n1", {"keep"}}, {"agg", "n2", {"counts", "cents"}}};
 
 QueryNetwork parse_ok(const std::string& json) {
   Diagnostics diag;
@@ -247,9 +273,9 @@ Midstream run_to_middle(const QueryNetwork& net, const QueryCut& cut, const std:
 // Runs the split from the middle: router and parts restored from the
 // unsplit fragment's snapshot, fed the rest of its input; the merge's rows.
 std::vector<std::string> run_split(const QueryNetwork& net, const FragmentSplit& split, const Midstream& m,
-                                   size_t at) {
+                                   size_t at, const std::vector<FragmentSpec>& placement = kPlacement) {
   const QueryCut cut = cut_ok(split.network, split.placement);
-  const QueryCut unsplit = cut_ok(net, kPlacement);
+  const QueryCut unsplit = cut_ok(net, placement);
   const QueryNetwork& agg_net = plan_of(unsplit, "agg").network;
   Stage router(plan_of(cut, split.router_fragment));
   auto rs = carry_snapshot(agg_net, m.snapshot, plan_of(cut, split.router_fragment).network, {}, nullptr);
@@ -282,9 +308,10 @@ std::vector<std::string> run_split(const QueryNetwork& net, const FragmentSplit&
 // router's input clock, runs the rest. The rows of the merge, then of the
 // fragment.
 std::vector<std::string> run_split_and_merge(const QueryNetwork& net, const FragmentSplit& split, const Midstream& m,
-                                             size_t at, size_t back) {
+                                             size_t at, size_t back,
+                                             const std::vector<FragmentSpec>& placement = kPlacement) {
   const QueryCut cut = cut_ok(split.network, split.placement);
-  const QueryCut unsplit = cut_ok(net, kPlacement);
+  const QueryCut unsplit = cut_ok(net, placement);
   const FragmentPlan& agg = plan_of(unsplit, "agg");
   const FragmentPlan& router_plan = plan_of(cut, split.router_fragment);
   Stage router(router_plan);
@@ -397,6 +424,89 @@ TEST(SplitFragment, MergedBackMidstreamTheOutputIsStillTheWholeQuerys) {
       for (size_t r = 0; r < got.size(); ++r)
         ASSERT_EQ(got[r], m.whole[r]) << "row " << r << ", split at " << at << ", merged at " << back;
     }
+  }
+}
+
+// q5's shape: each part keeps its own best auctions of a window, the
+// merge ranks them again; ties (k = 1 keeps every auction tied at the
+// most bids) and k > 1 alike.
+TEST(SplitFragment, AnAggregateWithTopSplitAndMergedBackMidstreamGivesTheWholeQuerysRows) {
+  const auto bids = make_bids(120, 50);
+  for (int k : {1, 3}) {
+    const std::string json = top_query(k);
+    const QueryNetwork net = parse_ok(json);
+    const QueryCut cut = cut_ok(net, kTopPlacement);
+    for (size_t at : {size_t{0}, size_t{9}, size_t{23}}) {
+      const Midstream m = run_to_middle(net, cut, bids, at);
+      ASSERT_GT(m.whole.size(), k == 1 ? 150u : 500u);  // 115 windows
+      for (const auto& parts : std::vector<std::vector<SplitPartSpec>>{
+               equal_split_parts({"n2", "n3"}), {{"n1", {0, 5}}, {"n2", {5, 100}}, {"n3", {100, 128}}}}) {
+        const FragmentSplit split = split_ok(json, kTopPlacement, "agg", parts);
+        EXPECT_NE(split.network_json.find(R"("type":"merge","options":{"top":{"by":"n","k":)" + std::to_string(k)),
+                  std::string::npos)
+            << split.network_json;
+        std::vector<std::string> got = m.before;
+        const auto after = run_split(net, split, m, at, kTopPlacement);
+        got.insert(got.end(), after.begin(), after.end());
+        ASSERT_EQ(got, m.whole) << "k " << k << ", split at record " << at << " into " << parts.size();
+        got = m.before;
+        const auto merged = run_split_and_merge(net, split, m, at, at + 11, kTopPlacement);
+        got.insert(got.end(), merged.begin(), merged.end());
+        ASSERT_EQ(got, m.whole) << "k " << k << ", split at " << at << ", merged at " << at + 11;
+      }
+    }
+  }
+}
+
+// The merge's `top` itself: per event time, RANK() <= k over all inputs,
+// in release order.
+TEST(MergeTop, KeepsPerEventTimeTheRowsRankedAmongTheBestKOfAllInputs) {
+  const std::string json = R"({
+  "name": "m",
+  "inputs": [{"name": "a", "schema": [{"name": "id", "type": "int64"}, {"name": "v", "type": "double"},
+                                     {"name": "t", "type": "timestamp"}], "event_time": "t"},
+             {"name": "b", "schema": [{"name": "id", "type": "int64"}, {"name": "v", "type": "double"},
+                                     {"name": "t", "type": "timestamp"}], "event_time": "t"}],
+  "boxes": [{"id": "m", "type": "merge", "options": {"top": {"by": "v", "k": 2}}}],
+  "arcs": [{"from": "a", "to": "m.0"}, {"from": "b", "to": "m.1"}],
+  "outputs": [{"name": "out", "from": "m"}]
+})";
+  const QueryNetwork net = parse_ok(json);
+  std::vector<std::string> rows;
+  auto ex = Executor::create(net, [&](size_t, const Batch& b) {
+    for (size_t r = 0; r < b.rows(); ++r)
+      rows.push_back(std::to_string(b.event_time[r]) + ":" + std::to_string(b.columns[0]->ints[r]));
+  });
+  ASSERT_TRUE(ex.ok());
+  auto schema = make_schema({{"id", Type::Int64}, {"v", Type::Double}, {"t", Type::Timestamp}});
+  auto batch = [&](std::vector<std::tuple<int64_t, double, int64_t>> rs) {
+    BatchBuilder bb(schema);
+    for (auto [id, v, t] : rs) {
+      bb.column(0).ints.push_back(id);
+      bb.column(1).doubles.push_back(v);
+      bb.column(2).ints.push_back(t);
+      bb.event_time().push_back(t);
+      bb.seq().push_back(0);
+    }
+    return bb.finish();
+  };
+  const double nan = std::nan("");
+  // t=10: a has 5, 9, NaN; b has 9, 7: the best two are 9 and 9 (ids 2,
+  // 11); 7 has two above it. t=20: a has NaN alone, b has 1: 1 and NaN
+  // (fewer than 2 above each).
+  (*ex)->push(0, batch({{1, 5, 10}, {2, 9, 10}, {3, nan, 10}, {4, nan, 20}}));
+  (*ex)->push(1, batch({{11, 9, 10}, {12, 7, 10}, {13, 1, 20}}));
+  (*ex)->finish();
+  EXPECT_EQ(rows, (std::vector<std::string>{"10:2", "10:11", "20:4", "20:13"}));
+  // Refused: a string field, an unknown one, with combine.
+  for (const auto& [from, to, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"("by": "v")", R"("by": "w")", "$.boxes[0].options.top.by: unknown field 'w'"},
+           {R"("top")", R"("mode": "combine", "aggregates": [{"field": "v", "fn": "sum"}], "top")",
+            "$.boxes[0].options.top: 'top' applies only to mode \"union\""}}) {
+    Diagnostics diag;
+    auto bad = QueryNetwork::parse(with_box(json, from, to), diag);
+    EXPECT_FALSE(bad.ok());
+    EXPECT_NE(diag.to_string().find(says), std::string::npos) << diag.to_string();
   }
 }
 
@@ -524,8 +634,18 @@ TEST(SplitFragment, RefusesWithTheReasonAndTheBox) {
                    "not keyed"),
             std::string::npos)
       << e;
+  // With top, a filter after it (the merge would rank what it left), a map
+  // that does not hand the ranked field on.
   e = refusal(with_box(kQ5, keyed, keyed + R"("top": {"by": "n"},)"), kPlacement, "agg", two);
-  EXPECT_NE(e.find("$.boxes[1].options.top: aggregate 'counts' ranks all groups"), std::string::npos) << e;
+  EXPECT_NE(e.find("$.boxes[2]: box 'shape' (filter) comes after the keyed aggregate 'counts', which has top"),
+            std::string::npos)
+      << e;
+  e = refusal(with_box(top_query(1), R"({"name": "n", "expr": "n"})", R"({"name": "n", "expr": "n + 1"})"),
+              kTopPlacement, "agg", two);
+  EXPECT_NE(e.find("$.boxes[2]: map 'cents' after the keyed aggregate 'counts' does not hand the field its top "
+                   "ranks by, 'n', on as it is"),
+            std::string::npos)
+      << e;
   e = refusal(with_box(kQ5, keyed, keyed + R"("timeout": "1s",)"), kPlacement, "agg", two);
   EXPECT_NE(e.find("aggregate 'counts' has a time-out"), std::string::npos) << e;
   e = refusal(with_box(kQ5, R"({"type": "sliding", "size": "2s", "slide": "500ms"})",
