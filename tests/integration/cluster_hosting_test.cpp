@@ -17,7 +17,9 @@
 // link, which checks it against its own ledger and admits it, and the
 // fragment runs there (cluster_hosted.cpp): beta's admin cannot see any of
 // it; the contract revoked, acme takes it back; at the end the cut query's
-// output equals the whole one row for row. A second test kills the host.
+// output equals the whole one row for row. The same for NEXMark q5's
+// shape (a sliding count with `top`); other tests kill the host, kill the
+// owner's node, and exceed the contract's maximum load.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -159,18 +161,21 @@ class ClusterHosting : public ::testing::Test {
 
   // bids on n1; the query whole on n1, and cut: a (the filter) on n1, b
   // (map + count) on n2.
-  void deploy() {
+  // `counts_options`: box counts' (the tumbling count, or q5's shape).
+  void deploy(const std::string& counts_options = kCutCountOptions) {
+    counts_every_bid_ = counts_options == kCutCountOptions;
     auto created = acme(1).process().request(
         "POST", "/v1/streams", R"({"name":"bids","node":"n1","schema":)" + std::string(kCutBidSchema) + "}");
     ASSERT_EQ(created.status, 201u) << created.body;
-    auto whole =
-        acme(1).process().request("POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})"));
+    auto whole = acme(1).process().request(
+        "POST", "/v1/queries", cut_count_query("whole", "counts-whole", R"({"node":"n1"})", counts_options));
     ASSERT_EQ(whole.status, 201u) << whole.body;
     auto cut = acme(2).process().request(
         "POST", "/v1/queries",
         cut_count_query("cut", "counts-cut",
                         R"({"fragments":[{"name":"a","node":"n1","boxes":["keep"]},)"
-                        R"({"name":"b","node":"n2","boxes":["cents","counts"]}]})"));
+                        R"({"name":"b","node":"n2","boxes":["cents","counts"]}]})",
+                        counts_options));
     ASSERT_EQ(cut.status, 201u) << cut.body;
     ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").state == "running"; })) << "fragment b does not run";
   }
@@ -189,8 +194,8 @@ class ClusterHosting : public ::testing::Test {
 
   // deploy(), `feeder` started, a contract agreed, and fragment b moved
   // to beta/n1 once it has worked.
-  void host_while_fed(Feeder& feeder) {
-    ASSERT_NO_FATAL_FAILURE(deploy());
+  void host_while_fed(Feeder& feeder, const std::string& counts_options = kCutCountOptions) {
+    ASSERT_NO_FATAL_FAILURE(deploy(counts_options));
     feeder.start();
     const std::string id = agree(hosting_terms(R"(["aggregate","map"])", 1'000'000, 5, seconds_from_now(3600)));
     ASSERT_TRUE(eventually(30.0, [&] { return fragment("b").cpu_ms_per_s > 0; }));
@@ -207,7 +212,8 @@ class ClusterHosting : public ::testing::Test {
   }
 
   // After the feeder stops: the end marker, then the cut query's output is
-  // the whole one's row for row, and counts every bid acknowledged.
+  // the whole one's row for row, and (the tumbling count) counts every bid
+  // acknowledged.
   void expect_output_exact(const Feeder& feeder) {
     ASSERT_GT(feeder.acked(), 0u) << feeder.last_failure();
     const std::string end = R"([{"auction":-1,"price":0,"date_time":1000000000}])";
@@ -219,6 +225,23 @@ class ClusterHosting : public ::testing::Test {
       return status != 429;
     }));
     ASSERT_EQ(status, 200u);
+    if (!counts_every_bid_) {
+      // q5's shape: the end marker closed every window of the bids (its
+      // own stays open); the whole query has written them all once its
+      // output stops growing. Then row for row.
+      int64_t ranked = 0;
+      uint64_t before = 0, now = 0;
+      ASSERT_TRUE(eventually(60.0, [&] {
+        before = now;
+        std::this_thread::sleep_for(1500ms);
+        now = next_seq(acme(1).process(), "counts-whole");
+        return now > 1 && now == before;
+      })) << "the whole query's output keeps growing: " << before << ", " << now;
+      ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(acme(1).process(), acme(2).process(), 1, 90s, ranked));
+      std::printf("%llu ranked rows of %llu bids, the cut query's equal to the whole one's\n",
+                  static_cast<unsigned long long>(now - 1), static_cast<unsigned long long>(feeder.acked()));
+      return;
+    }
     // The whole query has counted every bid (the end marker closed every
     // window), so the comparison below covers them all.
     int64_t whole = 0;
@@ -238,6 +261,7 @@ class ClusterHosting : public ::testing::Test {
     EXPECT_EQ(counted, static_cast<int64_t>(feeder.acked())) << "the counts do not add up to every bid acknowledged";
   }
 
+  bool counts_every_bid_ = true;  // deploy()'s query: the tumbling count, not q5's shape
   std::unique_ptr<EtcdProcess> etcd_;
   Federation fed_;
   FedNode* beta_ = nullptr;
@@ -396,6 +420,26 @@ TEST_F(ClusterHosting, AHostKilledWhileRunningAFragmentGivesItBackWithNothingLos
   std::this_thread::sleep_for(1500ms);  // results flow back
   beta_->process().kill();
   ASSERT_NO_FATAL_FAILURE(expect_back("after its host died"));
+  std::this_thread::sleep_for(1s);
+  feeder.stop();
+  ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));
+}
+
+// NEXMark q5's shape (per sliding window, the auctions with the most
+// bids), its ranking fragment moved to beta mid-stream and taken back when
+// the contract is revoked: the output is the whole query's, row for row.
+TEST_F(ClusterHosting, AFragmentRankingHotAuctionsHostedAndTakenBackOnRevocationKeepsTheOutputExact) {
+  Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
+  ASSERT_NO_FATAL_FAILURE(host_while_fed(feeder, kCutHotOptions));
+  ASSERT_TRUE(eventually(20.0, [&] { return fragment("b").hosted_by == "beta/n1"; }));
+  std::this_thread::sleep_for(1500ms);  // ranked on beta, results flow back
+  const std::string contracts = acme(2).process().request("GET", "/v1/contracts", {}, kReaderToken).body;
+  const size_t at = contracts.find(R"("id":")");
+  ASSERT_NE(at, std::string::npos) << contracts;
+  const std::string id = contracts.substr(at + 6, contracts.find('"', at + 6) - at - 6);
+  auto revoked = act(acme(2), id, "revoke", R"({"version":3,"reason":"audit"})");
+  ASSERT_EQ(revoked.status, 200u) << revoked.body;
+  ASSERT_NO_FATAL_FAILURE(expect_back("after the revocation"));
   std::this_thread::sleep_for(1s);
   feeder.stop();
   ASSERT_NO_FATAL_FAILURE(expect_output_exact(feeder));

@@ -19,17 +19,27 @@ namespace entente::testing {
 inline constexpr const char* kCutBidSchema =
     R"([{"name":"auction","type":"int64"},{"name":"price","type":"int64"},{"name":"date_time","type":"timestamp"}])";
 
+// The options of box `counts`: a 1 s tumbling count per auction.
+inline constexpr const char* kCutCountOptions =
+    R"({"group_by":["auction"],"window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]})";
+
+// NEXMark q5's shape: per sliding window (2 s every 500 ms), only the
+// auctions with the most bids (`top`, ties kept).
+inline constexpr const char* kCutHotOptions =
+    R"({"group_by":["auction"],"window":{"type":"sliding","size":"2s","slide":"500ms"},)"
+    R"("aggregates":[{"fn":"count","as":"n"}],"top":{"by":"n"}})";
+
 // The query named `name` writing `output`, with `placement` as given (none
-// when empty).
-inline std::string cut_count_query(const std::string& name, const std::string& output, const std::string& placement) {
+// when empty), its box `counts` with `counts_options`.
+inline std::string cut_count_query(const std::string& name, const std::string& output, const std::string& placement,
+                                   const std::string& counts_options = kCutCountOptions) {
   return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
          std::string(kCutBidSchema) +
          R"(}],"boxes":[)"
          R"({"id":"keep","type":"filter","options":{"predicates":["price >= 0"],"drop_unmatched":true}},)"
          R"({"id":"cents","type":"map","options":{"fields":[{"name":"auction","expr":"auction"},)"
          R"({"name":"cents","expr":"price * 100"}]}},)"
-         R"({"id":"counts","type":"aggregate","options":{"group_by":["auction"],)"
-         R"("window":{"type":"tumbling","size":"1s"},"aggregates":[{"fn":"count","as":"n"}]}}],)"
+         R"({"id":"counts","type":"aggregate","options":)" + counts_options + R"(}],)"
          R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"cents"},{"from":"cents","to":"counts"}],)"
          R"("outputs":[{"name":")" +
          output + R"(","from":"counts"}])" + (placement.empty() ? std::string() : R"(,"placement":)" + placement) +
