@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <type_traits>
 #include <unordered_map>
 
 #include "engine/hash.h"
@@ -150,6 +152,31 @@ struct AuctionRow {
   int64_t id, seller, reserve;
 };
 
+// The join's order (docs/boxes-windowed.md, "Join"): the rows of one event
+// time by the key group of their join key, else as emitted. `keys` holds
+// each row's key.
+void order_as_join(RefOutput& out, const std::vector<int64_t>& keys) {
+  const size_t n = out.rows();
+  std::vector<uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0u);
+  std::stable_sort(perm.begin(), perm.end(), [&](uint32_t a, uint32_t b) {
+    if (out.event_time[a] != out.event_time[b]) return out.event_time[a] < out.event_time[b];
+    return engine::key_group_of(engine::hash_int(keys[a])) < engine::key_group_of(engine::hash_int(keys[b]));
+  });
+  auto permuted = [&](auto& v) {
+    std::remove_reference_t<decltype(v)> w;
+    w.reserve(n);
+    for (uint32_t k : perm) w.push_back(std::move(v[k]));
+    v = std::move(w);
+  };
+  permuted(out.event_time);
+  for (RefColumn& c : out.columns) {
+    if (c.type == Type::Double) permuted(c.doubles);
+    else if (c.type == Type::String) permuted(c.strs);
+    else permuted(c.ints);
+  }
+}
+
 // q3: local item suggestion. Persons in OR, ID or CA joined with auctions
 // of category 10 on person.id = auction.seller, for auction.date_time -
 // person.date_time in [-10 s, +10 s] (docs/nexmark.md explains why this
@@ -175,6 +202,7 @@ RefOutput q3(const Events& ev) {
   }
   RefOutput out = make_output(
       {{"name", Type::String}, {"city", Type::String}, {"state", Type::String}, {"auction_id", Type::Int64}});
+  std::vector<int64_t> keys;  // each row's person id, the join key
   auto& c = out.columns;
   auto emit = [&](const PersonRow& p, const AuctionRow& a, EventTime t) {
     c[0].strs.push_back(p.name);
@@ -182,6 +210,7 @@ RefOutput q3(const Events& ev) {
     c[2].strs.push_back(p.state);
     c[3].ints.push_back(a.id);
     out.event_time.push_back(t);
+    keys.push_back(p.id);
   };
   std::unordered_map<int64_t, std::vector<uint32_t>> person_by_id, auctions_by_seller;
   merge_in_join_order(
@@ -200,6 +229,7 @@ RefOutput q3(const Events& ev) {
             if (a.t - persons[i].t <= kUpper) emit(persons[i], a, a.t);
         auctions_by_seller[a.seller].push_back(static_cast<uint32_t>(j));
       });
+  order_as_join(out, keys);
   return out;
 }
 
@@ -222,12 +252,14 @@ RefOutput q8(const Events& ev) {
           {a.event_time[i], a.column(kAId).ints[i], a.column(kASeller).ints[i], a.column(kAReserve).ints[i]});
   }
   RefOutput out = make_output({{"id", Type::Int64}, {"name", Type::String}, {"reserve", Type::Int64}});
+  std::vector<int64_t> keys;  // each row's person id, the join key
   auto& c = out.columns;
   auto emit = [&](const PersonRow& p, const AuctionRow& a, EventTime t) {
     c[0].ints.push_back(p.id);
     c[1].strs.push_back(p.name);
     c[2].ints.push_back(a.reserve);
     out.event_time.push_back(t);
+    keys.push_back(p.id);
   };
   auto window = [](EventTime t) { return t / kWindow; };  // event times are positive
   // Only the current window's rows can match: forget the rest when it ends.
@@ -255,6 +287,7 @@ RefOutput q8(const Events& ev) {
           for (uint32_t i : it->second) emit(persons[i], a, a.t);
         auctions_by_seller[a.seller].push_back(static_cast<uint32_t>(j));
       });
+  order_as_join(out, keys);
   return out;
 }
 

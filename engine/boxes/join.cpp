@@ -298,6 +298,7 @@ class JoinBox final : public BoxBase {
         if (!hit) continue;
         pair_other.push_back(id);
         out_times_.push_back(std::max(u, t));
+        out_groups_.push_back(key_group_of(h));
       }
       // Oldest match first.
       std::reverse(pair_other.begin() + static_cast<ptrdiff_t>(mark), pair_other.end());
@@ -332,8 +333,64 @@ class JoinBox final : public BoxBase {
     else dst.gather_from(sides_[1].cols[j - nl], right);
   }
 
+  // Orders the pairs of the release step by event time, then key group,
+  // then as found (docs/boxes-windowed.md, "Join"): the order a split of
+  // the join into key-group ranges, recombined by a merge, gives too.
+  // Times are already in order, and most runs of one time are short and
+  // in order: each is checked, and sorted in place only if it is not.
+  void order_by_key_group() {
+    const size_t n = out_times_.size();
+    for (size_t run = 0; run < n;) {
+      size_t end = run + 1;
+      bool ordered = true;
+      for (; end < n && out_times_[end] == out_times_[run]; ++end)
+        ordered = ordered && out_groups_[end] >= out_groups_[end - 1];
+      if (!ordered) sort_run(run, end);
+      run = end;
+    }
+    out_groups_.clear();
+  }
+
+  // Stable sort of pairs [b, e) (one event time) by key group: insertion
+  // for short runs, counting over the 128 groups for long ones.
+  void sort_run(size_t b, size_t e) {
+    uint32_t* g = out_groups_.data();
+    uint32_t* l = pairs_[0].data();
+    uint32_t* r = pairs_[1].data();
+    if (e - b <= 32) {
+      for (size_t i = b + 1; i < e; ++i) {
+        const uint32_t gi = g[i], li = l[i], ri = r[i];
+        size_t j = i;
+        for (; j > b && g[j - 1] > gi; --j) {
+          g[j] = g[j - 1];
+          l[j] = l[j - 1];
+          r[j] = r[j - 1];
+        }
+        g[j] = gi;
+        l[j] = li;
+        r[j] = ri;
+      }
+      return;
+    }
+    uint32_t start[kKeyGroups + 1] = {};
+    for (size_t i = b; i < e; ++i) ++start[g[i] + 1];
+    for (uint32_t k = 0; k < kKeyGroups; ++k) start[k + 1] += start[k];
+    scratch_.resize(2 * (e - b));
+    for (size_t i = b; i < e; ++i) {
+      const uint32_t at = start[g[i]]++;
+      scratch_[2 * at] = l[i];
+      scratch_[2 * at + 1] = r[i];
+    }
+    for (size_t k = 0; k < e - b; ++k) {
+      l[b + k] = scratch_[2 * k];
+      r[b + k] = scratch_[2 * k + 1];
+    }
+    // (The groups are not read again: order_by_key_group clears them.)
+  }
+
   void flush(Emitter& out) {
     if (out_times_.empty()) return;
+    order_by_key_group();
     std::span<const uint32_t> left(pairs_[0]), right(pairs_[1]);
     std::vector<EventTime> times = std::move(out_times_);
     out_times_.clear();
@@ -414,6 +471,8 @@ class JoinBox final : public BoxBase {
   std::vector<uint32_t> pairs_[2];
   std::vector<uint32_t> sel_;
   std::vector<EventTime> out_times_;
+  std::vector<uint32_t> out_groups_;  // the key group of each pair
+  std::vector<uint32_t> scratch_;     // sort_run()'s
   bool int_key_ = false;
   // window_start()'s last answer: [win_lo_, win_lo_ + size) holds the last
   // time asked about (empty before the first).

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/hash.h"
 #include "engine/boxes/boxes.h"
 #include "rapidjson/document.h"
 
@@ -128,13 +129,18 @@ struct P {
   EventTime t;
 };
 
-// All pairs, ordered by (max time, then the later row's (time, input,
-// arrival), then the earlier row's arrival): what the box promises.
+// All pairs, ordered by (max time, the key's group, then the later row's
+// (input, arrival), then the earlier row's arrival): what the box
+// promises. Keys are ids, or "key<id>" strings with `string_keys`.
 std::vector<std::vector<Value>> reference(const std::vector<P>& left, const std::vector<P>& right, bool interval,
-                                          int64_t size, int64_t lower, int64_t upper) {
+                                          int64_t size, int64_t lower, int64_t upper, bool string_keys = false) {
+  auto group_of = [&](int64_t id) {
+    return key_group_of(string_keys ? hash_bytes("key" + std::to_string(id)) : hash_int(id));
+  };
   auto fdiv = [](int64_t a, int64_t b) { return a / b - ((a % b != 0 && a < 0) ? 1 : 0); };
   struct Pair {
     EventTime later_t;
+    uint32_t group;
     int later_input;
     size_t later_idx, earlier_idx;
     std::vector<Value> row;
@@ -149,13 +155,13 @@ std::vector<std::vector<Value>> reference(const std::vector<P>& left, const std:
       if (!ok) continue;
       // Left precedes right on equal times.
       const bool right_later = r.t >= l.t;
-      Pair p{std::max(l.t, r.t), right_later ? 1 : 0, right_later ? j : i, right_later ? i : j,
+      Pair p{std::max(l.t, r.t), group_of(l.id), right_later ? 1 : 0, right_later ? j : i, right_later ? i : j,
              {l.id, int64_t(i), int64_t(j), std::max(l.t, r.t)}};
       pairs.push_back(p);
     }
   std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) {
-    return std::tie(a.later_t, a.later_input, a.later_idx, a.earlier_idx) <
-           std::tie(b.later_t, b.later_input, b.later_idx, b.earlier_idx);
+    return std::tie(a.later_t, a.group, a.later_input, a.later_idx, a.earlier_idx) <
+           std::tie(b.later_t, b.group, b.later_input, b.later_idx, b.earlier_idx);
   });
   std::vector<std::vector<Value>> out;
   for (auto& p : pairs) out.push_back(p.row);
@@ -235,7 +241,7 @@ TEST(Join, StringKeysWithPredicateAndProjectionMatchBruteForce) {
     }
     // Keep the pairs whose arrival indexes have an even sum; output (ri, k, li, time).
     std::vector<std::vector<Value>> want;
-    for (auto& row : reference(side[0], side[1], interval, 8, -5, 9)) {
+    for (auto& row : reference(side[0], side[1], interval, 8, -5, 9, true)) {
       const int64_t li = std::get<int64_t>(row[1]), ri = std::get<int64_t>(row[2]);
       if ((li + ri) % 2 != 0) continue;
       want.push_back({row[2], "key" + std::to_string(std::get<int64_t>(row[0])), row[1], row[3]});
