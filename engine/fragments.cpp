@@ -348,7 +348,8 @@ std::vector<bool> assign_boxes(Placement& p, Diagnostics& diag) {
 
 // Reports each fragment whose boxes are not connected by the arcs between
 // them (ignoring their direction). Returns the arcs between fragments.
-EdgeMatrix check_connected(const Placement& p, const std::vector<bool>& box_problem, Diagnostics& diag) {
+EdgeMatrix check_connected(const Placement& p, const std::vector<bool>& box_problem, bool connected,
+                           Diagnostics& diag) {
   const auto& specs = p.specs;
   const size_t n = specs.size();
   DisjointSets sets(p.def.boxes.size());
@@ -369,7 +370,7 @@ EdgeMatrix check_connected(const Placement& p, const std::vector<bool>& box_prob
       if (!groups.count(root)) roots.push_back(root);
       groups[root].push_back(id);
     }
-    if (roots.size() < 2) continue;
+    if (roots.size() < 2 || !connected) continue;
     std::string msg = "fragment " + quote(specs[i].name) + " is not connected: its boxes form " +
                       std::to_string(roots.size()) + " groups with no arc between them:";
     for (size_t g = 0; g < roots.size(); ++g) msg += (g ? ", [" : " [") + join(groups[roots[g]], ", ") + "]";
@@ -638,7 +639,8 @@ Result<std::vector<FragmentSpec>> read_fragment_specs(std::string_view query_doc
   return read_fragment_specs((*placement)["fragments"], diag);
 }
 
-Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSpec>& specs, Diagnostics& diag) {
+Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSpec>& specs, Diagnostics& diag,
+                           bool connected) {
   if (net.def() == nullptr) return make_error(Errc::invalid_argument, "cut_query: empty query network");
   const NetworkDef& def = *net.def();
   const size_t first = diag.size();
@@ -655,7 +657,7 @@ Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSp
   // The placement itself; the fragments must form a pipeline.
   check_names(def, specs, diag);
   const std::vector<bool> box_problem = assign_boxes(p, diag);
-  const EdgeMatrix edge = check_connected(p, box_problem, diag);
+  const EdgeMatrix edge = check_connected(p, box_problem, connected, diag);
   report_cycles(specs, edge, diag);
   if (diag.size() != first) return summary(def.name, diag, first);
 

@@ -78,8 +78,11 @@ Result<std::vector<FragmentSpec>> read_fragment_specs(std::string_view query_doc
 // every violation to `diag` with its path in the query document
 // ("$.placement.fragments[1].boxes[0]"); on any, returns an error and
 // nothing else. Deterministic: the same network and specs give the same
-// names and bytes.
-Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSpec>& fragments, Diagnostics& diag);
+// names and bytes. `connected` false lets a fragment's boxes form groups
+// with no arc between them: a split join's router, one split box per side
+// (engine/splits.h); a user's placement is always checked.
+Result<QueryCut> cut_query(const QueryNetwork& net, const std::vector<FragmentSpec>& fragments, Diagnostics& diag,
+                           bool connected = true);
 
 // One fragment named `name` holding every box of `net`: its cut is one
 // network that behaves as `net` does (same inputs, outputs, boxes, arcs).

@@ -111,8 +111,12 @@ void check_parts(const std::vector<SplitPartSpec>& parts, Diagnostics& diag) {
 // What the split needs to know of the fragment's boxes.
 struct Shape {
   int keyed = -1;                      // topological index of the keyed box
+  bool join = false;                   // it is a join (else an aggregate)
   std::vector<uint32_t> boxes;         // the fragment's boxes (topological)
-  std::pair<uint32_t, uint32_t> entry; // (box, input port) fed from outside
+  // (box, input port) fed from outside: one; a join's, one per side, in
+  // side order.
+  std::vector<std::pair<uint32_t, uint32_t>> entries;
+  std::vector<std::vector<std::string>> entry_keys;  // the keys each entry's router hashes
   std::pair<uint32_t, uint32_t> exit;  // (box, output port) read outside
   // The keyed aggregate's `top`, if any: each part keeps its own best
   // groups of a window, and the merge ranks them again all together.
@@ -153,8 +157,13 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
     const BoxDef& box = def.boxes[b];
     if (box.type == "filter" || box.type == "map") continue;
     if (box.type == "join") {
-      diag.error(path(b), "box " + name(b) + " reads two inputs: a split routes one input by key, so a join is not "
-                                             "split");
+      if (s.keyed >= 0) {
+        diag.error(path(b), "the fragment has two keyed boxes, " + quote(def.boxes[uint32_t(s.keyed)].id) + " and " +
+                                quote(box.id) + ": a split routes by one key");
+        continue;
+      }
+      s.keyed = int(b);
+      s.join = true;
       continue;
     }
     if (box.type != "aggregate") {
@@ -196,16 +205,58 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
                           "key group; only a fragment with an aggregate grouped by a key is split");
     return s;
   }
+  const auto keyed = static_cast<uint32_t>(s.keyed);
+  // The side of the keyed box each box before it feeds (an aggregate has
+  // one, side 0), walked from the keyed box upstream.
+  std::vector<int> side(def.boxes.size(), -1);
+  for (uint32_t p = 0; p < def.boxes[keyed].sources.size(); ++p)
+    if (const Source& src = def.boxes[keyed].sources[p]; src.kind == Source::Kind::box && in[src.index])
+      side[src.index] = int(p);
+  for (auto it = s.boxes.rbegin(); it != s.boxes.rend(); ++it) {
+    if (*it == keyed || side[*it] < 0) continue;
+    for (const Source& src : def.boxes[*it].sources) {
+      if (src.kind != Source::Kind::box || !in[src.index]) continue;
+      if (side[src.index] >= 0 && side[src.index] != side[*it])
+        diag.error(path(src.index), "box " + name(src.index) + " feeds both sides of the join " +
+                                        quote(def.boxes[keyed].id) + ": each side's router hashes its own keys");
+      side[src.index] = side[*it];
+    }
+  }
+  if (diag.size() > 0) return s;
+  // The keys each side's router hashes.
+  std::vector<std::vector<std::string>> keys_of_side;
+  {
+    const rapidjson::Value& o = *def.boxes[keyed].options;
+    for (const char* k : s.join ? std::vector<const char*>{"left_keys", "right_keys"}
+                                : std::vector<const char*>{"group_by"}) {
+      std::vector<std::string> keys;
+      if (o.HasMember(k) && o[k].IsArray())
+        for (const auto& v : o[k].GetArray())
+          if (v.IsString()) keys.emplace_back(v.GetString());
+      keys_of_side.push_back(std::move(keys));
+    }
+  }
   // Entry and exit.
-  int entries = 0, exits = 0;
+  int exits = 0;
+  std::vector<int> entry_of_side(keys_of_side.size(), -1);
   for (uint32_t b : s.boxes) {
     for (uint32_t p = 0; p < def.boxes[b].sources.size(); ++p) {
       const Source& src = def.boxes[b].sources[p];
       if (src.kind == Source::Kind::box && in[src.index]) continue;
-      if (entries++ == 0) s.entry = {b, p};
+      const int at = b == keyed ? int(p) : side[b];
+      if (at < 0) {
+        diag.error(path(b), "rows enter the fragment at box " + name(b) + ", after the keyed box " +
+                                quote(def.boxes[keyed].id));
+        continue;
+      }
+      if (entry_of_side[size_t(at)] >= 0)
+        diag.error(path(b), "box " + name(b) + " is a second place where rows enter the fragment" +
+                                (s.join ? " on side " + std::to_string(at) + " of the join" : std::string()) +
+                                ": a split has one router per input of its keyed box");
       else
-        diag.error(path(b), "box " + name(b) + " is a second place where rows enter the fragment: a split has one "
-                                               "router, for one input");
+        entry_of_side[size_t(at)] = int(s.entries.size());
+      s.entries.emplace_back(b, p);
+      s.entry_keys.push_back(keys_of_side[size_t(at)]);
     }
     for (uint32_t p = 0; p < def.boxes[b].targets.size(); ++p) {
       const auto& ts = def.boxes[b].targets[p];
@@ -222,10 +273,18 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
                                                                                   "one merge, for one port");
     }
   }
+  for (size_t k = 0; k < entry_of_side.size(); ++k)
+    if (entry_of_side[k] < 0)
+      diag.error(path(keyed), "no rows enter the fragment on side " + std::to_string(k) + " of " + name(keyed) +
+                                  " from outside it: a split routes each side's input");
   if (diag.size() > 0) return s;
+  // A join's entries in side order.
+  if (s.join && entry_of_side[0] != 0) {
+    std::swap(s.entries[0], s.entries[1]);
+    std::swap(s.entry_keys[0], s.entry_keys[1]);
+  }
   // Before the keyed box only filters (the key reaches it as the router
   // hashed it); after it only filters and maps (row by row, order kept).
-  const auto keyed = static_cast<uint32_t>(s.keyed);
   std::vector<bool> before(def.boxes.size(), false), after(def.boxes.size(), false);
   after[keyed] = true;
   for (uint32_t b : s.boxes)  // topological: sources first
@@ -243,9 +302,7 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
     if (before[b] && type == "map") {
       // The router hashes the fragment's input: a map before the keyed box
       // must hand each key field on as it is.
-      for (const auto& k : (*def.boxes[keyed].options)["group_by"].GetArray()) {
-        if (!k.IsString()) continue;
-        const std::string key = k.GetString();
+      for (const std::string& key : keys_of_side[size_t(std::max(side[b], 0))]) {
         if (!hands_on(o, key))
           diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
                                   " and does not hand its key field " + quote(key) + " on as it is (\"expr\": " +
@@ -274,9 +331,6 @@ Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagn
       diag.error(path(b), "box " + name(b) + " is neither before nor after the keyed aggregate " +
                               quote(def.boxes[keyed].id));
   }
-  if (!before[s.entry.first])
-    diag.error(path(s.entry.first), "rows enter the fragment at box " + name(s.entry.first) + ", after the keyed "
-                                                                                               "aggregate");
   return s;
 }
 
@@ -289,7 +343,7 @@ std::string rewritten_document(const NetworkDef& def, const Shape& shape, const 
   doc.CopyFrom(*def.doc, doc.GetAllocator());
   auto& a = doc.GetAllocator();
   doc.RemoveMember("placement");
-  const std::string entry_id = def.boxes[shape.entry.first].id;
+
   const std::string exit_id = def.boxes[shape.exit.first].id;
   const uint32_t exit_port = shape.exit.second;
   auto copy_of = [&](const std::string& id, size_t part) { return id + "-p" + std::to_string(part); };
@@ -303,20 +357,21 @@ std::string rewritten_document(const NetworkDef& def, const Shape& shape, const 
     }
     originals.push_back(&b);
   }
-  {
+  for (size_t e = 0; e < shape.entries.size(); ++e) {
     rapidjson::Value router(rapidjson::kObjectType), options(rapidjson::kObjectType), keys(rapidjson::kArrayType),
         ranges(rapidjson::kArrayType);
-    for (const auto& k : out.keys) keys.PushBack(str_value(k, a), a);
+    for (const auto& k : out.entry_keys[e]) keys.PushBack(str_value(k, a), a);
     for (const auto& p : out.parts) {
       rapidjson::Value r(rapidjson::kArrayType);
       r.PushBack(p.range.begin, a).PushBack(p.range.end, a);
       ranges.PushBack(r, a);
     }
     options.AddMember("mode", "hash", a).AddMember("keys", keys, a).AddMember("ranges", ranges, a);
-    router.AddMember("id", str_value(out.router_box, a), a)
+    const std::string what = shape.entries.size() == 1 ? "input" : e == 0 ? "left input" : "right input";
+    router.AddMember("id", str_value(out.router_boxes[e], a), a)
         .AddMember("type", "split", a)
         .AddMember("options", options, a)
-        .AddMember("description", str_value("routes fragment " + out.fragment + "'s input by key group", a), a);
+        .AddMember("description", str_value("routes fragment " + out.fragment + "'s " + what + " by key group", a), a);
     boxes.PushBack(router, a);
   }
   for (size_t i = 0; i < out.parts.size(); ++i)
@@ -349,13 +404,24 @@ std::string rewritten_document(const NetworkDef& def, const Shape& shape, const 
     const auto [from_id, from_port] = split_end(from);
     const auto [to_id, to_port] = split_end(to);
     const bool from_in = ids.count(from_id) > 0, to_in = ids.count(to_id) > 0;
-    if (from_in && to_in) inner.emplace_back(from, to);
-    else if (to_in) arc(from, out.router_box);  // the one entry
-    else if (from_in) arc(out.merge_box, to);   // from the one exit port
-    else arc(from, to);
+    if (from_in && to_in) {
+      inner.emplace_back(from, to);
+    } else if (to_in) {  // an entry: to its router
+      size_t e = 0;
+      while (e + 1 < shape.entries.size() && !(def.boxes[shape.entries[e].first].id == to_id &&
+                                               shape.entries[e].second == to_port))
+        ++e;
+      arc(from, out.router_boxes[e]);
+    } else if (from_in) {
+      arc(out.merge_box, to);  // from the one exit port
+    } else {
+      arc(from, to);
+    }
   }
   for (size_t i = 0; i < out.parts.size(); ++i) {
-    arc(end_of(out.router_box, static_cast<uint32_t>(i)), end_of(copy_of(entry_id, i), shape.entry.second));
+    for (size_t e = 0; e < shape.entries.size(); ++e)
+      arc(end_of(out.router_boxes[e], static_cast<uint32_t>(i)),
+          end_of(copy_of(def.boxes[shape.entries[e].first].id, i), shape.entries[e].second));
     for (const auto& [from, to] : inner) {
       const auto [from_id, from_port] = split_end(from);
       const auto [to_id, to_port] = split_end(to);
@@ -405,11 +471,13 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
   out.parts = parts;
   const BoxDef& keyed = def.boxes[static_cast<uint32_t>(shape.keyed)];
   out.keyed_box = keyed.id;
-  for (const auto& k : (*keyed.options)["group_by"].GetArray())
-    if (k.IsString()) out.keys.emplace_back(k.GetString());
+  out.entry_keys = shape.entry_keys;
+  out.keys = shape.entry_keys.at(0);
   out.router_fragment = out.fragment + "-split";
   out.merge_fragment = out.fragment + "-merge";
   out.router_box = out.fragment + "-router";
+  out.router_boxes.push_back(out.router_box);
+  for (size_t e = 1; e < shape.entries.size(); ++e) out.router_boxes.push_back(out.router_box + std::to_string(e));
   out.merge_box = out.fragment + "-merge";
   for (size_t i = 0; i < parts.size(); ++i) out.part_fragments.push_back(out.fragment + "-" + std::to_string(i));
 
@@ -433,7 +501,7 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
     else if (!fragments.insert(name).second)
       diag.error("$.fragment", "the query has a fragment named " + quote(name) + " already");
   };
-  new_box(out.router_box);
+  for (const auto& r : out.router_boxes) new_box(r);
   new_box(out.merge_box);
   new_fragment(out.router_fragment);
   new_fragment(out.merge_fragment);
@@ -461,7 +529,7 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
       out.placement.push_back(f);
       continue;
     }
-    out.placement.push_back({out.router_fragment, f.node, {out.router_box}});
+    out.placement.push_back({out.router_fragment, f.node, out.router_boxes});
     for (size_t i = 0; i < parts.size(); ++i) {
       FragmentSpec p{out.part_fragments[i], parts[i].node, {}};
       for (const auto& [orig, copy] : out.part_boxes[i]) p.boxes.push_back(copy);
@@ -470,7 +538,7 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
     out.placement.push_back({out.merge_fragment, f.node, {out.merge_box}});
   }
   Diagnostics cut_diag;
-  if (auto cut = cut_query(out.network, out.placement, cut_diag); !cut.ok())
+  if (auto cut = cut_query(out.network, out.placement, cut_diag, /*connected=*/false); !cut.ok())
     return make_error(Errc::invalid_argument, "fragment '" + out.fragment + "' cannot be split: the new cut is "
                                                   "invalid: " + cut.error().message);
   return out;

@@ -44,8 +44,14 @@ std::vector<SplitPartSpec> equal_split_parts(const std::vector<std::string>& nod
 // A valid split of one fragment.
 struct FragmentSplit {
   std::string fragment;      // the fragment split
-  std::string keyed_box;     // its keyed box (an aggregate)
-  std::vector<std::string> keys;  // the fields the router hashes: the keyed box's group_by
+  std::string keyed_box;     // its keyed box (an aggregate or a join)
+  // The fields the router hashes: the aggregate's group_by, or the join's
+  // left_keys (entry_keys[1] its right_keys).
+  std::vector<std::string> keys;
+  // Per place where rows enter the fragment (one; a join's two sides),
+  // the fields its router hashes and the router's box.
+  std::vector<std::vector<std::string>> entry_keys;
+  std::vector<std::string> router_boxes;  // "<fragment>-router", a join's right side "<fragment>-router1"
   std::vector<SplitPartSpec> parts;
   // The query network with the fragment's boxes replaced (no placement),
   // and the new placement: the other fragments as they were, and in the
@@ -56,7 +62,7 @@ struct FragmentSplit {
   std::string router_fragment;             // "<fragment>-split", on the fragment's node
   std::vector<std::string> part_fragments; // "<fragment>-0", ... in part order
   std::string merge_fragment;              // "<fragment>-merge", on the fragment's node
-  std::string router_box;                  // "<fragment>-router"
+  std::string router_box;                  // "<fragment>-router" (router_boxes[0])
   std::string merge_box;                   // "<fragment>-merge"
   // Per part: (box of the fragment, its copy in the part: "<box>-p<i>").
   std::vector<std::vector<std::pair<std::string, std::string>>> part_boxes;
@@ -66,10 +72,11 @@ struct FragmentSplit {
 // document; its "placement" member, if any, is ignored) placed by
 // `placement` into `parts`. Refuses, each reason to `diag` with a path
 // ("$.parts[1].range", "$.boxes[2]") and naming the box:
-//   - a fragment whose state is not keyed: no aggregate with a group_by,
-//     a box that keeps state not partitioned by key (bsort, union, merge,
-//     split, a join: two inputs), a time-out (its output depends on
-//     processing time) or count windows (they emit in arrival order);
+//   - a fragment whose state is not keyed: no aggregate with a group_by
+//     or join, a box that keeps state not partitioned by key (bsort,
+//     union, merge, split), an aggregate with a time-out (its output
+//     depends on processing time) or count windows (they emit in arrival
+//     order);
 //   - an aggregate with `top` followed by a filter, or by a map that does
 //     not hand the ranked field on as it is: each part keeps its own best
 //     groups of a window and the merge (union with the same `top`) ranks
@@ -81,8 +88,9 @@ struct FragmentSplit {
 //     fragment's input, so the key fields must reach the keyed box as
 //     they are), after it a box other than a filter or map, or a map with
 //     "event_time" (the merge orders by event time), more than one input
-//     port fed from outside the fragment, more than one output port
-//     leaving it;
+//     port fed from outside the fragment (a join: one per side, each
+//     routed by that side's keys), a box before a join feeding both its
+//     sides, more than one output port leaving it;
 //   - parts: fewer than 2 or more than 16, ranges that overlap, leave a
 //     gap, do not start at 0 or end at kKeyGroups, are empty or out of
 //     order; a bad node name;

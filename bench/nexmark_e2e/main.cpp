@@ -88,10 +88,11 @@
 // the chunk each was asked at, and the parts' tuples. q5 is placed whole
 // on the third node, the leader of bids (its one fragment `all`: boxes
 // counts and hot): each part's aggregate keeps its own best auctions of a
-// window (`top`) and the merge ranks them again. The split refuses q8 (its
-// stateful box is a join of two inputs); the bench still asks, and the
-// line says "split":{"refused":STATUS,"problem":ANSWER} and no merge. The
-// query `q5count` is q5 without its `top`: every auction's sliding count,
+// window (`top`) and the merge ranks them again. q8's fragment new-users,
+// its join, is split with a router per side (persons by id, auctions by
+// seller). A refusal (409) still makes a line, which says
+// "split":{"refused":STATUS,"problem":ANSWER} and no merge. The query
+// `q5count` is q5 without its `top`: every auction's sliding count,
 // placed as q5.
 // A split or merge answered otherwise than 200 or 409 fails the run, and
 // so does a refused merge.

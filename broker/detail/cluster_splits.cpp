@@ -225,7 +225,7 @@ std::variant<SplitPlan, PlanError> plan_split(const std::string& query, const st
                               ", which another fragment reads: a split's merge writes the fragment's streams on, "
                               "and it writes only the query's outputs (docs/cluster.md, \"Splitting a fragment\")"};
   plan.split = std::move(split).value();
-  auto cut = engine::cut_query(plan.split.network, plan.split.placement, diag);
+  auto cut = engine::cut_query(plan.split.network, plan.split.placement, diag, /*connected=*/false);
   if (!cut.ok()) return PlanError{409, cut.error().message};
   plan.cut = std::move(cut).value();
   for (size_t f : plan.cut.pipeline_order) {
@@ -997,7 +997,7 @@ bool await_merge_drained(QueryRunner& merge, const SplitPlan& plan, const std::v
 
 Result<QueryRunner::State> NodeImpl::drained_part_state(const http::Request& caller, const std::string& query,
                                                         const std::string& part, const std::string& node,
-                                                        const std::string& stream, uint64_t target) {
+                                                        const std::vector<std::pair<std::string, uint64_t>>& reads) {
   const std::string path = fragment_target(query, part);
   const auto until = Clock::now() + kCheckpointWait;
   for (bool read = false; !read;) {
@@ -1007,12 +1007,16 @@ Result<QueryRunner::State> NodeImpl::drained_part_state(const http::Request& cal
     if (auto r = call_node(sub_request(caller, "GET", path, ""), node, std::chrono::seconds(5))) {
       rapidjson::Document g;
       g.Parse(r->body.data(), r->body.size());
-      read = r->status == 200 && position_of(g, stream) >= target;
+      read = r->status == 200 && std::all_of(reads.begin(), reads.end(), [&](const auto& st) {
+               return position_of(g, st.first) >= st.second;
+             });
     }
     if (!read) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  auto r = call_node(sub_request(caller, "POST", path + "/state", "{\"consumed\":[" + std::to_string(target) + "]}"),
-                     node, kDeployWait);
+  std::string consumed;
+  for (const auto& [stream, target] : reads) consumed += (consumed.empty() ? "" : ",") + std::to_string(target);
+  auto r = call_node(sub_request(caller, "POST", path + "/state", "{\"consumed\":[" + consumed + "]}"), node,
+                     kDeployWait);
   if (!r || r->status != 200)
     return make_error(Errc::unavailable, "part " + part + "'s state: " + (r ? detail_of(*r) : "no answer"));
   auto seed = read_fragment_seed(r->body);
@@ -1078,11 +1082,15 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
   // 2. Each part, once it has read all the router sent it: its state.
   std::vector<QueryRunner::State> part_states;
   for (size_t i = 0; i < split.parts.size(); ++i) {
-    const std::string& stream = plan_of(plan, split.part_fragments[i]).reads.at(0);
-    const auto at = std::find(router_meta.outputs.begin(), router_meta.outputs.end(), stream);
-    if (at == router_meta.outputs.end()) return rollback("the router does not write " + stream);
-    auto st = drained_part_state(job.req, job.query, split.part_fragments[i], split.parts[i].node, stream,
-                                 rstate->out_next[static_cast<size_t>(at - router_meta.outputs.begin())]);
+    // (A part's inputs are the router's streams for it: one, or a split
+    // join's two, one per side.)
+    std::vector<std::pair<std::string, uint64_t>> reads;
+    for (const auto& in : plan_of(plan, split.part_fragments[i]).network.inputs()) {
+      const auto at = std::find(router_meta.outputs.begin(), router_meta.outputs.end(), in.name);
+      if (at == router_meta.outputs.end()) return rollback("the router does not write " + in.name);
+      reads.emplace_back(in.name, rstate->out_next[static_cast<size_t>(at - router_meta.outputs.begin())]);
+    }
+    auto st = drained_part_state(job.req, job.query, split.part_fragments[i], split.parts[i].node, reads);
     if (!st.ok()) return rollback(st.error().message);
     part_states.push_back(std::move(*st));
   }

@@ -690,11 +690,12 @@ class NodeImpl final : public http::Handler {
   // Waits (up to 30 s each) until each (fragment, node) holds a checkpoint.
   bool await_checkpoints(const http::Request& caller, const std::string& query,
                          const std::vector<std::pair<std::string, std::string>>& fragments);
-  // Once part `part` on `node` has read its input `stream` up to `target`
-  // (polled, up to 30 s), its state (POST .../state).
+  // Once part `part` on `node` has read each of its inputs (stream,
+  // target; a split join's part has two, in its inputs' order) up to its
+  // target (polled, up to 30 s), its state (POST .../state).
   Result<QueryRunner::State> drained_part_state(const http::Request& caller, const std::string& query,
                                                 const std::string& part, const std::string& node,
-                                                const std::string& stream, uint64_t target);
+                                                const std::vector<std::pair<std::string, uint64_t>>& reads);
   // A split's router on this node (stopped if it runs) goes with its
   // streams, `outputs` and its state stream (not the mirror of its input,
   // which the fragment reads).

@@ -48,6 +48,10 @@ class OrderedInputs {
   // batches comes as one call per batch, in order.
   void release_ranges(const std::function<void(size_t input, const Batch& b, size_t begin, size_t end)>& fn);
   size_t buffered_rows() const noexcept;
+  // Input `input`'s own watermark, and the rows it holds (arrival order):
+  // what a split box's parts are joined from.
+  EventTime watermark(size_t input) const noexcept { return wm_[input]; }
+  const std::vector<Batch>& held(size_t input) const noexcept { return buffered_[input]; }
 
   void snapshot(std::string& out) const;
   Status restore(std::string_view& in);

@@ -149,8 +149,23 @@ class JoinBox final : public BoxBase {
 
   std::string snapshot() const override;
   Status restore(std::string_view bytes, const KeyGroupRange* keep) override;
+  Status restore_joined(const std::vector<std::string_view>& parts, const std::vector<KeyGroupRange>& ranges) override;
 
  private:
+  // Side `s`'s chains and index, rebuilt from its rows (`view`: the same
+  // rows as a batch, for key comparisons).
+  void rebuild_chains(int s, const Batch& view) {
+    Side& dst = sides_[s];
+    dst.prev.clear();
+    dst.index.clear(dst.rows());
+    for (uint32_t id = 0; id < dst.rows(); ++id) {
+      const uint32_t prev = dst.index.find(dst.hashes[id], [&](uint32_t c) { return key_equal(s, c, view, s, id); });
+      dst.prev.push_back(prev);
+      if (prev == HashIndex::kNone) dst.index.insert(dst.hashes[id], id);
+      else dst.index.replace(dst.hashes[id], prev, id);
+    }
+  }
+
   // True if buffered row `id` of side `s` has the key of row `row` of `b`
   // (whose key columns are those of side `bs`).
   bool key_equal(int s, uint32_t id, const Batch& b, int bs, size_t row) const {
@@ -591,19 +606,88 @@ Status JoinBox::restore(std::string_view bytes, const KeyGroupRange* keep) {
       dst.hashes.push_back(h[id]);
     }
     // Chains: each row's predecessor is the previous row with the same key.
-    dst.index.clear(kept.size());
-    Batch view = tmp.take(kept);
-    for (uint32_t id = 0; id < dst.rows(); ++id) {
-      const uint32_t prev = dst.index.find(dst.hashes[id], [&](uint32_t c) { return key_equal(s, c, view, s, id); });
-      dst.prev.push_back(prev);
-      if (prev == HashIndex::kNone) dst.index.insert(dst.hashes[id], id);
-      else dst.index.replace(dst.hashes[id], prev, id);
-    }
+    rebuild_chains(s, tmp.take(kept));
   }
   ordered_ = std::move(ordered);
   owned_ = owned;
   port_wm_[0] = wm0;
   port_wm_[1] = wm1;
+  return Status::Ok();
+}
+
+// The parts of a split join joined (merging a split fragment back): each
+// part restored keeping its range; their input watermarks must agree (the
+// parts were drained to one point); each side's buffered rows are the
+// parts' merged by time (a key's rows are all in one part, in their
+// order), the rows the inputs still hold the parts' own key groups', and
+// the base state (sequence counters, watermarks) the first part's.
+Status JoinBox::restore_joined(const std::vector<std::string_view>& parts, const std::vector<KeyGroupRange>& ranges) {
+  if (parts.empty() || parts.size() != ranges.size())
+    return make_error(Errc::invalid_argument, "restoring a join from its parts: " + std::to_string(parts.size()) +
+                                                  " snapshots for " + std::to_string(ranges.size()) + " ranges");
+  std::vector<std::unique_ptr<JoinBox>> from;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    auto box = std::make_unique<JoinBox>(input_schemas_[0], input_schemas_[1], output_schema(0), cfg_);
+    ENTENTE_RETURN_IF_ERROR(box->restore(parts[p], &ranges[p]));
+    for (int s = 0; s < 2; ++s)
+      if (!from.empty() && box->port_wm_[s] != from[0]->port_wm_[s])
+        return make_error(Errc::invalid_argument, "restoring a join from its parts: part " + std::to_string(p) +
+                                                      " stands at another watermark than part 0 (input " +
+                                                      std::to_string(s) + ")");
+    from.push_back(std::move(box));
+  }
+  // The inputs' held rows: each part's own key groups (a part restored
+  // from the unsplit join's snapshot holds all of its rows).
+  // (Added before the watermarks are set: a held row may be below its own
+  // input's watermark, held back by the other input's.)
+  OrderedInputs ordered({input_schemas_[0], input_schemas_[1]});
+  std::vector<uint64_t> h;
+  std::vector<uint32_t> rows;
+  for (size_t p = 0; p < from.size(); ++p)
+    for (int s = 0; s < 2; ++s)
+      for (const Batch& b : from[p]->ordered_.held(static_cast<size_t>(s))) {
+        hash_rows(b, cfg_.keys[s], h);
+        rows.clear();
+        for (uint32_t r = 0; r < b.rows(); ++r)
+          if (ranges[p].contains(key_group_of(h[r]))) rows.push_back(r);
+        if (!rows.empty()) ordered.add(static_cast<size_t>(s), rows.size() == b.rows() ? b : b.take(rows));
+      }
+  for (int s = 0; s < 2; ++s) ordered.set_watermark(static_cast<size_t>(s), from[0]->ordered_.watermark(size_t(s)));
+  // Each side's rows, merged by time (stable: part order on ties).
+  for (int s = 0; s < 2; ++s) {
+    struct At {
+      EventTime t;
+      uint32_t part, id;
+    };
+    std::vector<At> all;
+    for (size_t p = 0; p < from.size(); ++p) {
+      const Side& side = from[p]->sides_[s];
+      for (size_t id = side.base; id < side.rows(); ++id)
+        all.push_back({side.times[id], static_cast<uint32_t>(p), static_cast<uint32_t>(id)});
+    }
+    std::stable_sort(all.begin(), all.end(), [](const At& a, const At& b) { return a.t < b.t; });
+    Side& dst = sides_[s];
+    dst = Side{};
+    for (const Field& f : input_schemas_[s]->fields()) dst.cols.emplace_back(f.type);
+    for (const At& a : all) {
+      const Side& src = from[a.part]->sides_[s];
+      for (size_t c = 0; c < dst.cols.size(); ++c) dst.cols[c].append_from(src.cols[c], a.id);
+      dst.times.push_back(a.t);
+      dst.hashes.push_back(src.hashes[a.id]);
+    }
+    Batch view(input_schemas_[s]);
+    for (const Column& c : dst.cols) view.columns.push_back(std::make_shared<Column>(c));
+    view.event_time = dst.times;
+    view.seq = std::vector<Seq>(dst.rows(), 0);
+    rebuild_chains(s, view);
+  }
+  std::string_view base = parts[0];
+  ENTENTE_RETURN_IF_ERROR(restore_base(base));
+  ordered_ = std::move(ordered);
+  owned_ = {ranges.front().begin, ranges.back().end};
+  port_wm_[0] = from[0]->port_wm_[0];
+  port_wm_[1] = from[0]->port_wm_[1];
+  win_lo_ = detail::kFar;
   return Status::Ok();
 }
 
