@@ -46,6 +46,32 @@ inline std::string cut_count_query(const std::string& name, const std::string& o
          "}";
 }
 
+// NEXMark q8's shape on the same bids: the bids whose price ends in 0
+// (projected to auction, n = price) joined with those whose price ends in
+// 5 (seller = auction, p = price) of the same auction in 100 ms tumbling
+// windows. Boxes keep (a filter), then lf, rf, left, right, pairs (the
+// join) writing `output` (fields auction, n, p).
+inline std::string cut_join_query(const std::string& name, const std::string& output, const std::string& placement) {
+  return R"({"name":")" + name + R"(","inputs":[{"name":"bids","event_time":"date_time","schema":)" +
+         std::string(kCutBidSchema) +
+         R"(}],"boxes":[)"
+         R"({"id":"keep","type":"filter","options":{"predicates":["price >= 0"],"drop_unmatched":true}},)"
+         R"({"id":"lf","type":"filter","options":{"predicates":["price % 10 = 0"],"drop_unmatched":true}},)"
+         R"({"id":"rf","type":"filter","options":{"predicates":["price % 10 = 5"],"drop_unmatched":true}},)"
+         R"({"id":"left","type":"map","options":{"fields":[{"name":"auction","expr":"auction"},)"
+         R"({"name":"n","expr":"price"}]}},)"
+         R"({"id":"right","type":"map","options":{"fields":[{"name":"seller","expr":"auction"},)"
+         R"({"name":"p","expr":"price"}]}},)"
+         R"({"id":"pairs","type":"join","options":{"left_keys":["auction"],"right_keys":["seller"],)"
+         R"("window":{"type":"tumbling","size":"100ms"},"fields":["auction","n","p"]}}],)"
+         R"("arcs":[{"from":"bids","to":"keep"},{"from":"keep","to":"lf"},{"from":"keep","to":"rf"},)"
+         R"({"from":"lf","to":"left"},{"from":"rf","to":"right"},{"from":"left","to":"pairs.0"},)"
+         R"({"from":"right","to":"pairs.1"}],)"
+         R"("outputs":[{"name":")" +
+         output + R"(","from":"pairs"}])" + (placement.empty() ? std::string() : R"(,"placement":)" + placement) +
+         "}";
+}
+
 // Batch b of `batches`: `rows` bids 100 ms of event time after batch b-1's,
 // over `auctions` auctions; or the end marker (b = 0): an hour after the
 // last batch, auction -1, which closes every window.
