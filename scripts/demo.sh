@@ -28,7 +28,12 @@
 #      results coming back into acme's hot_items; once the bids are in, the
 #      demo shows its load-seconds and their cost, beta revokes the contract,
 #      and acme takes the fragment back to n2. The subscriber's check above
-#      covers the rows written while it was hosted.
+#      covers the rows written while it was hosted. acme also runs NEXMark
+#      q8 (new users: persons joined with the auctions they open in the same
+#      10 s window) on its persons and auctions, published along with the
+#      bids, cut across n2 and n3; its stateful join `new-users` moves to
+#      beta/n1 too, with its state, and comes back on the revocation; its
+#      output is checked row for row, in order, against the engine's q8.
 # Environment: EVENTS (NEXMark events, default 1000000; 92 % are bids),
 # FAILOVER (0: no kill in part 3; default 1), HOSTING (0: no move to beta;
 # default 1).
@@ -183,6 +188,13 @@ show_bids() {
 for _ in $(seq 100); do api "$acme/v1/streams/bids" | grep -q '"in_sync":true' && break; sleep 0.1; done
 show_bids
 
+echo "-- acme: register the streams 'persons' and 'auctions' on n2 (NEXMark q8 joins them), replication 2"
+for s in persons auctions; do
+  jq --arg s "$s" '{name: $s, event_time: "date_time", node: "n2", replication: 2,
+                    schema: (.inputs[] | select(.name == $s) | .schema)}' bench/nexmark/queries/q8.json |
+    api -H 'Content-Type: application/json' "$acme/v1/streams" --data @- | jq -c '{name, node, replication}' | sed 's/^/   /'
+done
+
 echo "-- wait for the peer links (mutual TLS 1.3, each side checks the other against the CA it pinned)"
 for _ in $(seq 200); do
   [[ $(api "$beta/v1/peers" | grep -o '"state":"up"' | wc -l) -ge 3 ]] && break
@@ -240,9 +252,9 @@ api -H 'Content-Type: application/json' "$beta/v1/queries" --data @"$out/beta-ho
   | jq -c '{name, state, inputs, outputs}' | sed 's/^/   /'
 
 echo
-echo "-- acme's admin proposes a hosting contract: beta may run acme's map and aggregate boxes, up to 500 CPU ms/s, at 10 credits per CPU-second"
+echo "-- acme's admin proposes a hosting contract: beta may run acme's map, aggregate and join boxes, up to 500 CPU ms/s, at 10 credits per CPU-second"
 hosting_terms() {
-  echo '{"kind": "hosting", "host": "beta", "owner": "acme", "box_kinds": ["aggregate", "map"], "max_load": 500,
+  echo '{"kind": "hosting", "host": "beta", "owner": "acme", "box_kinds": ["aggregate", "join", "map"], "max_load": 500,
          "price_min": 10, "price_max": 20, "notice_seconds": 60, "host_may_subscribe": false, "host_may_export": false,
          "valid_from": "'"$from"'", "valid_until": "'"$until"'"}'
 }
@@ -264,6 +276,14 @@ api -H 'Content-Type: application/json' "$acme/v1/queries" --data @"$out/acme-ho
   | jq -r '"   \(.name): \(.state)", (.fragments[] |
     "   fragment \(.name) on \(.node): reads \(.runner.inputs), writes \(.runner.outputs)")'
 
+echo "-- acme: deploy NEXMark q8 on its persons and auctions, cut: people and sellers on n2 (next to them), the join new-users on n3"
+jq '.name = "new-users" | .outputs[0].name = "new_users" | .placement = {"fragments": [
+      {"name": "people", "node": "n2", "boxes": ["people"]}, {"name": "sellers", "node": "n2", "boxes": ["sellers"]},
+      {"name": "new-users", "node": "n3", "boxes": ["new_users"]}]}' \
+  bench/nexmark/queries/q8.json >"$out/acme-new-users.json"
+api -H 'Content-Type: application/json' "$acme/v1/queries" --data @"$out/acme-new-users.json" \
+  | jq -r '"   \(.name): \(.state)", (.fragments[] | "   fragment \(.name) on \(.node)")'
+
 # The generator's dump is engine output: each row starts with its own _seq
 # and _time, which a publisher may not send (the node numbers tuples, and
 # bids' event time is date_time): drop them. One request per 20000 bids.
@@ -275,6 +295,18 @@ last_time=$(time_of "${chunks[-1]}")
 # The rows q5 emits once it has read every bid: the engine's own q5 output,
 # up to the windows the last bid's event time closes.
 expected=$(scripts/lib/demo_check.py expected "$out/nexmark/q5.ndjson" "$last_time")
+# Persons and auctions in as many requests as the bids, chunk k sent once k
+# bid requests are acknowledged. q8 emits a pair once both inputs'
+# watermarks (their latest event times) have passed it.
+for s in persons auctions; do
+  sed -E 's/^\{"_seq":[0-9]+,"_time":-?[0-9]+,/{/' "$out/nexmark/$s.ndjson" >"$out/$s.ndjson"
+  split -d -a 4 -n "l/${#chunks[@]}" "$out/$s.ndjson" "$out/$s-"
+done
+side_chunks=("$out"/persons-* "$out"/auctions-*)
+last_person=$(time_of "$(ls "$out"/persons-* | tail -1)")
+last_auction=$(time_of "$(ls "$out"/auctions-* | tail -1)")
+before8=$((last_person < last_auction ? last_person : last_auction))
+expected8=$(scripts/lib/demo_check.py expected-before "$out/nexmark/q8.ndjson" "$before8")
 
 echo "-- subscribers (entente subscribe, WebSocket): acme's hot_items through n3 (n2 writes it), each row stamped on arrival; beta's hot_items; beta's acme/bids"
 stamp() { local line; while IFS= read -r line; do printf '%s\t%s\n' "$EPOCHREALTIME" "$line"; done; }
@@ -288,35 +320,54 @@ sub_beta=$!
 ENTENTE_TOKEN=$token "$entente" subscribe --port "${port[beta-n1]}" --from 1 --count 3 --timeout-ms 30000 acme/bids \
   >"$out/acme-bids-on-beta.ndjson" &
 sub_bids=$!
+ENTENTE_TOKEN=$token "$entente" subscribe --port "${port[acme-n3]}" --from 1 --count "$expected8" --timeout-ms 30000 \
+  new_users | stamp >"$out/acme-new-users.tsv" &
+sub_q8=$!
 
-# publish: sends the chunks in order, each request naming its batch
+# publish_one STREAM FILE BATCH [FIRST]: sends one request (first through
+# acme's node number FIRST, default 1), naming its batch
 # (producer id and number) so that a request sent again after a lost answer
 # is stored once (docs/api.md, "Publishing exactly once"). A request that
 # fails (the node died: no connection; or it cannot reach the leader:
 # 502/503) goes again to the next node of acme, since any node forwards to
-# whichever node leads bids now. Appends "BATCH TIME NODE" to
-# $out/published per acknowledged request, and each failure to
-# $out/publish-retries.
+# whichever node leads the stream now. Each failure goes to
+# $out/publish-retries; prints the node that stored it.
+publish_one() {
+  local code tries=0 i=$((${4:-1} - 1)) nodes=(acme-n1 acme-n2 acme-n3)
+  [[ -s $2 ]] || { echo none; return 0; }
+  while :; do
+    code=$(curl -sS -o "$out/publish-answer-$1" -w '%{http_code}' --max-time 30 -H "Authorization: Bearer $token" \
+      -H 'Content-Type: application/x-ndjson' -H "Entente-Producer-Id: demo-$1-$$" \
+      -H "Entente-Producer-Seq: $3" --data-binary @"$2" \
+      "${url[${nodes[i]}]}/v1/streams/$1/tuples" 2>"$out/publish-error-$1") || true
+    [[ $code == 200 ]] && break
+    echo "$1 batch $3 through ${nodes[i]}: $([[ $code == 000 ]] && cat "$out/publish-error-$1" ||
+      { echo -n "$code "; jq -r .detail "$out/publish-answer-$1" 2>/dev/null; })" >>"$out/publish-retries"
+    tries=$((tries + 1))
+    ((tries < 600)) || { echo "$1 batch $3 was not stored after $tries tries" >&2; return 1; }
+    i=$(((i + 1) % 3))
+    sleep 0.1
+  done
+  echo "${nodes[i]}"
+}
+# publish: the bids' chunks in order, appending "BATCH TIME NODE" to
+# $out/published per acknowledged request.
 publish() {
-  local batch=0 i=0 code tries nodes=(acme-n1 acme-n2 acme-n3)
+  local batch=0 node
   for f in "${chunks[@]}"; do
     batch=$((batch + 1))
-    tries=0
-    while :; do
-      rm -f "$out/publish-answer"
-      code=$(curl -sS -o "$out/publish-answer" -w '%{http_code}' --max-time 30 -H "Authorization: Bearer $token" \
-        -H 'Content-Type: application/x-ndjson' -H "Entente-Producer-Id: demo-bids-$$" \
-        -H "Entente-Producer-Seq: $batch" --data-binary @"$f" \
-        "${url[${nodes[i]}]}/v1/streams/bids/tuples" 2>"$out/publish-error") || true
-      [[ $code == 200 ]] && break
-      echo "batch $batch through ${nodes[i]}: $([[ $code == 000 ]] && cat "$out/publish-error" ||
-        { echo -n "$code "; jq -r .detail "$out/publish-answer" 2>/dev/null; })" >>"$out/publish-retries"
-      tries=$((tries + 1))
-      ((tries < 600)) || { echo "batch $batch was not stored after $tries tries" >&2; return 1; }
-      i=$(((i + 1) % 3))
-      sleep 0.1
-    done
-    echo "$batch $EPOCHREALTIME ${nodes[i]}" >>"$out/published"
+    node=$(publish_one bids "$f" $batch) || return 1
+    echo "$batch $EPOCHREALTIME $node" >>"$out/published"
+  done
+}
+# publish_side: persons and auctions chunk k once k bid requests are in,
+# through n2, which leads them.
+publish_side() {
+  local k n=$((${#side_chunks[@]} / 2))
+  for ((k = 0; k < n; k++)); do
+    while (($(wc -l <"$out/published") < k)); do sleep 0.01; done
+    publish_one persons "${side_chunks[k]}" $((k + 1)) 2 >/dev/null || return 1
+    publish_one auctions "${side_chunks[n + k]}" $((k + 1)) 2 >/dev/null || return 1
   done
 }
 touch "$out/published" "$out/publish-retries"
@@ -324,7 +375,9 @@ echo "-- acme: publish the $n NEXMark bids over HTTP in ${#chunks[@]} requests, 
 start=$EPOCHREALTIME
 publish &
 publisher=$!
-pids+=($publisher $sub_acme $sub_beta $sub_bids)
+publish_side &
+side_publisher=$!
+pids+=($publisher $side_publisher $sub_acme $sub_beta $sub_bids $sub_q8)
 
 if [[ $failover == 1 ]]; then
   controller=$(api "$acme/v1/nodes" | jq -r .controller)
@@ -352,9 +405,13 @@ if [[ $hosting_move == 1 ]]; then
   echo "-- acme: move fragment hot to beta/n1 under hosting contract $hid, while bids flow ($(since))"
   api -H 'Content-Type: application/json' "$acme/v1/queries/hot-items/fragments/hot/move" --data '{"node": "beta/n1"}' \
     | jq -r '"   \(.state) on \(.to) under \(.contract): paused \(.pause_ms | floor) ms (the state, \(.state_bytes) bytes, sent during it), \(.total_ms | floor) ms in all"'
+  echo "-- acme: move q8's join new-users, with its state, to beta/n1 under the same contract ($(since))"
+  api -H 'Content-Type: application/json' "$acme/v1/queries/new-users/fragments/new-users/move" --data '{"node": "beta/n1"}' \
+    | jq -r '"   \(.state) on \(.to) under \(.contract): paused \(.pause_ms | floor) ms (the state, \(.state_bytes) bytes, sent during it), \(.total_ms | floor) ms in all"'
 fi
 status=0
 wait $publisher || status=$?
+wait $side_publisher || status=$?
 end=$EPOCHREALTIME
 secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
 echo "   published $n bids to acme in $secs s: $(awk "BEGIN { printf \"%.0f\", $n / $secs }") bids/s (durable on the leader and its in-sync follower, acknowledged); $(wc -l <"$out/publish-retries") requests sent again"
@@ -367,9 +424,11 @@ fi
 
 if [[ $hosting_move == 1 ]]; then
   sleep 1.5  # a usage report or two
-  api "$acme/v1/queries/hot-items" | jq -r '.fragments[] | select(.name == "hot") |
-    "   fragment hot: \(.runner.state), hosted by \(.runner.hosted.domain)/\(.runner.hosted.node) under \(.runner.hosted.contract): \(.runner.hosted.load_seconds) CPU s so far, \(.runner.hosted.cost) credits at \(.runner.hosted.price) per CPU-second"'
-  echo "   the hosting contract's usage in each ledger: beta (counts what it ran) $(api "$beta/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}'), acme/n2 (counts what beta reports) $(api "${url[acme-n2]}/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}')"
+  for qf in hot-items/hot new-users/new-users; do
+    api "$acme/v1/queries/${qf%/*}" | jq -r --arg f "${qf#*/}" '.fragments[] | select(.name == $f) |
+      "   fragment \($f): \(.runner.state), hosted by \(.runner.hosted.domain)/\(.runner.hosted.node) under \(.runner.hosted.contract): \(.runner.hosted.load_seconds) CPU s so far, \(.runner.hosted.cost) credits at \(.runner.hosted.price) per CPU-second"'
+  done
+  echo "   the hosting contract's usage in each ledger: beta (counts what it ran) $(api "$beta/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}'); acme, where each node counts what beta reports for the fragment it relays: n2 (hot) $(api "${url[acme-n2]}/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}'), n3 (new-users) $(api "${url[acme-n3]}/v1/contracts/$hid/usage" | jq -c '{load_seconds, cost_credits}')"
   echo "-- beta's admin revokes the hosting contract; acme takes the fragment back to n2 from the host's last results ($(since))"
   api -H 'Content-Type: application/json' "$beta/v1/contracts/$hid/revoke" \
     --data '{"version": 3, "reason": "capacity needed at home"}' | show_contract
@@ -378,6 +437,11 @@ if [[ $hosting_move == 1 ]]; then
     sleep 0.1
   done
   api "$acme/v1/queries/hot-items" | jq -r '.fragments[] | select(.name == "hot") | "   fragment hot: \(.runner.state) on \(.node)" + (if .runner.hosted then " (still hosted)" else "" end)'
+  for _ in $(seq 300); do
+    api "$acme/v1/queries/new-users" | jq -e '.fragments[] | select(.name == "new-users") | .runner.hosted == null and .runner.state == "running"' >/dev/null && break
+    sleep 0.1
+  done
+  api "$acme/v1/queries/new-users" | jq -r '.fragments[] | select(.name == "new-users") | "   fragment new-users: \(.runner.state) on \(.node)" + (if .runner.hosted then " (still hosted)" else "" end)'
   api "${url[acme-n2]}/metrics" | grep '^entente_fragment_hosted_moves_total' | sed 's/^/   /'
 fi
 
@@ -396,6 +460,7 @@ echo "-- wait for the subscribers: $expected rows each, the query's rows once it
 wait $sub_acme || true
 wait $sub_beta || true
 wait $sub_bids || true
+wait $sub_q8 || true
 echo "   done ($(since))"
 echo "-- the first bids as beta's subscriber saw them (acme's sequence numbers):"
 cut -c1-150 "$out/acme-bids-on-beta.ndjson" | sed 's/$/.../'
@@ -429,5 +494,8 @@ check=(scripts/lib/demo_check.py check "$out/acme-hot-items.tsv" --reference "$o
 [[ $failover == 1 ]] && check+=(--kill-at "$kill_at" --closed-by "$closed_by")
 echo "acme's hot_items, cut across n1 and n2, as the subscriber on n3 received them:"
 "${check[@]}" || status=1
+echo "acme's new_users (NEXMark q8), its join hosted by beta for a while, as the subscriber on n3 received it:"
+scripts/lib/demo_check.py check "$out/acme-new-users.tsv" --engine-before "$out/nexmark/q8.ndjson" --before "$before8" \
+  --in-order || status=1
 echo "-- rows in $out/acme-hot-items.tsv and $out/beta-hot-items.ndjson; the nodes' data and logs in $out (total $(since))"
 exit $status

@@ -7,13 +7,21 @@
       broker's q5 emits once it has read bids up to that event time (its
       watermark), the rest waiting for later bids.
 
+  demo_check.py expected-before ENGINE_OUTPUT BEFORE_MS
+      prints how many rows of an engine output (NEXMark q8's) have an event
+      time (_time) below BEFORE_MS: the rows a broker's join emits once
+      every input's watermark has reached BEFORE_MS.
+
   demo_check.py check OUTPUT --reference FILE... [--engine ENGINE_Q5 --until MS]
+                      [--engine-before ENGINE_OUTPUT --before MS --in-order]
                       [--kill-at EPOCH_S --closed-by MS]
       OUTPUT holds one line per row as the subscriber received it:
       "EPOCH_S<TAB>{json row}". Checks that its _seq run 1, 2, ... with no
       gap and no duplicate, and that its rows without _seq/_time equal, as a
       multiset, each reference (NDJSON rows, e.g. the same query's output in
-      a fault-free run) and the engine's rows closed by UNTIL_MS. With
+      a fault-free run) and the engine's rows closed by UNTIL_MS (or, with
+      --engine-before, the engine's rows whose _time is below --before;
+      with --in-order, row for row in the engine's order too). With
       --kill-at (when a node was killed) and --closed-by (the latest event
       time of any input sent before the kill), prints the time from the kill
       to the first row received after it whose window ends after
@@ -53,6 +61,10 @@ def load_received(path):
 
 def engine_rows(path, until_ms):
     return [r for r in load_ndjson(path) if r["window_end"] <= until_ms]
+
+
+def rows_before(path, before_ms):
+    return [r for r in load_ndjson(path) if r["_time"] < before_ms]
 
 
 def seq_problems(rows):
@@ -101,6 +113,16 @@ def check(args):
     refs = [(path, load_ndjson(path)) for path in args.reference]
     if args.engine:
         refs.append(("the engine's q5 (window_end <= %d)" % args.until, engine_rows(args.engine, args.until)))
+    if args.engine_before:
+        want = rows_before(args.engine_before, args.before)
+        name = "the engine's rows (_time < %d)" % args.before
+        refs.append((name, want))
+        if args.in_order:
+            for i, (got, w) in enumerate(zip(rows, want)):
+                if row_key(got) != row_key(w):
+                    problems.append("against %s in order: row %d is %s, not %s" %
+                                    (name, i + 1, dict(row_key(got)), dict(row_key(w))))
+                    break
     for name, want in refs:
         problems += ["against %s: %s" % (name, p) for p in multiset_diff(rows, want)]
         if len(want) != len(rows):
@@ -118,8 +140,8 @@ def check(args):
             print("   " + p)
         print("FAIL: %d rows (%s), %d problems" % (len(rows), span, len(problems)))
         return 1
-    print("PASS: %d rows (%s), no gap, no duplicate, equal to %s" %
-          (len(rows), span, " and ".join(name for name, _ in refs)))
+    print("PASS: %d rows (%s), no gap, no duplicate, equal to %s%s" %
+          (len(rows), span, " and ".join(name for name, _ in refs), ", in order" if args.in_order else ""))
     return 0
 
 
@@ -129,19 +151,30 @@ def main(argv):
     e = sub.add_parser("expected")
     e.add_argument("engine")
     e.add_argument("until", type=int)
+    b = sub.add_parser("expected-before")
+    b.add_argument("engine")
+    b.add_argument("before", type=int)
     c = sub.add_parser("check")
     c.add_argument("output")
     c.add_argument("--reference", action="append", default=[])
     c.add_argument("--engine")
     c.add_argument("--until", type=int)
+    c.add_argument("--engine-before")
+    c.add_argument("--before", type=int)
+    c.add_argument("--in-order", action="store_true")
     c.add_argument("--kill-at", type=float)
     c.add_argument("--closed-by", type=int)
     args = p.parse_args(argv)
     if args.cmd == "expected":
         print(len(engine_rows(args.engine, args.until)))
         return 0
-    if (args.engine is None) != (args.until is None) or (args.kill_at is None) != (args.closed_by is None):
-        p.error("--engine goes with --until, --kill-at with --closed-by")
+    if args.cmd == "expected-before":
+        print(len(rows_before(args.engine, args.before)))
+        return 0
+    if ((args.engine is None) != (args.until is None) or (args.kill_at is None) != (args.closed_by is None) or
+            (args.engine_before is None) != (args.before is None) or (args.in_order and not args.engine_before)):
+        p.error("--engine goes with --until, --engine-before with --before (and --in-order), "
+                "--kill-at with --closed-by")
     return check(args)
 
 
