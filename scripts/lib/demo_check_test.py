@@ -107,5 +107,48 @@ class DemoCheck(unittest.TestCase):
         self.assertIn("no row computed after the kill was received", text)
 
 
+class DemoCheckInOrder(unittest.TestCase):
+    """q8's check: the engine's rows below an event time, in order."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        # Pairs at event times 10, 10, 20, 30; the one at 30 not yet emitted
+        # (every input's watermark at 30).
+        self.engine = [{"_seq": i, "_time": t, "id": i, "reserve": 5} for i, t in enumerate([10, 10, 20, 30])]
+        self.engine_path = os.path.join(self.dir.name, "q8.ndjson")
+        with open(self.engine_path, "w", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in self.engine))
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_check(self, rows):
+        path = os.path.join(self.dir.name, "out.tsv")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join("%.3f\t%s\n" % (100.0 + i, json.dumps(dict(r, _seq=i + 1))) for i, r in enumerate(rows)))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = demo_check.main(["check", path, "--engine-before", self.engine_path, "--before", "30",
+                                      "--in-order"])
+        return status, out.getvalue()
+
+    def test_expected_before_counts_the_rows_below_the_time(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            demo_check.main(["expected-before", self.engine_path, "30"])
+        self.assertEqual(out.getvalue().strip(), "3")
+
+    def test_the_rows_in_order_pass(self):
+        status, text = self.run_check(self.engine[:3])
+        self.assertEqual(status, 0, text)
+        self.assertIn("PASS: 3 rows (_seq 1..3), no gap, no duplicate, equal to the engine's rows (_time < 30), "
+                      "in order", text)
+
+    def test_the_same_rows_in_another_order_fail(self):
+        status, text = self.run_check([self.engine[1], self.engine[0], self.engine[2]])
+        self.assertEqual(status, 1, text)
+        self.assertIn("in order: row 1 is", text)
+
+
 if __name__ == "__main__":
     unittest.main()
