@@ -140,199 +140,227 @@ bool hands_on(const rapidjson::Value& o, const std::string& key) {
   return false;
 }
 
-// Checks that the fragment can be split by its keyed box's key (the
-// reasons in splits.h). Every problem goes to `diag`.
-Shape check_shape(const NetworkDef& def, const std::set<std::string>& ids, Diagnostics& diag) {
-  Shape s;
-  auto path = [&](uint32_t b) { return def.boxes[b].path(); };
-  auto name = [&](uint32_t b) { return quote(def.boxes[b].id) + " (" + def.boxes[b].type + ")"; };
-  std::vector<bool> in(def.boxes.size(), false);
-  for (uint32_t b = 0; b < def.boxes.size(); ++b)
-    if (ids.count(def.boxes[b].id)) {
-      in[b] = true;
-      s.boxes.push_back(b);
-    }
-  // The keyed box, and boxes whose state is not partitioned by key.
-  for (uint32_t b : s.boxes) {
-    const BoxDef& box = def.boxes[b];
-    if (box.type == "filter" || box.type == "map") continue;
-    if (box.type == "join") {
-      if (s.keyed >= 0) {
-        diag.error(path(b), "the fragment has two keyed boxes, " + quote(def.boxes[uint32_t(s.keyed)].id) + " and " +
-                                quote(box.id) + ": a split routes by one key");
+// Checks that a fragment can be split by its keyed box's key (the reasons
+// in splits.h), step by step; every problem goes to `diag`.
+class ShapeCheck {
+ public:
+  ShapeCheck(const NetworkDef& def, const std::set<std::string>& ids, Diagnostics& diag)
+      : def_(def), diag_(diag), in_(def.boxes.size(), false), side_(def.boxes.size(), -1) {
+    for (uint32_t b = 0; b < def.boxes.size(); ++b)
+      if (ids.count(def.boxes[b].id)) {
+        in_[b] = true;
+        s_.boxes.push_back(b);
+      }
+  }
+
+  Shape run() {
+    find_keyed();
+    if (diag_.size() > 0 || s_.keyed < 0) return s_;
+    find_sides();
+    if (diag_.size() > 0) return s_;
+    find_entries_and_exit();
+    if (diag_.size() > 0) return s_;
+    check_around_keyed();
+    return s_;
+  }
+
+ private:
+  std::string path(uint32_t b) const { return def_.boxes[b].path(); }
+  std::string name(uint32_t b) const { return quote(def_.boxes[b].id) + " (" + def_.boxes[b].type + ")"; }
+  uint32_t keyed() const { return static_cast<uint32_t>(s_.keyed); }
+  void two_keyed(uint32_t b) {
+    diag_.error(path(b), "the fragment has two keyed boxes, " + quote(def_.boxes[keyed()].id) + " and " +
+                             quote(def_.boxes[b].id) + ": a split routes by one key");
+  }
+
+  // The keyed box (one aggregate grouped by a key, or a join), and boxes
+  // whose state is not partitioned by key.
+  void find_keyed() {
+    for (uint32_t b : s_.boxes) {
+      const BoxDef& box = def_.boxes[b];
+      if (box.type == "filter" || box.type == "map") continue;
+      if (box.type == "join") {
+        if (s_.keyed >= 0) {
+          two_keyed(b);
+        } else {
+          s_.keyed = int(b);
+          s_.join = true;
+        }
         continue;
       }
-      s.keyed = int(b);
-      s.join = true;
-      continue;
+      if (box.type != "aggregate") {
+        diag_.error(path(b), "box " + name(b) + " keeps state that is not partitioned by key group, so the "
+                                                "fragment's state is not keyed");
+        continue;
+      }
+      const rapidjson::Value& o = *box.options;
+      if (!(o.HasMember("group_by") && o["group_by"].IsArray() && !o["group_by"].Empty())) {
+        diag_.error(path(b) + ".options.group_by",
+                    "aggregate " + quote(box.id) + " has no group_by: its state is one global group, not keyed");
+      } else if (o.HasMember("timeout")) {
+        diag_.error(path(b) + ".options.timeout", "aggregate " + quote(box.id) + " has a time-out: what it emits "
+                                                  "depends on processing time, so parts would not emit the same "
+                                                  "rows");
+      } else if (o.HasMember("window") && o["window"].IsObject() && o["window"].HasMember("by") &&
+                 o["window"]["by"].IsString() && std::string_view(o["window"]["by"].GetString()) == "count") {
+        diag_.error(path(b) + ".options.window.by", "aggregate " + quote(box.id) + " has count windows, which "
+                                                    "emit in arrival order: merged parts would order its rows "
+                                                    "differently");
+      } else if (s_.keyed >= 0) {
+        two_keyed(b);
+      } else {
+        s_.keyed = int(b);
+        if (o.HasMember("top")) s_.top = &o["top"];
+      }
     }
-    if (box.type != "aggregate") {
-      diag.error(path(b), "box " + name(b) + " keeps state that is not partitioned by key group, so the fragment's "
-                                             "state is not keyed");
-      continue;
-    }
-    const rapidjson::Value& o = *box.options;
-    const bool grouped = o.HasMember("group_by") && o["group_by"].IsArray() && !o["group_by"].Empty();
-    if (!grouped) {
-      diag.error(path(b) + ".options.group_by",
-                 "aggregate " + quote(box.id) + " has no group_by: its state is one global group, not keyed");
-      continue;
-    }
-    if (o.HasMember("timeout")) {
-      diag.error(path(b) + ".options.timeout", "aggregate " + quote(box.id) + " has a time-out: what it emits "
-                                               "depends on processing time, so parts would not emit the same rows");
-      continue;
-    }
-    if (o.HasMember("window") && o["window"].IsObject() && o["window"].HasMember("by") &&
-        o["window"]["by"].IsString() && std::string_view(o["window"]["by"].GetString()) == "count") {
-      diag.error(path(b) + ".options.window.by", "aggregate " + quote(box.id) + " has count windows, which emit in "
-                                                 "arrival order: merged parts would order its rows differently");
-      continue;
-    }
-    if (s.keyed >= 0) {
-      diag.error(path(b), "the fragment has two keyed boxes, " + quote(def.boxes[uint32_t(s.keyed)].id) + " and " +
-                              quote(box.id) + ": a split routes by one key");
-      continue;
-    }
-    s.keyed = int(b);
-    if (o.HasMember("top")) s.top = &o["top"];
-  }
-  if (diag.size() > 0) return s;
-  if (s.keyed < 0) {
+    if (diag_.size() > 0 || s_.keyed >= 0) return;
     std::string which;
-    for (uint32_t b : s.boxes) which += (which.empty() ? "" : ", ") + name(b);
-    diag.error("$.boxes", "the fragment's state is not keyed: none of its boxes (" + which + ") keeps state by "
-                          "key group; only a fragment with an aggregate grouped by a key is split");
-    return s;
+    for (uint32_t b : s_.boxes) which += (which.empty() ? "" : ", ") + name(b);
+    diag_.error("$.boxes", "the fragment's state is not keyed: none of its boxes (" + which + ") keeps state by "
+                           "key group; only a fragment with an aggregate grouped by a key is split");
   }
-  const auto keyed = static_cast<uint32_t>(s.keyed);
+
   // The side of the keyed box each box before it feeds (an aggregate has
-  // one, side 0), walked from the keyed box upstream.
-  std::vector<int> side(def.boxes.size(), -1);
-  for (uint32_t p = 0; p < def.boxes[keyed].sources.size(); ++p)
-    if (const Source& src = def.boxes[keyed].sources[p]; src.kind == Source::Kind::box && in[src.index])
-      side[src.index] = int(p);
-  for (auto it = s.boxes.rbegin(); it != s.boxes.rend(); ++it) {
-    if (*it == keyed || side[*it] < 0) continue;
-    for (const Source& src : def.boxes[*it].sources) {
-      if (src.kind != Source::Kind::box || !in[src.index]) continue;
-      if (side[src.index] >= 0 && side[src.index] != side[*it])
-        diag.error(path(src.index), "box " + name(src.index) + " feeds both sides of the join " +
-                                        quote(def.boxes[keyed].id) + ": each side's router hashes its own keys");
-      side[src.index] = side[*it];
+  // one, side 0), walked from the keyed box upstream; the keys each side's
+  // router hashes.
+  void find_sides() {
+    const BoxDef& k = def_.boxes[keyed()];
+    for (uint32_t p = 0; p < k.sources.size(); ++p)
+      if (const Source& src = k.sources[p]; src.kind == Source::Kind::box && in_[src.index]) side_[src.index] = int(p);
+    for (auto it = s_.boxes.rbegin(); it != s_.boxes.rend(); ++it) {
+      if (*it == keyed() || side_[*it] < 0) continue;
+      for (const Source& src : def_.boxes[*it].sources) {
+        if (src.kind != Source::Kind::box || !in_[src.index]) continue;
+        if (side_[src.index] >= 0 && side_[src.index] != side_[*it])
+          diag_.error(path(src.index), "box " + name(src.index) + " feeds both sides of the join " + quote(k.id) +
+                                           ": each side's router hashes its own keys");
+        side_[src.index] = side_[*it];
+      }
     }
-  }
-  if (diag.size() > 0) return s;
-  // The keys each side's router hashes.
-  std::vector<std::vector<std::string>> keys_of_side;
-  {
-    const rapidjson::Value& o = *def.boxes[keyed].options;
-    for (const char* k : s.join ? std::vector<const char*>{"left_keys", "right_keys"}
-                                : std::vector<const char*>{"group_by"}) {
+    const rapidjson::Value& o = *k.options;
+    for (const char* name : s_.join ? std::vector<const char*>{"left_keys", "right_keys"}
+                                    : std::vector<const char*>{"group_by"}) {
       std::vector<std::string> keys;
-      if (o.HasMember(k) && o[k].IsArray())
-        for (const auto& v : o[k].GetArray())
+      if (o.HasMember(name) && o[name].IsArray())
+        for (const auto& v : o[name].GetArray())
           if (v.IsString()) keys.emplace_back(v.GetString());
-      keys_of_side.push_back(std::move(keys));
+      keys_of_side_.push_back(std::move(keys));
     }
   }
-  // Entry and exit.
-  int exits = 0;
-  std::vector<int> entry_of_side(keys_of_side.size(), -1);
-  for (uint32_t b : s.boxes) {
-    for (uint32_t p = 0; p < def.boxes[b].sources.size(); ++p) {
-      const Source& src = def.boxes[b].sources[p];
-      if (src.kind == Source::Kind::box && in[src.index]) continue;
-      const int at = b == keyed ? int(p) : side[b];
-      if (at < 0) {
-        diag.error(path(b), "rows enter the fragment at box " + name(b) + ", after the keyed box " +
-                                quote(def.boxes[keyed].id));
-        continue;
+
+  // Where rows enter the fragment (one place per side of the keyed box)
+  // and the one port whose rows leave it.
+  void find_entries_and_exit() {
+    int exits = 0;
+    std::vector<int> entry_of_side(keys_of_side_.size(), -1);
+    for (uint32_t b : s_.boxes) {
+      for (uint32_t p = 0; p < def_.boxes[b].sources.size(); ++p) {
+        const Source& src = def_.boxes[b].sources[p];
+        if (src.kind == Source::Kind::box && in_[src.index]) continue;
+        const int at = b == keyed() ? int(p) : side_[b];
+        if (at < 0) {
+          diag_.error(path(b), "rows enter the fragment at box " + name(b) + ", after the keyed box " +
+                                   quote(def_.boxes[keyed()].id));
+          continue;
+        }
+        if (entry_of_side[size_t(at)] >= 0)
+          diag_.error(path(b), "box " + name(b) + " is a second place where rows enter the fragment" +
+                                   (s_.join ? " on side " + std::to_string(at) + " of the join" : std::string()) +
+                                   ": a split has one router per input of its keyed box");
+        else
+          entry_of_side[size_t(at)] = int(s_.entries.size());
+        s_.entries.emplace_back(b, p);
+        s_.entry_keys.push_back(keys_of_side_[size_t(at)]);
       }
-      if (entry_of_side[size_t(at)] >= 0)
-        diag.error(path(b), "box " + name(b) + " is a second place where rows enter the fragment" +
-                                (s.join ? " on side " + std::to_string(at) + " of the join" : std::string()) +
-                                ": a split has one router per input of its keyed box");
-      else
-        entry_of_side[size_t(at)] = int(s.entries.size());
-      s.entries.emplace_back(b, p);
-      s.entry_keys.push_back(keys_of_side[size_t(at)]);
-    }
-    for (uint32_t p = 0; p < def.boxes[b].targets.size(); ++p) {
-      const auto& ts = def.boxes[b].targets[p];
-      if (!std::any_of(ts.begin(), ts.end(),
-                       [&](const Target& t) { return t.kind == Target::Kind::output || !in[t.index]; }))
-        continue;
-      if (std::any_of(ts.begin(), ts.end(), [&](const Target& t) { return t.kind == Target::Kind::box && in[t.index]; }))
-        diag.error(path(b), "port " + std::to_string(p) + " of box " + name(b) + " feeds boxes both inside and "
-                                                                                  "outside the fragment");
-      if (exits++ == 0) s.exit = {b, p};
-      else
-        diag.error(path(b), "port " + std::to_string(p) + " of box " + name(b) + " is a second port whose rows "
-                                                                                  "leave the fragment: a split has "
-                                                                                  "one merge, for one port");
-    }
-  }
-  for (size_t k = 0; k < entry_of_side.size(); ++k)
-    if (entry_of_side[k] < 0)
-      diag.error(path(keyed), "no rows enter the fragment on side " + std::to_string(k) + " of " + name(keyed) +
-                                  " from outside it: a split routes each side's input");
-  if (diag.size() > 0) return s;
-  // A join's entries in side order.
-  if (s.join && entry_of_side[0] != 0) {
-    std::swap(s.entries[0], s.entries[1]);
-    std::swap(s.entry_keys[0], s.entry_keys[1]);
-  }
-  // Before the keyed box only filters (the key reaches it as the router
-  // hashed it); after it only filters and maps (row by row, order kept).
-  std::vector<bool> before(def.boxes.size(), false), after(def.boxes.size(), false);
-  after[keyed] = true;
-  for (uint32_t b : s.boxes)  // topological: sources first
-    for (const Source& src : def.boxes[b].sources)
-      if (src.kind == Source::Kind::box && in[src.index] && after[src.index]) after[b] = true;
-  before[keyed] = true;
-  for (auto it = s.boxes.rbegin(); it != s.boxes.rend(); ++it)
-    for (const auto& ts : def.boxes[*it].targets)
-      for (const Target& t : ts)
-        if (t.kind == Target::Kind::box && in[t.index] && before[t.index]) before[*it] = true;
-  for (uint32_t b : s.boxes) {
-    if (b == keyed) continue;
-    const std::string& type = def.boxes[b].type;
-    const rapidjson::Value& o = *def.boxes[b].options;
-    if (before[b] && type == "map") {
-      // The router hashes the fragment's input: a map before the keyed box
-      // must hand each key field on as it is.
-      for (const std::string& key : keys_of_side[size_t(std::max(side[b], 0))]) {
-        if (!hands_on(o, key))
-          diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
-                                  " and does not hand its key field " + quote(key) + " on as it is (\"expr\": " +
-                                  quote(key) + "): the router hashes the fragment's input");
+      for (uint32_t p = 0; p < def_.boxes[b].targets.size(); ++p) {
+        const auto& ts = def_.boxes[b].targets[p];
+        if (!std::any_of(ts.begin(), ts.end(),
+                         [&](const Target& t) { return t.kind == Target::Kind::output || !in_[t.index]; }))
+          continue;
+        if (std::any_of(ts.begin(), ts.end(),
+                        [&](const Target& t) { return t.kind == Target::Kind::box && in_[t.index]; }))
+          diag_.error(path(b), "port " + std::to_string(p) + " of box " + name(b) + " feeds boxes both inside and "
+                                                                                     "outside the fragment");
+        if (exits++ == 0) s_.exit = {b, p};
+        else
+          diag_.error(path(b), "port " + std::to_string(p) + " of box " + name(b) + " is a second port whose rows "
+                                                                                     "leave the fragment: a split "
+                                                                                     "has one merge, for one port");
       }
-    } else if (before[b] && type != "filter") {
-      diag.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + quote(def.boxes[keyed].id) +
-                              ": the router hashes the fragment's input, so only filters and maps that hand the "
-                              "key on may come before it");
-    } else if (after[b] && type != "filter" && type != "map") {
-      diag.error(path(b), "box " + name(b) + " comes after the keyed aggregate: only filters and maps may");
-    } else if (after[b] && shape_top_by(s) && type == "filter") {
-      diag.error(path(b), "box " + name(b) + " comes after the keyed aggregate " + quote(def.boxes[keyed].id) +
-                              ", which has top: the merge ranks the parts' rows again, and would rank what the "
-                              "filter left rather than what the aggregate emitted");
-    } else if (after[b] && shape_top_by(s) && type == "map" && !hands_on(o, *shape_top_by(s))) {
-      diag.error(path(b), "map " + quote(def.boxes[b].id) + " after the keyed aggregate " +
-                              quote(def.boxes[keyed].id) + " does not hand the field its top ranks by, " +
-                              quote(*shape_top_by(s)) + ", on as it is (\"expr\": " + quote(*shape_top_by(s)) +
-                              "): the merge ranks the parts' rows again by it");
-    } else if (after[b] && type == "map" && o.HasMember("event_time")) {
-      diag.error(path(b) + ".options.event_time", "map " + quote(def.boxes[b].id) + " after the keyed aggregate "
-                                                  "gives its rows new event times, by which the merge would order "
-                                                  "them otherwise than the aggregate emitted them");
-    } else if (!before[b] && !after[b])
-      diag.error(path(b), "box " + name(b) + " is neither before nor after the keyed aggregate " +
-                              quote(def.boxes[keyed].id));
+    }
+    for (size_t k = 0; k < entry_of_side.size(); ++k)
+      if (entry_of_side[k] < 0)
+        diag_.error(path(keyed()), "no rows enter the fragment on side " + std::to_string(k) + " of " +
+                                       name(keyed()) + " from outside it: a split routes each side's input");
+    // A join's entries in side order.
+    if (diag_.size() == 0 && s_.join && entry_of_side[0] != 0) {
+      std::swap(s_.entries[0], s_.entries[1]);
+      std::swap(s_.entry_keys[0], s_.entry_keys[1]);
+    }
   }
-  return s;
-}
+
+  // Before the keyed box only filters and maps handing the key on (it
+  // reaches the keyed box as the router hashed it); after it only filters
+  // and maps (row by row, order kept), none re-stamping event times, and
+  // with `top` no filter and the ranked field handed on.
+  void check_around_keyed() {
+    const uint32_t k = keyed();
+    const std::string kq = quote(def_.boxes[k].id);
+    std::vector<bool> before(def_.boxes.size(), false), after(def_.boxes.size(), false);
+    after[k] = true;
+    for (uint32_t b : s_.boxes)  // topological: sources first
+      for (const Source& src : def_.boxes[b].sources)
+        if (src.kind == Source::Kind::box && in_[src.index] && after[src.index]) after[b] = true;
+    before[k] = true;
+    for (auto it = s_.boxes.rbegin(); it != s_.boxes.rend(); ++it)
+      for (const auto& ts : def_.boxes[*it].targets)
+        for (const Target& t : ts)
+          if (t.kind == Target::Kind::box && in_[t.index] && before[t.index]) before[*it] = true;
+    const auto top_by = shape_top_by(s_);
+    for (uint32_t b : s_.boxes) {
+      if (b == k) continue;
+      const std::string& type = def_.boxes[b].type;
+      const rapidjson::Value& o = *def_.boxes[b].options;
+      if (before[b] && type == "map") {
+        // The router hashes the fragment's input: a map before the keyed
+        // box must hand each key field on as it is.
+        for (const std::string& key : keys_of_side_[size_t(std::max(side_[b], 0))])
+          if (!hands_on(o, key))
+            diag_.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + kq +
+                                     " and does not hand its key field " + quote(key) + " on as it is (\"expr\": " +
+                                     quote(key) + "): the router hashes the fragment's input");
+      } else if (before[b] && type != "filter") {
+        diag_.error(path(b), "box " + name(b) + " comes before the keyed aggregate " + kq +
+                                 ": the router hashes the fragment's input, so only filters and maps that hand the "
+                                 "key on may come before it");
+      } else if (after[b] && type != "filter" && type != "map") {
+        diag_.error(path(b), "box " + name(b) + " comes after the keyed aggregate: only filters and maps may");
+      } else if (after[b] && top_by && type == "filter") {
+        diag_.error(path(b), "box " + name(b) + " comes after the keyed aggregate " + kq +
+                                 ", which has top: the merge ranks the parts' rows again, and would rank what the "
+                                 "filter left rather than what the aggregate emitted");
+      } else if (after[b] && top_by && type == "map" && !hands_on(o, *top_by)) {
+        diag_.error(path(b), "map " + quote(def_.boxes[b].id) + " after the keyed aggregate " + kq +
+                                 " does not hand the field its top ranks by, " + quote(*top_by) +
+                                 ", on as it is (\"expr\": " + quote(*top_by) +
+                                 "): the merge ranks the parts' rows again by it");
+      } else if (after[b] && type == "map" && o.HasMember("event_time")) {
+        diag_.error(path(b) + ".options.event_time", "map " + quote(def_.boxes[b].id) + " after the keyed "
+                                                     "aggregate gives its rows new event times, by which the merge "
+                                                     "would order them otherwise than the aggregate emitted them");
+      } else if (!before[b] && !after[b]) {
+        diag_.error(path(b), "box " + name(b) + " is neither before nor after the keyed aggregate " + kq);
+      }
+    }
+  }
+
+  const NetworkDef& def_;
+  Diagnostics& diag_;
+  Shape s_;
+  std::vector<bool> in_;   // per box of the network: in the fragment
+  std::vector<int> side_;  // per box before the keyed one: the side it feeds
+  std::vector<std::vector<std::string>> keys_of_side_;
+};
 
 // The query document with the fragment's boxes out, the router, the
 // copies and the merge in: arcs into the fragment go to the router, arcs
@@ -463,7 +491,7 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
   }
   check_parts(parts, diag);
   const std::set<std::string> ids(spec->boxes.begin(), spec->boxes.end());
-  const Shape shape = check_shape(def, ids, diag);
+  const Shape shape = ShapeCheck(def, ids, diag).run();
   if (diag.size() > first) return summary(fragment, diag, first);
 
   FragmentSplit out;
