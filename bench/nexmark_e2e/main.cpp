@@ -85,15 +85,16 @@
 // count of tuples in (GET /v1/queries/{name}): both parts must have
 // worked. The rows must still equal the engine-only rows one by one. The
 // JSON line adds "split" and "merge": their answers (pause_ms, total_ms),
-// the chunk each was asked at, and the parts' tuples. q5 is placed whole
-// on the third node, the leader of bids (its one fragment `all`: boxes
-// counts and hot): each part's aggregate keeps its own best auctions of a
-// window (`top`) and the merge ranks them again. q8's fragment new-users,
+// the chunk each was asked at, and the parts' tuples. q5's fragment
+// counts (on the leader of bids, writing the internal stream that hot
+// reads) is split: each part's aggregate keeps its own best auctions of a
+// window (`top`), the merge ranks them again and writes that internal
+// stream on. q8's fragment new-users,
 // its join, is split with a router per side (persons by id, auctions by
 // seller). A refusal (409) still makes a line, which says
 // "split":{"refused":STATUS,"problem":ANSWER} and no merge. The query
 // `q5count` is q5 without its `top`: every auction's sliding count,
-// placed as q5.
+// placed whole on the third node (its one fragment `all`: counts and hot).
 // A split or merge answered otherwise than 200 or 409 fails the run, and
 // so does a refused merge.
 //
@@ -403,16 +404,8 @@ struct Query {
 // stream is on the node that leads it (stream s on node s, the server
 // refuses anything else with 409); the others spread the work over the
 // nodes the figure is about.
-Status plan_cut(Query& q, bool split) {
-  if (q.name == "q5" && split) {
-    // Whole on the leader of bids (its one fragment `all`), as q5count:
-    // the split takes only a fragment that writes the query's outputs.
-    // Its parts keep each its own best auctions of a window, the merge
-    // ranks them again (docs/cluster.md, "Splitting a fragment").
-    q.cut = {{"all", {"counts", "hot"}, kBids}};
-    q.splittable = "all";
-    q.keyed_box = "counts";
-  } else if (q.name == "q5") {
+Status plan_cut(Query& q) {
+  if (q.name == "q5") {
     q.cut = {{"counts", {"counts"}, kBids}, {"hot", {"hot"}, 0}};
     q.movable = "hot";
     q.splittable = "counts";
@@ -1518,7 +1511,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (a.cut) {
-      if (Status s = plan_cut(*q, a.split || a.split_throughput); !s.ok()) {
+      if (Status s = plan_cut(*q); !s.ok()) {
         std::fprintf(stderr, "%s: %s\n", kProg, s.error().message.c_str());
         return 2;
       }

@@ -218,12 +218,13 @@ std::variant<SplitPlan, PlanError> plan_split(const std::string& query, const st
     }
     return PlanError{parts_wrong ? 400 : 409, detail};
   }
-  // (After the checks of what it is, which say more.)
-  if (b.HasMember("writes") && b["writes"].IsArray() && !b["writes"].Empty())
-    return PlanError{409, "fragment " + fragment + " writes internal stream " +
-                              std::string(b["writes"][0].IsString() ? b["writes"][0].GetString() : "?") +
-                              ", which another fragment reads: a split's merge writes the fragment's streams on, "
-                              "and it writes only the query's outputs (docs/cluster.md, \"Splitting a fragment\")"};
+  // The internal streams the fragment writes for other fragments: the
+  // merge writes them on (to the new cut they are outputs), encoded as
+  // internal streams are.
+  std::set<std::string> internal_writes;
+  if (b.HasMember("writes") && b["writes"].IsArray())
+    for (const auto& w : b["writes"].GetArray())
+      if (w.IsString()) internal_writes.insert(w.GetString());
   plan.split = std::move(split).value();
   auto cut = engine::cut_query(plan.split.network, plan.split.placement, diag, /*connected=*/false);
   if (!cut.ok()) return PlanError{409, cut.error().message};
@@ -245,10 +246,32 @@ std::variant<SplitPlan, PlanError> plan_split(const std::string& query, const st
               j.begin_object().key("stream").str(stream).key("node").str(q.node).end_object();
     j.end_array().key("writes").begin_array();
     for (const auto& w : p.writes) j.str(w);
+    for (const auto& o : p.outputs)
+      if (internal_writes.count(o)) j.str(o);
     j.end_array().end_object();
     plan.bodies.emplace_back(p.name, j.take());
   }
   return plan;
+}
+
+// The fragment whose split, not merged back, made `fragment` (its router,
+// a part or its merge), from the query's entry; empty when none.
+std::string split_made_of(const std::string& entry_json, const std::string& fragment) {
+  rapidjson::Document d;
+  d.Parse(entry_json.data(), entry_json.size());
+  if (d.HasParseError() || !d.IsObject() || !d.HasMember("splits") || !d["splits"].IsArray()) return {};
+  auto is = [&](const rapidjson::Value& v, const char* key) {
+    return v.HasMember(key) && v[key].IsString() && v[key].GetString() == fragment;
+  };
+  for (const auto& r : d["splits"].GetArray()) {
+    if (!r.IsObject() || r.HasMember("merged_at_ms") || !r.HasMember("fragment") || !r["fragment"].IsString())
+      continue;
+    bool made = is(r, "router") || is(r, "merge");
+    if (r.HasMember("parts") && r["parts"].IsArray())
+      for (const auto& p : r["parts"].GetArray()) made = made || (p.IsObject() && is(p, "fragment"));
+    if (made) return r["fragment"].GetString();
+  }
+  return {};
 }
 
 // `body` with its seed.
@@ -340,6 +363,12 @@ void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& 
   if (entry->state != "running") {
     answer(http::Response::problem(409, "Conflict", "query '" + query + "' is " + entry->state +
                                                     "; a fragment is split only while the query runs"));
+    return;
+  }
+  if (const std::string of = split_made_of(entry->json, fragment); !of.empty()) {
+    answer(http::Response::problem(409, "Conflict", "fragment " + fragment + " is the router, a part or the merge "
+                                                    "of the split of fragment " + of + ": merge " + of +
+                                                    " back before splitting again"));
     return;
   }
   const cluster::MembershipView view = membership_->view();

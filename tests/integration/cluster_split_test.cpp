@@ -164,8 +164,11 @@ TEST_F(ClusterSplit, AKeyedFragmentSplitAndMergedBackMidStreamKeepsTheOutputExac
       return in > 0;
     })) << part << " counted nothing";
   }
-  // A split fragment is split once: its parts are fragments of their own.
+  // A split fragment is split once: its parts are fragments of their own,
+  // not split again until it is merged back.
   expect_refused(1, "c", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 404, "has no fragment 'c'");
+  expect_refused(1, "c-0", R"({"parts":[{"node":"n1"},{"node":"n2"}]})", 409,
+                 "fragment c-0 is the router, a part or the merge of the split of fragment c: merge c back");
   auto no_split = node(1).request("POST", "/v1/queries/cut/fragments/b/merge", "", kAdminToken);
   EXPECT_EQ(no_split.status, 404u) << no_split.body;
   EXPECT_NE(no_split.body.find("has no split fragment 'b'"), std::string::npos) << no_split.body;
