@@ -1036,7 +1036,15 @@ class Splitter final {
       cv_.notify_all();
       cv_.wait(lock, [this] { return published_ >= 2 * chunks_ / 3; });
     }
-    parts_ = parts_json();
+    // Every part has rows routed to it by now, but on a loaded machine one
+    // may not have read any yet (its read of the router's stream still
+    // starting): wait up to 10 s until each has, so that the line shows
+    // whether both worked rather than how far one got.
+    for (int i = 0; i < 200; ++i) {
+      parts_ = parts_json();
+      if (parts_ != "null" && parts_.find("\"tuples_in\":0,") == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     merge_at_ = published();
     r = bench::call(ep_.deploy(), "POST", target + "/merge", "");
     if (!r.ok()) status_ = make_error(Errc::io_error, "merging " + q_.splittable + ": " + r.error().message);
