@@ -329,8 +329,8 @@ void Hosting::on_control(const certs::Identity& peer, std::string_view message) 
     on_answer(peer, d);
     return;
   }
-  if (type == "hosting.run" || type == "hosting.chunk" || type == "hosting.end" || type == "hosting.release" ||
-      type == "hosting.usage") {
+  if (type == "hosting.run" || type == "hosting.chunk" || type == "hosting.warm" || type == "hosting.end" ||
+      type == "hosting.release" || type == "hosting.usage") {
     serve(peer, std::string(type), message, d);
     return;
   }

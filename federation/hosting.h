@@ -21,8 +21,8 @@
 //
 // A hosted run (docs/cluster.md, "Moving a fragment to another domain")
 // then goes by calls, owner to host, each answered once:
-//   {"type":"hosting.run"|"hosting.chunk"|"hosting.end"|"hosting.release",
-//    "id":N, …}
+//   {"type":"hosting.warm"|"hosting.run"|"hosting.chunk"|"hosting.end"|
+//    "hosting.release", "id":N, …}
 //   {"type":"hosting.answer","id":N,"ok":true|false,"reason":"…","body":{…}}
 // and by notices, host to owner, never answered:
 //   {"type":"hosting.usage", …}

@@ -169,6 +169,9 @@ class Node:
             "threads": {"network": 1, "engine": 1},
             "checkpoint_interval": "%ds" % b.args.checkpoint_interval,
         }
+        # A bench built on this one may change it (another domain, peers).
+        if hasattr(b, "node_config"):
+            config = b.node_config(self, config)
         with open(os.path.join(self.dir, "node.json"), "w") as f:
             json.dump(config, f)
         self.port = 0  # the old port may belong to another process by now

@@ -22,7 +22,16 @@ pause).
 At the end the counts of `c`'s output must add up to every bid published
 (the window closes with an end marker): {"bench":"fragment_move_check",...}.
 
-  scripts/bench-move.py [--state-mb 1,10,100] [--moves 10] [--build build]
+With --hosted, a second domain "beta" of one node (its own CA, pinned by
+each side, peer links both ways) hosts `c` under a hosting contract that
+the two admins negotiate over REST first; the moves alternate between
+beta/n1 (docs/cluster.md, "Moving a fragment to another domain") and back
+to n2 (the take-back), and the lines are
+  {"bench":"fragment_hosted_move_pause_ms",...,"warm":N,"target_ms":50}
+  {"bench":"fragment_take_back_ms",...}
+(warm: the moves whose host built a standby before the pause).
+
+  scripts/bench-move.py [--state-mb 1,10,100] [--moves 10] [--hosted] [--build build]
 Exit status 1 when a move fails or the check does not add up; 77 when etcd
 is not installed.
 """
@@ -65,11 +74,86 @@ def query():
     }
 
 
+def iso(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
 class Bench(bf.Bench):
     def __init__(self, args):
         super().__init__(args)
         self.published = 0
         self.lock = threading.Lock()
+        self.links = {}  # --hosted: node name -> its federation port
+        self.beta = None
+
+    def node_config(self, node, config):
+        """--hosted: fixed link ports, and each domain's peers with the
+        other's pinned CA; beta/n1, a domain of one node, without etcd."""
+        if not self.args.hosted:
+            return config
+        certs = os.path.join(self.dir, "certs")
+        fed = config["federation"]
+        fed["listen"] = "127.0.0.1:%d" % self.links[node.name]
+        if node.name != "beta-n1":
+            fed["peers"] = [{"domain": "beta", "ca_file": certs + "/beta-ca/ca.crt",
+                             "nodes": [{"node": "n1", "address": "127.0.0.1:%d" % self.links["beta-n1"]}]}]
+            return config
+        config["domain"], config["node"] = "beta", "n1"
+        del config["cluster"]
+        fed["ca_file"] = certs + "/beta-ca/ca.crt"
+        fed["peers"] = [{"domain": "bench", "ca_file": certs + "/ca/ca.crt",
+                         "nodes": [{"node": n, "address": "127.0.0.1:%d" % self.links[n]}
+                                   for n in ("n1", "n2", "n3")]}]
+        return config
+
+    def start_domain(self, etcd_bin):
+        if not self.args.hosted:
+            return super().start_domain(etcd_bin)
+        for n in ("n1", "n2", "n3", "beta-n1"):
+            self.links[n] = bf.free_port()
+        certs = os.path.join(self.dir, "certs")
+        self.certs("init-domain", "beta", "--out", certs + "/beta-ca")
+        self.certs("issue-node", "beta", "n1", "--ca", certs + "/beta-ca", "--san", "127.0.0.1,localhost",
+                   "--out", certs + "/beta-n1")
+        super().start_domain(etcd_bin)
+        self.beta = bf.Node(self, "beta-n1")
+        self.beta.start()
+
+    def contract(self):
+        """acme (domain "bench") proposes hosting terms, beta accepts,
+        bench countersigns: the id once n2, where c runs, holds it active."""
+        terms = {"kind": "hosting", "host": "beta", "owner": "bench", "box_kinds": ["aggregate"],
+                 "max_load": 1000000, "price_min": 1, "price_max": 2, "notice_seconds": 60,
+                 "host_may_subscribe": False, "host_may_export": False,
+                 "valid_from": iso(time.time() - 60), "valid_until": iso(time.time() + 86400)}
+        deadline = time.time() + 60
+        while True:  # the peer links come up first
+            status, text = self.nodes[0].request("POST", "/v1/contracts", json.dumps({"terms": terms}), timeout=10)
+            if status == 201 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        if status != 201:
+            raise RuntimeError("proposing the hosting contract: %d %s" % (status, text))
+        cid = json.loads(text)["id"]
+        while time.time() < deadline:
+            status, text = self.beta.request("POST", "/v1/contracts/%s/accept" % cid, json.dumps({"version": 1}),
+                                             timeout=10)
+            if status == 200:
+                break
+            time.sleep(0.2)
+        if status != 200:
+            raise RuntimeError("beta accepting the hosting contract: %d %s" % (status, text))
+        while time.time() < deadline:
+            status, text = self.nodes[1].request("GET", "/v1/contracts/" + cid, timeout=10)
+            if status == 200 and json.loads(text).get("version") == 3:
+                return cid
+            time.sleep(0.2)
+        raise RuntimeError("the hosting contract is not active on n2: %s" % text)
+
+    def close(self):
+        if self.beta and self.beta.alive():
+            self.beta.kill()
+        super().close()
 
     def post(self, rows):
         body = json.dumps(rows)
@@ -144,6 +228,8 @@ class Bench(bf.Bench):
             print("etcd is not installed: apt-get install etcd-server", file=sys.stderr)
             return 77
         self.setup()
+        if a.hosted:
+            self.contract()
         state = self.load(int(a.state_mb * 1e6))
         stop = threading.Event()
 
@@ -158,10 +244,14 @@ class Bench(bf.Bench):
         pub.start()
         time.sleep(0.5)
         pauses, totals, takeovers, failures = [], [], [], 0
+        backs, back_totals = [], []
         steps, warm = {}, 0
         where = "n2"
         for k in range(a.moves):
-            to = "n3" if where == "n2" else "n2"
+            if a.hosted:
+                to = "beta/n1" if where == "n2" else "n2"
+            else:
+                to = "n3" if where == "n2" else "n2"
             status, text = self.nodes[0].request("POST", "/v1/queries/q/fragments/c/move",
                                                  json.dumps({"node": to}), timeout=120)
             if status != 200:
@@ -169,12 +259,19 @@ class Bench(bf.Bench):
                 print("move %d to %s: %d %s" % (k + 1, to, status, text), file=sys.stderr)
                 continue
             r = json.loads(text)
-            pauses.append(r["pause_ms"])
-            totals.append(r["total_ms"])
-            takeovers.append(r["steps_ms"]["take_over"])
-            for step, ms in r["steps_ms"].items():
-                steps.setdefault(step, []).append(ms)
-            warm += 1 if r.get("warm_standby") else 0
+            if a.hosted and to == "n2":
+                backs.append(r["pause_ms"])
+            elif a.hosted:
+                pauses.append(r["pause_ms"])
+                totals.append(r["total_ms"])
+                warm += 1 if r.get("warm") else 0
+            else:
+                pauses.append(r["pause_ms"])
+                totals.append(r["total_ms"])
+                takeovers.append(r["steps_ms"]["take_over"])
+                for step, ms in r["steps_ms"].items():
+                    steps.setdefault(step, []).append(ms)
+                warm += 1 if r.get("warm_standby") else 0
             where = to
             time.sleep(0.5)
         stop.set()
@@ -202,7 +299,15 @@ class Bench(bf.Bench):
             if counted >= want:
                 break
             time.sleep(1)
-        if pauses:
+        if pauses and a.hosted:
+            print(json.dumps({"bench": "fragment_hosted_move_pause_ms", "state_mb": a.state_mb,
+                              "state_bytes": state, "moves": len(pauses), "p50": round(statistics.median(pauses), 1),
+                              "max": round(max(pauses), 1), "total_p50": round(statistics.median(totals), 1),
+                              "total_max": round(max(totals), 1), "warm": warm, "target_ms": 50}))
+            if backs:
+                print(json.dumps({"bench": "fragment_take_back_ms", "state_mb": a.state_mb, "moves": len(backs),
+                                  "p50": round(statistics.median(backs), 1), "max": round(max(backs), 1)}))
+        elif pauses:
             print(json.dumps({"bench": "fragment_move_pause_ms", "state_mb": a.state_mb, "state_bytes": state,
                               "moves": len(pauses), "p50": round(statistics.median(pauses), 1),
                               "max": round(max(pauses), 1), "total_p50": round(statistics.median(totals), 1),
@@ -222,11 +327,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--state-mb", default="1,10,100")
     p.add_argument("--moves", type=int, default=10)
+    p.add_argument("--hosted", action="store_true",
+                   help="move to beta/n1, a node of another domain, under a hosting contract, and back")
     p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     args = p.parse_args()
     status = 0
     for mb in [float(x) for x in args.state_mb.split(",")]:
-        ns = argparse.Namespace(state_mb=mb, moves=args.moves, build=args.build, lease_ttl=2, factor=2,
+        ns = argparse.Namespace(state_mb=mb, moves=args.moves, hosted=args.hosted, build=args.build, lease_ttl=2,
+                                factor=2,
                                 durability="process", checkpoint_interval=60, query=True, chaos=0, kills=0,
                                 pause_ms=2.0)
         b = Bench(ns)

@@ -51,6 +51,7 @@
 #include <future>
 #include <string>
 
+#include "broker/detail/hosted_calls.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "cluster/catalog.h"
@@ -72,76 +73,18 @@
 namespace entente::broker::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace hosted;
 
 constexpr size_t kChunkBytes = 96u << 10;  // of snapshot per hosting.chunk (hex: twice that)
 constexpr size_t kMaxHostedSnapshot = 64u << 20;
 constexpr size_t kMaxHostedChunkBytes = 128u << 20;  // of states arriving, on a host, at once
-constexpr auto kCallWait = std::chrono::seconds(30);
-constexpr auto kEndWait = std::chrono::seconds(5);
 constexpr auto kDrainWait = std::chrono::seconds(10);
 constexpr auto kHostLost = std::chrono::seconds(3);
 constexpr auto kHostedGrace = std::chrono::seconds(30);
 constexpr auto kLoopPeriod = std::chrono::milliseconds(2);
-constexpr size_t kMaxHostedHere = 32;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 std::string grant_key(const std::string& domain, const std::string& stream) {
   return "hosted-reads/" + domain + "/" + stream;
-}
-
-// A hidden stream's name on the host: stable for the owner's runner,
-// short, a valid stream name ([a-z][a-z0-9_-]*).
-std::string hidden_name(const std::string& key, const std::string& suffix) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "hosted-";
-  for (int i = 15; i >= 0; --i) out.push_back(kDigits[(h >> (4 * i)) & 15]);
-  return out + "-" + suffix;
-}
-
-// The members of a JsonOut object, without its braces (Hosting::call's
-// `fields`).
-std::string members_of(std::string object) { return object.size() < 2 ? "" : object.substr(1, object.size() - 2); }
-
-// A call to the host, waited for (on the hosted thread): the answer's body
-// or why not. Hosting expires calls, so the wait is bounded.
-Result<std::string> call_host(federation::Hosting& hosting, const certs::Identity& host, const std::string& type,
-                              const std::string& fields, std::chrono::milliseconds wait) {
-  auto p = std::make_shared<std::promise<Result<std::string>>>();
-  auto f = p->get_future();
-  hosting.call(host, type, fields, [p](Result<std::string> r) { p->set_value(std::move(r)); }, wait);
-  return f.get();
-}
-
-// hosting.end for the run of `fragment` of `query` on `host` (`release`:
-// its streams and copies go too): the answer's body, or why not.
-Result<std::string> end_host_run(federation::Hosting& hosting, const certs::Identity& host, const std::string& query,
-                                 const std::string& fragment, bool release) {
-  JsonOut e;
-  e.begin_object().key("query").str(query).key("fragment").str(fragment).key("release").boolean(release);
-  return call_host(hosting, host, "hosting.end", members_of(e.end_object().take()), kEndWait);
-}
-
-std::vector<uint64_t> u64s(const rapidjson::Value& o, const char* key) {
-  std::vector<uint64_t> out;
-  if (!o.HasMember(key) || !o[key].IsArray()) return out;
-  for (const auto& v : o[key].GetArray())
-    if (v.IsUint64()) out.push_back(v.GetUint64());
-  return out;
-}
-
-std::string str_of(const rapidjson::Value& o, const char* key) {
-  return o.HasMember(key) && o[key].IsString() ? std::string(o[key].GetString(), o[key].GetStringLength())
-                                               : std::string();
-}
-
-uint64_t u64_of(const rapidjson::Value& o, const char* key) {
-  return o.HasMember(key) && o[key].IsUint64() ? o[key].GetUint64() : 0;
 }
 
 // Sets (or with a null `hosted`, removes) the fragment's "hosted" member in
@@ -181,7 +124,7 @@ void NodeImpl::post_hosted(std::function<void()> job) {
 
 void NodeImpl::start_hosted_move(const std::string& query, const std::string& fragment,
                                  const std::string& host_domain, const std::string& host_node,
-                                 const std::string& contract, uint64_t price, uint64_t load,
+                                 const std::string& contract, uint64_t price, uint64_t load, bool warm,
                                  http::Respond answer) {
   {
     std::lock_guard lock(hosted_mu_);
@@ -191,7 +134,7 @@ void NodeImpl::start_hosted_move(const std::string& query, const std::string& fr
     }
   }
   post_hosted(
-      [=, this] { answer(run_hosted_move(query, fragment, host_domain, host_node, contract, price, load)); });
+      [=, this] { answer(run_hosted_move(query, fragment, host_domain, host_node, contract, price, load, warm)); });
 }
 
 Status NodeImpl::grant_hosted_reads(const std::string& host_domain, const std::vector<std::string>& streams,
@@ -256,7 +199,8 @@ std::string NodeImpl::open_hosted_relays(const std::vector<std::pair<std::string
 
 http::Response NodeImpl::run_hosted_move(const std::string& query, const std::string& fragment,
                                          const std::string& host_domain, const std::string& host_node,
-                                         const std::string& contract, uint64_t price, uint64_t load) {
+                                         const std::string& contract, uint64_t price, uint64_t load,
+                                         bool warm) {
   const auto t0 = Clock::now();
   const std::string runner = engine::fragment_network_name(query, fragment);
   const std::string where = host_domain + "/" + host_node;
@@ -285,12 +229,23 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
                          "fragment reads streams of its owner's domain only; nothing moved");
     grants.push_back(name);
   }
+  // And its state stream, for a standby there (cluster_hosted_warm.cpp).
+  grants.push_back(meta.state_stream);
   auto revoke = [&] {
     for (const auto& g : grants) (void)catalog_->erase(grant_key(host_domain, g));
   };
   if (Status st = grant_hosted_reads(host_domain, grants, query, fragment, contract); !st.ok()) {
     revoke();
     return failed(503, st.error().message + "; nothing moved");
+  }
+  // 0. A standby there, caught up while the fragment still runs here: the
+  //    state goes before the pause. Without one, it goes in the pause.
+  const certs::Identity host{host_domain, host_node};
+  if (const std::string why = warm ? warm_on_host(*hosting, host, contract, body, load, q) : "";
+      warm && !why.empty()) {
+    log_line(what + ": no standby there (" + why + "); the state goes in the pause");
+    (void)end_host_run(*hosting, host, query, fragment, true);
+    warm = false;
   }
   JsonOut mark;
   mark.begin_object().key("domain").str(host_domain).key("node").str(host_node).key("contract").str(contract);
@@ -307,39 +262,55 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   }
   const auto t_stop = Clock::now();
   auto rollback = [&](int status, const std::string& why) {
+    if (warm) (void)end_host_run(*hosting, host, query, fragment, true);  // its standby
     rerun_fragment(meta, body);
     (void)mark_hosted(*catalog_, query, fragment, "", etcd_ms);
     revoke();
     return failed(status, why + "; the fragment runs on " + config_.node + " again");
   };
-  auto state = q->stopped_state();
+  // (Warm: no snapshot; the standby there holds the state.)
+  auto state = q->stopped_state(!warm);
   if (!state.ok()) return rollback(409, "the fragment's state: " + state.error().message);
-  if (state->snapshot.size() > kMaxHostedSnapshot)
-    return rollback(409, "the fragment's state is " + std::to_string(state->snapshot.size() >> 20) +
-                             " MiB, over the " + std::to_string(kMaxHostedSnapshot >> 20) +
-                             " MiB a hosted run is sent");
   // The state stream's appends land before the host continues it.
   const StreamPtr state_log = q->state_stream();
   for (int i = 0; i < 500 && state_log->committed_next() != state_log->next_seq(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const uint64_t state_next = state_log->next_seq();
-  // 2. The state, in pieces, then the run.
-  const certs::Identity host{host_domain, host_node};
-  const size_t chunks = (state->snapshot.size() + kChunkBytes - 1) / kChunkBytes;
-  if (Status st = send_hosted_state(*hosting, host, query, fragment, state->snapshot); !st.ok())
-    return rollback(503, "sending the fragment's state to " + where + ": " + st.error().message);
-  JsonOut r;
-  r.begin_object().key("query").str(query).key("fragment").str(fragment).key("contract").str(contract);
-  r.key("body").raw(body);
-  r.key("positions").begin_array();
-  for (auto p : state->positions) r.u64(p);
-  r.end_array().key("out_next").begin_array();
-  for (auto n : state->out_next) r.u64(n);
-  r.end_array();
-  r.key("state_next").u64(state_next).key("journal_next").u64(state->journal_next);
-  r.key("next_checkpoint_id").u64(state->next_checkpoint_id).key("chunks").u64(chunks);
-  r.key("load").u64(load);
-  auto ran = call_host(*hosting, host, "hosting.run", members_of(r.end_object().take()), kCallWait);
+  // 2. The run: warm, or with the state, in pieces, first.
+  auto run_there = [&]() -> Result<std::string> {
+    size_t chunks = 0;
+    if (!warm) {
+      if (state->snapshot.size() > kMaxHostedSnapshot)
+        return make_error(Errc::conflict, "the fragment's state is " + std::to_string(state->snapshot.size() >> 20) +
+                                              " MiB, over the " + std::to_string(kMaxHostedSnapshot >> 20) +
+                                              " MiB a hosted run is sent");
+      chunks = (state->snapshot.size() + kChunkBytes - 1) / kChunkBytes;
+      if (Status st = send_hosted_state(*hosting, host, query, fragment, state->snapshot); !st.ok())
+        return make_error(Errc::unavailable, "sending the fragment's state: " + st.error().message);
+    }
+    JsonOut r;
+    r.begin_object().key("query").str(query).key("fragment").str(fragment).key("contract").str(contract);
+    r.key("body").raw(body);
+    r.key("positions").begin_array();
+    for (auto p : state->positions) r.u64(p);
+    r.end_array().key("out_next").begin_array();
+    for (auto n : state->out_next) r.u64(n);
+    r.end_array();
+    r.key("state_next").u64(state_next).key("journal_next").u64(state->journal_next);
+    r.key("next_checkpoint_id").u64(state->next_checkpoint_id).key("chunks").u64(chunks);
+    r.key("load").u64(load).key("warm").boolean(warm);
+    return call_host(*hosting, host, "hosting.run", members_of(r.end_object().take()), kCallWait);
+  };
+  auto ran = run_there();
+  if (!ran.ok() && warm) {
+    // The standby did not take over (the host dropped it): the state goes
+    // now, in the pause.
+    log_line(what + ": the standby there did not take over (" + ran.error().message + "); the state goes now");
+    warm = false;
+    state = q->stopped_state(true);
+    if (!state.ok()) return rollback(409, "the fragment's state: " + state.error().message);
+    ran = run_there();
+  }
   if (!ran.ok()) {
     const int status = ran.error().code == Errc::conflict ? 409 : 503;
     return rollback(status, where + " did not run it: " + ran.error().message);
@@ -397,7 +368,10 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   JsonOut j;
   j.begin_object().key("query").str(query).key("fragment").str(fragment).key("state").str("hosted");
   j.key("from").str(config_.node).key("to").str(where).key("contract").str(contract);
-  j.key("state_bytes").u64(state->snapshot.size());
+  uint64_t state_bytes = state->snapshot.size();
+  if (warm)
+    for (const auto& box : q->info().boxes) state_bytes += box.stats.state_bytes;
+  j.key("warm").boolean(warm).key("state_bytes").u64(state_bytes);
   j.key("pause_ms").dbl(h.pause_ms).key("total_ms").dbl(ms_between(t0, Clock::now()));
   j.end_object();
   return http::Response::json(200, j.take());
@@ -855,6 +829,10 @@ void NodeImpl::on_hosting(const certs::Identity& peer, const std::string& type, 
     answer(true, "", "");
     return;
   }
+  if (type == "hosting.warm") {
+    serve_hosted_warm(peer, message, answer);
+    return;
+  }
   if (type == "hosting.run") {
     post_hosted([this, peer, message, answer] { serve_hosted_run(peer, message, answer); });
     return;
@@ -974,7 +952,23 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
   const uint64_t state_next = std::max<uint64_t>(1, u64_of(d, "state_next"));
   if (state.positions.size() != net->inputs().size() || state.out_next.size() != net->outputs().size())
     return refuse("'positions' and 'out_next' must hold one number per input and output of the network");
+  // Warm: a standby built here before the pause (hosting.warm) takes over;
+  // no state comes with the call.
+  const bool warm = d.HasMember("warm") && d["warm"].IsBool() && d["warm"].GetBool();
   {
+    std::lock_guard lock(hosted_mu_);
+    auto here = hosting_here_.find(key);
+    if (warm) {
+      if (here == hosting_here_.end() || !here->second.standby)
+        return refuse("no warm standby of the fragment here" +
+                      (here != hosting_here_.end() && !here->second.standby_error.empty()
+                           ? ": " + here->second.standby_error
+                           : std::string()));
+      if (here->second.runner) return refuse("this node hosts that fragment already");
+      here->second.contract = check.contract;
+    }
+  }
+  if (!warm) {
     std::lock_guard lock(hosted_mu_);
     if (hosting_here_.count(key)) return refuse("this node hosts that fragment already");
     if (hosting_here_.size() >= kMaxHostedHere)
@@ -988,6 +982,10 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     hosting_here_[key] = HostedHere{owner.domain, owner.node, check.contract, query, fragment, nullptr, {}, {}, {}};
   }
   auto forget = [&] {
+    if (warm) {
+      end_hosted_here(key, true);  // the standby, its copies and streams
+      return;
+    }
     std::vector<std::string> mirrors;
     {
       std::lock_guard lock(hosted_mu_);
@@ -1008,35 +1006,27 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
   meta.fragment = fragment;
   meta.network_json = network_json;
   meta.created_ms = wall_clock_ms();
-  std::vector<std::pair<std::string, engine::SchemaPtr>> copies;
-  for (size_t i = 0; i < net->inputs().size(); ++i) {
-    const auto& in = net->inputs()[i];
-    const bool internal = reads.count(in.name) != 0;
-    std::string stream = internal ? in.name : in.stream.empty() ? in.name : in.stream;
-    if (stream.starts_with(owner.domain + "/")) stream = stream.substr(owner.domain.size() + 1);
-    if (stream.find('/') != std::string::npos) {
-      forget();
-      return refuse("input " + in.name + " reads " + stream + ", not a stream of " + owner.domain);
-    }
-    const std::string mirror = owner.domain + "/" + stream;
-    if (internal) meta.internal_inputs.push_back(static_cast<uint32_t>(i));
-    meta.inputs.push_back(mirror);
-    meta.start.push_back(state.positions[i]);
-    copies.emplace_back(mirror, internal ? engine::internal_stream_schema(*in.schema) : in.schema);
-  }
-  if (const std::string error = open_hosted_copies(key, owner.domain, copies, meta.start); !error.empty()) {
-    forget();
-    return refuse(error);
-  }
   std::vector<StreamPtr> ins, outs;
-  for (const auto& [mirror, _] : copies) {
-    StreamPtr s = find_hosted_stream(mirror);
-    if (!s) s = find_stream(mirror);  // this node imported it for itself already
-    if (!s) {
+  if (!warm) {
+    std::vector<std::pair<std::string, engine::SchemaPtr>> copies;
+    if (const std::string error = hosted_inputs(owner.domain, *net, reads, state.positions, meta, copies);
+        !error.empty()) {
       forget();
-      return refuse("the copy of " + mirror + " is not here");
+      return refuse(error);
     }
-    ins.push_back(s);
+    if (const std::string error = open_hosted_copies(key, owner.domain, copies, meta.start); !error.empty()) {
+      forget();
+      return refuse(error);
+    }
+    for (const auto& [mirror, _] : copies) {
+      StreamPtr s = find_hosted_stream(mirror);
+      if (!s) s = find_stream(mirror);  // this node imported it for itself already
+      if (!s) {
+        forget();
+        return refuse("the copy of " + mirror + " is not here");
+      }
+      ins.push_back(s);
+    }
   }
   // Its outputs and state stream: hidden, continuing the owner's numbers.
   std::vector<std::string> hidden;
@@ -1073,8 +1063,15 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     forget();
     return refuse("creating its state stream failed");
   }
-  auto started = start_hosted_runner(key, owner.domain, meta, ins, outs, state_log, state);
-  if (!started.ok()) {
+  if (warm) {
+    const std::string error = promote_hosted_standby(key, state_next, state.journal_next, outs, meta.outputs,
+                                                     state_log, meta.state_stream);
+    if (!error.empty()) {
+      forget();
+      return refuse(error);
+    }
+  } else if (auto started = start_hosted_runner(key, owner.domain, meta, ins, outs, state_log, state);
+             !started.ok()) {
     forget();
     return refuse(started.error().message);
   }
@@ -1094,6 +1091,22 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
 Result<std::shared_ptr<QueryRunner>> NodeImpl::start_hosted_runner(
     const std::string& key, const std::string& owner_domain, const QueryMeta& meta, const std::vector<StreamPtr>& ins,
     const std::vector<StreamPtr>& outs, const StreamPtr& state_log, const QueryRunner::State& state) {
+  auto created = QueryRunner::create(meta, ins, outs, hosted_env(key, owner_domain), state_log);
+  if (!created.ok()) return make_error(created.error().code, "the fragment does not run here: " + created.error().message);
+  std::shared_ptr<QueryRunner> run = *created;
+  if (Status st = run->seed(state, true); !st.ok())
+    return make_error(st.error().code, "the fragment's state does not restore here: " + st.error().message);
+  {
+    std::lock_guard lock(hosted_mu_);
+    hosting_here_[key].runner = run;
+  }
+  run->start();
+  // Its first checkpoint, at once: the owner's state stream gets it.
+  run->request_checkpoint([](const Result<CheckpointInfo>&) {});
+  return run;
+}
+
+QueryRunner::Env NodeImpl::hosted_env(const std::string& key, const std::string& owner_domain) {
   QueryRunner::Env env = runner_env();
   // Appends wait for the owner: an output goes out only once the owner
   // holds the journal that led to it (the top of this file).
@@ -1120,19 +1133,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::start_hosted_runner(
     // listener calls on_hosted_ack holding their own lock.)
     if (auto acked = peering_->acked(stream, domain)) on_hosted_ack(stream, domain, *acked);
   };
-  auto created = QueryRunner::create(meta, ins, outs, env, state_log);
-  if (!created.ok()) return make_error(created.error().code, "the fragment does not run here: " + created.error().message);
-  std::shared_ptr<QueryRunner> run = *created;
-  if (Status st = run->seed(state, true); !st.ok())
-    return make_error(st.error().code, "the fragment's state does not restore here: " + st.error().message);
-  {
-    std::lock_guard lock(hosted_mu_);
-    hosting_here_[key].runner = run;
-  }
-  run->start();
-  // Its first checkpoint, at once: the owner's state stream gets it.
-  run->request_checkpoint([](const Result<CheckpointInfo>&) {});
-  return run;
+  return env;
 }
 
 void NodeImpl::end_hosted_here(const std::string& key, bool release) {
@@ -1145,6 +1146,8 @@ void NodeImpl::end_hosted_here(const std::string& key, bool release) {
     if (it == hosting_here_.end()) return;
     run = std::move(it->second.runner);
     it->second.runner = nullptr;
+    if (!run) run = std::move(it->second.standby);
+    it->second.standby = nullptr;
     mirrors = it->second.mirrors;
     streams = it->second.streams;
     for (auto w = ack_waits_.begin(); w != ack_waits_.end();) {
@@ -1272,6 +1275,7 @@ void NodeImpl::hosted_loop() {
     }
     if (job) job();
     if (!any_hosted) continue;
+    warm_hosted_standbys();
     relay_hosted();
     if (Clock::now() - last_check >= std::chrono::seconds(1)) {
       last_check = Clock::now();

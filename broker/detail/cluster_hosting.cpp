@@ -127,6 +127,12 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
   const std::string& query = params.at(0);
   const std::string& fragment = params.at(1);
   const std::string where = target->domain + "/" + target->node;
+  if (d.HasMember("warm") && !d["warm"].IsBool()) {
+    answer(http::Response::problem(400, "Bad Request", "$.warm: a boolean (default true: the state goes to " + where +
+                                                       " before the pause, not in it)"));
+    return true;
+  }
+  const bool warm = !d.HasMember("warm") || d["warm"].GetBool();
   if (auto refused = check_host_target(*target, peering_->peers_report(), config_.domain)) {
     answer(std::move(*refused));
     return true;
@@ -198,7 +204,7 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
       certs::Identity{target->domain, target->node},
       federation::Hosting::Offer{query, fragment, q->meta().network_json, load},
       [this, answer, what, where, permitted, query, fragment, target = *target, price = grant->price_min,
-       load](Result<federation::Hosting::Reply> reply) {
+       load, warm](Result<federation::Hosting::Reply> reply) {
         if (!reply.ok()) {
           answer(http::Response::problem(503, "Service Unavailable", permitted + ", but the offer to " + where +
                                                                          " got no reply: " + reply.error().message +
@@ -207,7 +213,7 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
           answer(http::Response::problem(403, "Forbidden", what + " may not move to " + where + ": " + where +
                                                                " refuses it: " + reply->reason + "; nothing moved"));
         } else {
-          start_hosted_move(query, fragment, target.domain, target.node, reply->contract, price, load, answer);
+          start_hosted_move(query, fragment, target.domain, target.node, reply->contract, price, load, warm, answer);
         }
       });
   return true;

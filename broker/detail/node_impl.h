@@ -575,15 +575,26 @@ class NodeImpl final : public http::Handler {
     // ends and its streams go kHostedGrace later, if the owner has not
     // ended it by then (the owner drains them first).
     std::chrono::steady_clock::time_point out_of_force_since{};
+    // A warm standby of it, built before the pause (cluster_hosted_warm.cpp):
+    // set until hosting.run promotes it into `runner`.
+    std::shared_ptr<QueryRunner> standby{};
+    std::string state_copy{};       // the copy of the owner's state stream it reads
+    uint64_t state_copy_ready = 0;  // the copy holds a checkpoint once it reaches this
+    uint64_t standby_journal = 0;   // the next journal entry it needs
+    bool standby_warm = false;      // its checkpoint restored, replaying the journal
+    std::string standby_error{};    // why it stopped (or what it waits for)
+    std::chrono::steady_clock::time_point standby_since{};
   };
   // The move route's hosted branch, once the contract and the host admit
-  // it: runs the move on the hosted thread and answers.
+  // it: runs the move on the hosted thread and answers. `warm`: with a
+  // standby on the host first (cluster_hosted_warm.cpp), else the state
+  // goes in the pause.
   void start_hosted_move(const std::string& query, const std::string& fragment, const std::string& host_domain,
                          const std::string& host_node, const std::string& contract, uint64_t price, uint64_t load,
-                         http::Respond answer);
+                         bool warm, http::Respond answer);
   http::Response run_hosted_move(const std::string& query, const std::string& fragment,
                                  const std::string& host_domain, const std::string& host_node,
-                                 const std::string& contract, uint64_t price, uint64_t load);
+                                 const std::string& contract, uint64_t price, uint64_t load, bool warm);
   // The loads (CPU ms/s, as admitted) of this node's fragments `domain` hosts.
   uint64_t hosted_load_on(const std::string& domain);
   // Takes a hosted fragment back to run here; the answer to a move back.
@@ -630,6 +641,31 @@ class NodeImpl final : public http::Handler {
                                                            const std::vector<StreamPtr>& outs,
                                                            const StreamPtr& state_log, const QueryRunner::State& state);
   void report_hosted_usage();
+  // Warm standbys on the host (cluster_hosted_warm.cpp). Owner side: asks
+  // the host for one and waits until it has caught up with `q`; "" once it
+  // has, else why not (the move then sends the state in the pause).
+  std::string warm_on_host(federation::Hosting& hosting, const certs::Identity& host, const std::string& contract,
+                           const std::string& body, uint64_t load, const std::shared_ptr<QueryRunner>& q);
+  // Host side: hosting.warm (builds one, or says how far it is).
+  void serve_hosted_warm(const certs::Identity& owner, const std::string& message,
+                         std::function<void(bool, const std::string&, const std::string&)> answer);
+  void build_hosted_standby(const certs::Identity& owner, const std::string& message,
+                            std::function<void(bool, const std::string&, const std::string&)> answer);
+  // Each standby reads what its copies gained (the hosted thread).
+  void warm_hosted_standbys();
+  // hosting.run of a run warmed here: the standby of `key`, promoted to
+  // write `outs` and `state_log` (their names: `out_names`, `state_name`)
+  // once it replayed the owner's journal up to `journal_next`; "" or why not.
+  std::string promote_hosted_standby(const std::string& key, uint64_t state_next, uint64_t journal_next,
+                                     const std::vector<StreamPtr>& outs, const std::vector<std::string>& out_names,
+                                     const StreamPtr& state_log, const std::string& state_name);
+  // The copies a hosted fragment reads (`copies`: the owner's streams, as
+  // named here, with their schemas) and its runner's inputs in `meta`;
+  // "" or why not.
+  std::string hosted_inputs(const std::string& owner_domain, const engine::QueryNetwork& net,
+                            const std::set<std::string>& reads, const std::vector<uint64_t>& positions,
+                            QueryMeta& meta, std::vector<std::pair<std::string, engine::SchemaPtr>>& copies);
+  QueryRunner::Env hosted_env(const std::string& key, const std::string& owner_domain);
   // Whether `domain` may read `stream` whole for a hosted run (either side).
   bool may_read_hosted(const std::string& stream, const std::string& domain);
   // A hidden stream of a hosted run on this node (host side), or null.

@@ -727,6 +727,42 @@ Status QueryRunner::promote(const std::vector<StreamPtr>& inputs, std::vector<St
   return Status::Ok();
 }
 
+Status QueryRunner::promote_to(uint64_t journal_next, std::vector<StreamPtr> outputs,
+                               std::vector<std::string> output_names, StreamPtr state, std::string state_name) {
+  std::lock_guard lock(mu_);
+  if (!warm_ || !warm_loaded_) return make_error(Errc::conflict, "query '" + meta_.name + "' is not a warm standby");
+  if (outputs.size() != outputs_.size() || output_names.size() != outputs.size() || !state ||
+      !(*state->meta().schema == *state_stream_schema()))
+    return make_error(Errc::invalid_argument, "query '" + meta_.name + "': the streams to write are not one per "
+                                              "output and a state stream");
+  ENTENTE_RETURN_IF_ERROR(warm_read());
+  ENTENTE_RETURN_IF_ERROR(replay(warm_pending_));
+  if (journal_next_ < journal_next)
+    return make_error(Errc::unavailable, "query '" + meta_.name + "': the standby replayed the journal up to " +
+                                             std::to_string(journal_next_) + " of " + std::to_string(journal_next));
+  if (journal_next_ > journal_next)
+    return make_error(Errc::conflict, "query '" + meta_.name + "': the standby's journal runs to " +
+                                          std::to_string(journal_next_) + ", past the owner's " +
+                                          std::to_string(journal_next));
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (!outputs[o] || !(*outputs[o]->meta().schema == *outputs_[o]->meta().schema))
+      return make_error(Errc::invalid_argument, "query '" + meta_.name + "': output '" + output_names[o] +
+                                                    "' does not have the output's schema");
+    if (out_next_[o] != outputs[o]->committed_next())
+      return make_error(Errc::conflict, "query '" + meta_.name + "': output '" + output_names[o] + "' starts at " +
+                                            std::to_string(outputs[o]->committed_next()) +
+                                            " but the standby reproduced up to " + std::to_string(out_next_[o] - 1));
+  }
+  outputs_ = std::move(outputs);
+  meta_.outputs = std::move(output_names);
+  state_log_ = std::move(state);
+  meta_.state_stream = std::move(state_name);
+  state_trim_.store(0, std::memory_order_release);  // the copy's, not the new stream's
+  warm_ = false;
+  state_ = "running";
+  return Status::Ok();
+}
+
 void QueryRunner::start() {
   for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i]->add_tap(taps_[i]);
   schedule();
@@ -909,11 +945,7 @@ void QueryRunner::run_some() {
     if (flush_due() && !flush_outputs(false)) return;
   }
   if (state_log_ && flush_due() && !flush_outputs(false)) return;
-  if (checkpoint_wanted_.exchange(false)) {
-    auto waiters = std::move(checkpoint_waiters_);
-    checkpoint_waiters_.clear();
-    take_checkpoint(std::move(waiters));
-  }
+  if (checkpoint_wanted_.exchange(false)) take_checkpoint(take_waiters());
   // What info() answers while a run holds mu_: a runner busy run after run
   // would otherwise never be seen between runs (its boxes stayed empty).
   if (const auto now = std::chrono::steady_clock::now(); now - info_refreshed_ >= kInfoRefresh) {
@@ -1210,26 +1242,38 @@ void QueryRunner::checkpoint_to_state(const std::string& bytes, uint64_t id, Che
   }
 }
 
+std::vector<QueryRunner::CheckpointDone> QueryRunner::take_waiters() {
+  std::lock_guard lock(waiters_mu_);
+  std::vector<CheckpointDone> waiters = std::move(checkpoint_waiters_);
+  checkpoint_waiters_.clear();
+  return waiters;
+}
+
 void QueryRunner::request_checkpoint(CheckpointDone done) {
-  {
-    std::lock_guard lock(mu_);
-    if (state_ != "running") {
-      done(make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_));
-      return;
-    }
-    checkpoint_waiters_.push_back(std::move(done));
-    checkpoint_wanted_.store(true);
-  }
-  if (stopped_.load()) {
-    // No worker will run it: take it here.
-    std::lock_guard lock(mu_);
-    if (checkpoint_wanted_.exchange(false)) {
-      auto waiters = std::move(checkpoint_waiters_);
-      checkpoint_waiters_.clear();
-      take_checkpoint(std::move(waiters));
-    }
+  // Never waits for a run in progress: it may hold mu_ a long while (a
+  // hosted run waits on its owner's acknowledgements, which come only once
+  // the owner reads what the run writes), and the callers (the maintenance
+  // thread, the hosted thread) serve other runners meanwhile. A runner that
+  // is not running is told at once when no run holds mu_.
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (lock.owns_lock() && state_ != "running") {
+    const std::string state = state_;
+    lock.unlock();
+    done(make_error(Errc::conflict, "query '" + meta_.name + "' is " + state));
     return;
   }
+  {
+    std::lock_guard w(waiters_mu_);
+    checkpoint_waiters_.push_back(std::move(done));
+  }
+  checkpoint_wanted_.store(true);
+  if (stopped_.load()) {
+    // No worker will run it: take it here.
+    if (!lock.owns_lock()) lock.lock();
+    if (checkpoint_wanted_.exchange(false)) take_checkpoint(take_waiters());
+    return;
+  }
+  if (lock.owns_lock()) lock.unlock();
   // Force a run even when scheduled_ is set by a run in progress: the
   // request is picked up by whichever run comes next.
   scheduled_.store(false);
@@ -1252,8 +1296,7 @@ Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
       for (auto& p : pending_out_) any |= !p.empty();
       if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
     }
-    auto waiters = std::move(checkpoint_waiters_);
-    checkpoint_waiters_.clear();
+    auto waiters = take_waiters();
     checkpoint_wanted_.store(false);
     waiters.push_back([&promise](const Result<CheckpointInfo>& r) { promise.set_value(r); });
     take_checkpoint(std::move(waiters));
@@ -1261,7 +1304,7 @@ Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {
   return fut.get();
 }
 
-Result<QueryRunner::State> QueryRunner::stopped_state() {
+Result<QueryRunner::State> QueryRunner::stopped_state(bool with_snapshot) {
   State state;
   std::vector<StreamPtr> outputs;
   {
@@ -1270,7 +1313,8 @@ Result<QueryRunner::State> QueryRunner::stopped_state() {
     bool any = !journal_pending_.empty();
     for (auto& p : pending_out_) any |= !p.empty();
     if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
-    state = State{pos_, out_next_, executor_->snapshot(), journal_next_, next_checkpoint_id_};
+    state = State{pos_, out_next_, with_snapshot ? executor_->snapshot() : std::string(), journal_next_,
+                  next_checkpoint_id_};
     outputs = outputs_;
   }
   // The rows it counts are in its outputs' logs before the state says so:

@@ -217,6 +217,18 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // the outputs must end where the standby's count does, else an error
   // (the caller recovers a new runner the ordinary way). Then start().
   Status promote(const std::vector<StreamPtr>& inputs, std::vector<StreamPtr> outputs, StreamPtr state);
+  // Ends a standby that read a copy of another domain's state stream (a
+  // fragment moved to a node of another domain, docs/cluster.md, "Moving a
+  // fragment to another domain"): the rest of the copy's journal is
+  // replayed, up to `journal_next` (the owner's, where its runner
+  // stopped); then the runner writes to `outputs` and `state` instead,
+  // named `output_names` and `state_name`, streams that start where the
+  // owner's end. unavailable: the copy or an input does not hold all of it
+  // yet (call again); conflict: the standby did not reproduce the owner's
+  // run exactly (the journal's length, or where an output starts). Then
+  // start().
+  Status promote_to(uint64_t journal_next, std::vector<StreamPtr> outputs, std::vector<std::string> output_names,
+                    StreamPtr state, std::string state_name);
   // The next journal entry (the journal's length), for a move to compare
   // the standby's progress with (any thread).
   uint64_t journal_next() const {
@@ -255,7 +267,9 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
     uint64_t journal_next = 0;
     uint64_t next_checkpoint_id = 0;
   };
-  Result<State> stopped_state();
+  // Without `with_snapshot` the snapshot is left empty (a move whose target
+  // rebuilt the state already: the pause does not grow with it).
+  Result<State> stopped_state(bool with_snapshot = true);
   // Instead of recover(), before start(): the runner continues from
   // `state` (a fragment made by a split: its positions, output sequence
   // numbers and a snapshot carried from the split fragment's; an empty
@@ -321,6 +335,7 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   Status replay(std::deque<std::pair<uint64_t, JournalEntry>>& entries);
   // The warm standby reads the state stream records from warm_from_.
   Status warm_read();
+  std::vector<CheckpointDone> take_waiters();
   // The checkpoint bytes restored (either mode).
   Status restore_snapshot(uint64_t id, std::string_view bytes);
   // A checkpoint became durable (and replicated): pins, info, metrics,
@@ -362,7 +377,11 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   uint64_t journal_next_ = 0;                  // REQUIRES: mu_
   uint64_t next_checkpoint_id_ = 1;            // REQUIRES: mu_
   size_t rr_ = 0;                              // REQUIRES: mu_ (round robin)
-  std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: mu_
+  // Checkpoint requests: their own lock, so that a request never waits
+  // for a run holding mu_ (a hosted run's waits on its owner's
+  // acknowledgements, which may take a while).
+  std::mutex waiters_mu_;
+  std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: waiters_mu_
   std::string state_ = "running";              // REQUIRES: mu_
   // Warm standby (begin_warm): outputs are counted, not written.
   bool warm_ = false;                          // REQUIRES: mu_
