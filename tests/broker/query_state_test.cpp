@@ -110,7 +110,8 @@ class Gate {
   QueryRunner::Env::WhenReplicated fn() {
     return [this](const std::string& stream, uint64_t last, std::function<void(const Status&)> release) {
       std::unique_lock lock(mu_);
-      EXPECT_TRUE(stream == "q--f--state" || stream == "out") << stream;
+      // (h-state, h-out: a standby promoted to other streams.)
+      EXPECT_TRUE(stream == "q--f--state" || stream == "out" || stream == "h-state" || stream == "h-out") << stream;
       asked_.emplace_back(stream, last);
       if (stream == "q--f--state") last_ = std::max(last_, last);
       if (refusal_) {
@@ -632,6 +633,78 @@ TEST_F(QueryStateStream, AWarmStandbyFollowsTheJournalWritesNothingAndContinuesW
   auto [sum, n] = output_counts();
   EXPECT_EQ(n, 1'350u);
   EXPECT_EQ(sum, 1'500 + 350);
+}
+
+// A fragment moved to another domain (docs/cluster.md, "The hosted run"):
+// the host's standby reads a copy of the owner's state stream and counts
+// its outputs on streams it never writes; once the owner's runner stops,
+// it replays the rest of the journal and writes to the host's own output
+// and state streams, which start at the owner's next numbers.
+TEST_F(QueryStateStream, AStandbyPromotedToOtherStreamsContinuesTheOwnersOutputsAndJournalThere) {
+  gate_.open();
+  ASSERT_TRUE(start_runner().ok());
+  publish(rows(0, 1'000, 1000));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 1'001; }));
+  ASSERT_TRUE(runner_->drain_and_checkpoint().ok());
+  publish(rows(0, 500, 1000));
+  publish(rows(0, 200, 2 * kHourMs));  // closes the first window: 1,000 rows out
+  ASSERT_TRUE(eventually([&] { return out_->committed_next() == 1'001; })) << out_->committed_next();
+
+  // The standby: its outputs counted on a stream of no log.
+  QueryMeta m = runner_->meta();
+  m.outputs = {"counted"};
+  StreamMeta cm;
+  cm.name = "counted";
+  cm.schema = kOutSchema;
+  QueryRunner::Env env{store_.get(), gc_.get(), pool_.get(), nullptr, gate_.fn()};
+  auto made = QueryRunner::create(m, {in_}, {std::make_shared<Stream>(cm, 1)}, env, state_);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::shared_ptr<QueryRunner> standby = *made;
+  standby->begin_warm();
+  ASSERT_TRUE(standby->warm().ok());
+
+  // The owner's runner stops where it stands.
+  publish(rows(200, 50, 2 * kHourMs));
+  ASSERT_TRUE(eventually([&] { return runner_->info().positions[0] == 1'751; }));
+  runner_->stop();
+  flush();
+  const uint64_t journal = runner_->journal_next();
+  const uint64_t out_next = out_->committed_next(), state_next = state_->next_seq();
+  auto hidden = [](const std::string& name, uint64_t id, engine::SchemaPtr schema, uint64_t first) {
+    StreamMeta sm;
+    sm.name = name;
+    sm.id.value = id;
+    sm.schema = std::move(schema);
+    sm.producer = "hosted:acme";
+    return std::make_shared<Stream>(sm, first);
+  };
+  StreamPtr host_state = hidden("h-state", 11, state_stream_schema(), state_next);
+  // An output that does not start where the standby's count ends, a
+  // journal the copy does not hold yet: refused, the standby kept.
+  StreamPtr wrong = hidden("h-out", 10, kOutSchema, out_next + 1);
+  EXPECT_EQ(standby->promote_to(journal, {wrong}, {"h-out"}, host_state, "h-state").error().code, Errc::conflict);
+  EXPECT_EQ(standby->promote_to(journal + 1, {wrong}, {"h-out"}, host_state, "h-state").error().code,
+            Errc::unavailable);
+  StreamPtr host_out = hidden("h-out", 10, kOutSchema, out_next);
+  Status promoted = standby->promote_to(journal, {host_out}, {"h-out"}, host_state, "h-state");
+  ASSERT_TRUE(promoted.ok()) << promoted.error().message;
+  EXPECT_EQ(standby->journal_next(), journal);
+  EXPECT_EQ(standby->meta().outputs, std::vector<std::string>{"h-out"});
+  EXPECT_EQ(standby->meta().state_stream, "h-state");
+  runner_ = standby;
+  runner_->start();
+  publish(rows(0, 1, 4 * kHourMs));  // closes the second window: 250 keys
+  ASSERT_TRUE(eventually([&] { return host_out->committed_next() == out_next + 250; })) << host_out->committed_next();
+  // The owner's streams got nothing more: the journal goes on in the
+  // host's state stream, from the owner's next number.
+  flush();
+  EXPECT_EQ(out_->committed_next(), out_next);
+  EXPECT_EQ(state_->next_seq(), state_next);
+  EXPECT_GT(host_state->committed_next(), state_next);
+  std::vector<store::LogRecord> recs;
+  ASSERT_TRUE(store::StreamLog::read(*store_, host_state->meta().id, 0, 10, 1u << 20, recs).ok());
+  ASSERT_FALSE(recs.empty());
+  EXPECT_EQ(recs.front().first, state_next);
 }
 
 TEST_F(QueryStateStream, AStandbyWhoseCopyWasTrimmedPastWhatItReadCannotGoOn) {
