@@ -27,7 +27,8 @@ each side, peer links both ways) hosts `c` under a hosting contract that
 the two admins negotiate over REST first; the moves alternate between
 beta/n1 (docs/cluster.md, "Moving a fragment to another domain") and back
 to n2 (the take-back), and the lines are
-  {"bench":"fragment_hosted_move_pause_ms",...,"warm":N,"target_ms":50}
+  {"bench":"fragment_hosted_move_pause_ms",...,"steps_p50":{stop, run_call,
+   host, host_catch_up},"warm":N,"target_ms":50}
   {"bench":"fragment_take_back_ms",...}
 (warm: the moves whose host built a standby before the pause).
 
@@ -265,6 +266,8 @@ class Bench(bf.Bench):
                 pauses.append(r["pause_ms"])
                 totals.append(r["total_ms"])
                 warm += 1 if r.get("warm") else 0
+                for step, ms in r.get("steps_ms", {}).items():
+                    steps.setdefault(step, []).append(ms)
             else:
                 pauses.append(r["pause_ms"])
                 totals.append(r["total_ms"])
@@ -303,7 +306,10 @@ class Bench(bf.Bench):
             print(json.dumps({"bench": "fragment_hosted_move_pause_ms", "state_mb": a.state_mb,
                               "state_bytes": state, "moves": len(pauses), "p50": round(statistics.median(pauses), 1),
                               "max": round(max(pauses), 1), "total_p50": round(statistics.median(totals), 1),
-                              "total_max": round(max(totals), 1), "warm": warm, "target_ms": 50}))
+                              "total_max": round(max(totals), 1),
+                              "steps_p50": {k: round(statistics.median(v), 1) for k, v in steps.items()},
+                              "steps_max": {k: round(max(v), 1) for k, v in steps.items()},
+                              "warm": warm, "target_ms": 50}))
             if backs:
                 print(json.dumps({"bench": "fragment_take_back_ms", "state_mb": a.state_mb, "moves": len(backs),
                                   "p50": round(statistics.median(backs), 1), "max": round(max(backs), 1)}))

@@ -402,12 +402,15 @@ if [[ $hosting_move == 1 ]]; then
     api "$acme/v1/queries/hot-items" | jq -e '.state == "running"' >/dev/null && break
     sleep 0.1
   done
+  # A standby on beta rebuilds the state before the pause ("warm"), else it
+  # goes in the pause.
+  moved='"   \(.state) on \(.to) under \(.contract): paused \(.pause_ms | floor) ms (the state, \(.state_bytes) bytes, \(if .warm then "rebuilt there before the pause" else "sent during it" end)), \(.total_ms | floor) ms in all"'
   echo "-- acme: move fragment hot to beta/n1 under hosting contract $hid, while bids flow ($(since))"
   api -H 'Content-Type: application/json' "$acme/v1/queries/hot-items/fragments/hot/move" --data '{"node": "beta/n1"}' \
-    | jq -r '"   \(.state) on \(.to) under \(.contract): paused \(.pause_ms | floor) ms (the state, \(.state_bytes) bytes, sent during it), \(.total_ms | floor) ms in all"'
+    | jq -r "$moved"
   echo "-- acme: move q8's join new-users, with its state, to beta/n1 under the same contract ($(since))"
   api -H 'Content-Type: application/json' "$acme/v1/queries/new-users/fragments/new-users/move" --data '{"node": "beta/n1"}' \
-    | jq -r '"   \(.state) on \(.to) under \(.contract): paused \(.pause_ms | floor) ms (the state, \(.state_bytes) bytes, sent during it), \(.total_ms | floor) ms in all"'
+    | jq -r "$moved"
 fi
 status=0
 wait $publisher || status=$?

@@ -276,6 +276,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   for (int i = 0; i < 500 && state_log->committed_next() != state_log->next_seq(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const uint64_t state_next = state_log->next_seq();
+  const auto t_state = Clock::now();
   // 2. The run: warm, or with the state, in pieces, first.
   auto run_there = [&]() -> Result<std::string> {
     size_t chunks = 0;
@@ -343,6 +344,15 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   h.load = load;
   h.since_ms = wall_clock_ms();
   h.pause_ms = ms_between(t_stop, t_run);
+  // Where the pause went: the stop here, then the call (the host's part of
+  // it as it measured it, and of that, its standby catching up).
+  JsonOut steps;
+  steps.begin_object().key("stop").dbl(ms_between(t_stop, t_state)).key("run_call").dbl(ms_between(t_state, t_run));
+  if (a.IsObject() && a.HasMember("took_ms") && a["took_ms"].IsNumber())
+    steps.key("host").dbl(a["took_ms"].GetDouble());
+  if (a.IsObject() && a.HasMember("catch_up_ms") && a["catch_up_ms"].IsNumber())
+    steps.key("host_catch_up").dbl(a["catch_up_ms"].GetDouble());
+  const std::string steps_json = steps.end_object().take();
   for (size_t o = 0; o < hidden.size(); ++o) h.relays.emplace_back(host_domain + "/" + hidden[o], meta.outputs[o]);
   h.relays.emplace_back(host_domain + "/" + hidden_state, meta.state_stream);
   const std::string error = open_hosted_relays(h.relays, where);
@@ -372,7 +382,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   if (warm)
     for (const auto& box : q->info().boxes) state_bytes += box.stats.state_bytes;
   j.key("warm").boolean(warm).key("state_bytes").u64(state_bytes);
-  j.key("pause_ms").dbl(h.pause_ms).key("total_ms").dbl(ms_between(t0, Clock::now()));
+  j.key("pause_ms").dbl(h.pause_ms).key("steps_ms").raw(steps_json).key("total_ms").dbl(ms_between(t0, Clock::now()));
   j.end_object();
   return http::Response::json(200, j.take());
 }
@@ -914,6 +924,7 @@ std::string NodeImpl::open_hosted_copies(const std::string& key, const std::stri
 
 void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string& message,
                                 std::function<void(bool, const std::string&, const std::string&)> answer) {
+  const auto t_begin = Clock::now();
   rapidjson::Document d;
   d.Parse(message.data(), message.size());
   const std::string query = str_of(d, "query"), fragment = str_of(d, "fragment");
@@ -1063,9 +1074,10 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     forget();
     return refuse("creating its state stream failed");
   }
+  double catch_up_ms = 0;
   if (warm) {
     const std::string error = promote_hosted_standby(key, state_next, state.journal_next, outs, meta.outputs,
-                                                     state_log, meta.state_stream);
+                                                     state_log, meta.state_stream, catch_up_ms);
     if (!error.empty()) {
       forget();
       return refuse(error);
@@ -1084,8 +1096,10 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
   JsonOut j;
   j.begin_object().key("outputs").begin_array();
   for (const auto& h : hidden) j.str(h);
-  j.end_array().key("state").str(meta.state_stream).key("contract").str(check.contract).end_object();
-  answer(true, "", j.take());
+  j.end_array().key("state").str(meta.state_stream).key("contract").str(check.contract);
+  j.key("took_ms").dbl(ms_between(t_begin, Clock::now()));
+  if (warm) j.key("catch_up_ms").dbl(catch_up_ms);
+  answer(true, "", j.end_object().take());
 }
 
 Result<std::shared_ptr<QueryRunner>> NodeImpl::start_hosted_runner(

@@ -315,7 +315,7 @@ void NodeImpl::warm_hosted_standbys() {
 std::string NodeImpl::promote_hosted_standby(const std::string& key, uint64_t state_next, uint64_t journal_next,
                                              const std::vector<StreamPtr>& outs,
                                              const std::vector<std::string>& out_names, const StreamPtr& state_log,
-                                             const std::string& state_name) {
+                                             const std::string& state_name, double& catch_up_ms) {
   std::shared_ptr<QueryRunner> standby;
   StreamPtr copy;
   std::string copy_name;
@@ -329,7 +329,8 @@ std::string NodeImpl::promote_hosted_standby(const std::string& key, uint64_t st
     if (c != hosted_streams_.end()) copy = c->second;
   }
   if (!copy) return "the copy of " + copy_name + " is gone";
-  const auto until = Clock::now() + kPromoteWait;
+  const auto t0 = Clock::now();
+  const auto until = t0 + kPromoteWait;
   // The state stream's last records (the journal up to where the owner
   // stopped) reach the copy.
   while (copy->committed_next() < state_next) {
@@ -345,6 +346,7 @@ std::string NodeImpl::promote_hosted_standby(const std::string& key, uint64_t st
     if (st.error().code != Errc::unavailable || Clock::now() >= until) return st.error().message;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  catch_up_ms = ms_between(t0, Clock::now());
   {
     std::lock_guard lock(hosted_mu_);
     HostedHere& h = hosting_here_[key];

@@ -655,10 +655,12 @@ class NodeImpl final : public http::Handler {
   void warm_hosted_standbys();
   // hosting.run of a run warmed here: the standby of `key`, promoted to
   // write `outs` and `state_log` (their names: `out_names`, `state_name`)
-  // once it replayed the owner's journal up to `journal_next`; "" or why not.
+  // once it replayed the owner's journal up to `journal_next`; "" or why
+  // not. `catch_up_ms`: how long the copy and the replay took.
   std::string promote_hosted_standby(const std::string& key, uint64_t state_next, uint64_t journal_next,
                                      const std::vector<StreamPtr>& outs, const std::vector<std::string>& out_names,
-                                     const StreamPtr& state_log, const std::string& state_name);
+                                     const StreamPtr& state_log, const std::string& state_name,
+                                     double& catch_up_ms);
   // The copies a hosted fragment reads (`copies`: the owner's streams, as
   // named here, with their schemas) and its runner's inputs in `meta`;
   // "" or why not.
