@@ -356,8 +356,8 @@ std::string NodeImpl::promote_hosted_standby(const std::string& key, uint64_t st
     h.mirrors.erase(std::remove(h.mirrors.begin(), h.mirrors.end(), copy_name), h.mirrors.end());
   }
   standby->start();
-  // Its first checkpoint, at once: the owner's state stream gets it.
-  standby->request_checkpoint([](const Result<CheckpointInfo>&) {});
+  // (Its first checkpoint: at the node's interval, start_hosted_runner says
+  // why not at once.)
   // The copy of the owner's state stream is read no more: the run writes
   // its own, which the owner relays into that very stream.
   (void)peering_->forget_import(copy_name);

@@ -1242,42 +1242,32 @@ void QueryRunner::checkpoint_to_state(const std::string& bytes, uint64_t id, Che
   }
 }
 
-std::vector<QueryRunner::CheckpointDone> QueryRunner::take_waiters() {
-  std::lock_guard lock(waiters_mu_);
-  std::vector<CheckpointDone> waiters = std::move(checkpoint_waiters_);
-  checkpoint_waiters_.clear();
-  return waiters;
-}
-
 void QueryRunner::request_checkpoint(CheckpointDone done) {
-  // Never waits for a run in progress: it may hold mu_ a long while (a
-  // hosted run waits on its owner's acknowledgements, which come only once
-  // the owner reads what the run writes), and the callers (the maintenance
-  // thread, the hosted thread) serve other runners meanwhile. A runner that
-  // is not running is told at once when no run holds mu_.
-  std::unique_lock lock(mu_, std::try_to_lock);
-  if (lock.owns_lock() && state_ != "running") {
-    const std::string state = state_;
-    lock.unlock();
-    done(make_error(Errc::conflict, "query '" + meta_.name + "' is " + state));
-    return;
-  }
   {
-    std::lock_guard w(waiters_mu_);
+    std::lock_guard lock(mu_);
+    if (state_ != "running") {
+      done(make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_));
+      return;
+    }
     checkpoint_waiters_.push_back(std::move(done));
+    checkpoint_wanted_.store(true);
   }
-  checkpoint_wanted_.store(true);
   if (stopped_.load()) {
     // No worker will run it: take it here.
-    if (!lock.owns_lock()) lock.lock();
+    std::lock_guard lock(mu_);
     if (checkpoint_wanted_.exchange(false)) take_checkpoint(take_waiters());
     return;
   }
-  if (lock.owns_lock()) lock.unlock();
   // Force a run even when scheduled_ is set by a run in progress: the
   // request is picked up by whichever run comes next.
   scheduled_.store(false);
   schedule();
+}
+
+std::vector<QueryRunner::CheckpointDone> QueryRunner::take_waiters() {
+  std::vector<CheckpointDone> waiters = std::move(checkpoint_waiters_);
+  checkpoint_waiters_.clear();
+  return waiters;
 }
 
 Result<CheckpointInfo> QueryRunner::drain_and_checkpoint() {

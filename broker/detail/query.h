@@ -335,7 +335,7 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   Status replay(std::deque<std::pair<uint64_t, JournalEntry>>& entries);
   // The warm standby reads the state stream records from warm_from_.
   Status warm_read();
-  std::vector<CheckpointDone> take_waiters();
+  std::vector<CheckpointDone> take_waiters();  // REQUIRES: mu_
   // The checkpoint bytes restored (either mode).
   Status restore_snapshot(uint64_t id, std::string_view bytes);
   // A checkpoint became durable (and replicated): pins, info, metrics,
@@ -377,11 +377,7 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   uint64_t journal_next_ = 0;                  // REQUIRES: mu_
   uint64_t next_checkpoint_id_ = 1;            // REQUIRES: mu_
   size_t rr_ = 0;                              // REQUIRES: mu_ (round robin)
-  // Checkpoint requests: their own lock, so that a request never waits
-  // for a run holding mu_ (a hosted run's waits on its owner's
-  // acknowledgements, which may take a while).
-  std::mutex waiters_mu_;
-  std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: waiters_mu_
+  std::vector<CheckpointDone> checkpoint_waiters_;  // REQUIRES: mu_
   std::string state_ = "running";              // REQUIRES: mu_
   // Warm standby (begin_warm): outputs are counted, not written.
   bool warm_ = false;                          // REQUIRES: mu_
