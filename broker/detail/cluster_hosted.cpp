@@ -278,31 +278,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   const uint64_t state_next = state_log->next_seq();
   const auto t_state = Clock::now();
   // 2. The run: warm, or with the state, in pieces, first.
-  auto run_there = [&]() -> Result<std::string> {
-    size_t chunks = 0;
-    if (!warm) {
-      if (state->snapshot.size() > kMaxHostedSnapshot)
-        return make_error(Errc::conflict, "the fragment's state is " + std::to_string(state->snapshot.size() >> 20) +
-                                              " MiB, over the " + std::to_string(kMaxHostedSnapshot >> 20) +
-                                              " MiB a hosted run is sent");
-      chunks = (state->snapshot.size() + kChunkBytes - 1) / kChunkBytes;
-      if (Status st = send_hosted_state(*hosting, host, query, fragment, state->snapshot); !st.ok())
-        return make_error(Errc::unavailable, "sending the fragment's state: " + st.error().message);
-    }
-    JsonOut r;
-    r.begin_object().key("query").str(query).key("fragment").str(fragment).key("contract").str(contract);
-    r.key("body").raw(body);
-    r.key("positions").begin_array();
-    for (auto p : state->positions) r.u64(p);
-    r.end_array().key("out_next").begin_array();
-    for (auto n : state->out_next) r.u64(n);
-    r.end_array();
-    r.key("state_next").u64(state_next).key("journal_next").u64(state->journal_next);
-    r.key("next_checkpoint_id").u64(state->next_checkpoint_id).key("chunks").u64(chunks);
-    r.key("load").u64(load).key("warm").boolean(warm);
-    return call_host(*hosting, host, "hosting.run", members_of(r.end_object().take()), kCallWait);
-  };
-  auto ran = run_there();
+  auto ran = call_hosted_run(*hosting, host, meta, contract, body, *state, state_next, load, warm);
   if (!ran.ok() && warm) {
     // The standby did not take over (the host dropped it): the state goes
     // now, in the pause.
@@ -310,7 +286,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
     warm = false;
     state = q->stopped_state(true);
     if (!state.ok()) return rollback(409, "the fragment's state: " + state.error().message);
-    ran = run_there();
+    ran = call_hosted_run(*hosting, host, meta, contract, body, *state, state_next, load, warm);
   }
   if (!ran.ok()) {
     const int status = ran.error().code == Errc::conflict ? 409 : 503;
@@ -385,6 +361,34 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   j.key("pause_ms").dbl(h.pause_ms).key("steps_ms").raw(steps_json).key("total_ms").dbl(ms_between(t0, Clock::now()));
   j.end_object();
   return http::Response::json(200, j.take());
+}
+
+Result<std::string> NodeImpl::call_hosted_run(federation::Hosting& hosting, const certs::Identity& host,
+                                             const QueryMeta& meta, const std::string& contract,
+                                             const std::string& body, const QueryRunner::State& state,
+                                             uint64_t state_next, uint64_t load, bool warm) {
+  size_t chunks = 0;
+  if (!warm) {
+    if (state.snapshot.size() > kMaxHostedSnapshot)
+      return make_error(Errc::conflict, "the fragment's state is " + std::to_string(state.snapshot.size() >> 20) +
+                                            " MiB, over the " + std::to_string(kMaxHostedSnapshot >> 20) +
+                                            " MiB a hosted run is sent");
+    chunks = (state.snapshot.size() + kChunkBytes - 1) / kChunkBytes;
+    if (Status st = send_hosted_state(hosting, host, meta.query, meta.fragment, state.snapshot); !st.ok())
+      return make_error(Errc::unavailable, "sending the fragment's state: " + st.error().message);
+  }
+  JsonOut r;
+  r.begin_object().key("query").str(meta.query).key("fragment").str(meta.fragment).key("contract").str(contract);
+  r.key("body").raw(body);
+  r.key("positions").begin_array();
+  for (auto p : state.positions) r.u64(p);
+  r.end_array().key("out_next").begin_array();
+  for (auto n : state.out_next) r.u64(n);
+  r.end_array();
+  r.key("state_next").u64(state_next).key("journal_next").u64(state.journal_next);
+  r.key("next_checkpoint_id").u64(state.next_checkpoint_id).key("chunks").u64(chunks);
+  r.key("load").u64(load).key("warm").boolean(warm);
+  return call_host(hosting, host, "hosting.run", members_of(r.end_object().take()), kCallWait);
 }
 
 uint64_t NodeImpl::hosted_load_on(const std::string& domain) {
@@ -1040,39 +1044,12 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     }
   }
   // Its outputs and state stream: hidden, continuing the owner's numbers.
-  std::vector<std::string> hidden;
-  auto make = [&](const std::string& name, engine::SchemaPtr schema, uint64_t first) -> StreamPtr {
-    StreamMeta sm;
-    sm.name = name;
-    sm.schema = std::move(schema);
-    sm.producer = "hosted:" + owner.domain;
-    auto s = create_hidden_stream(std::move(sm), first);
-    if (!s.ok()) return nullptr;
-    std::lock_guard lock(hosted_mu_);
-    auto& here = hosting_here_[key];
-    here.streams.push_back(name);
-    here.first[name] = first;
-    return *s;
-  };
-  for (size_t o = 0; o < net->outputs().size(); ++o) {
-    const auto& out = net->outputs()[o];
-    const bool internal = writes.count(out.name) != 0;
-    if (internal) meta.internal_outputs.push_back(static_cast<uint32_t>(o));
-    const std::string name = hidden_name(key, "o" + std::to_string(o));
-    StreamPtr s = make(name, internal ? engine::internal_stream_schema(*out.schema) : out.schema, state.out_next[o]);
-    if (!s) {
-      forget();
-      return refuse("creating the stream for output " + out.name + " failed");
-    }
-    meta.outputs.push_back(name);
-    outs.push_back(s);
-    hidden.push_back(name);
-  }
-  meta.state_stream = hidden_name(key, "state");
-  StreamPtr state_log = make(meta.state_stream, state_stream_schema(), state_next);
-  if (!state_log) {
+  StreamPtr state_log;
+  if (const std::string error =
+          create_hosted_streams(key, owner.domain, *net, writes, state.out_next, state_next, meta, outs, state_log);
+      !error.empty()) {
     forget();
-    return refuse("creating its state stream failed");
+    return refuse(error);
   }
   double catch_up_ms = 0;
   if (warm) {
@@ -1095,11 +1072,44 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
            check.contract);
   JsonOut j;
   j.begin_object().key("outputs").begin_array();
-  for (const auto& h : hidden) j.str(h);
+  for (const auto& h : meta.outputs) j.str(h);
   j.end_array().key("state").str(meta.state_stream).key("contract").str(check.contract);
   j.key("took_ms").dbl(ms_between(t_begin, Clock::now()));
   if (warm) j.key("catch_up_ms").dbl(catch_up_ms);
   answer(true, "", j.end_object().take());
+}
+
+std::string NodeImpl::create_hosted_streams(const std::string& key, const std::string& owner_domain,
+                                            const engine::QueryNetwork& net, const std::set<std::string>& writes,
+                                            const std::vector<uint64_t>& out_next, uint64_t state_next,
+                                            QueryMeta& meta, std::vector<StreamPtr>& outs, StreamPtr& state_log) {
+  auto make = [&](const std::string& name, engine::SchemaPtr schema, uint64_t first) -> StreamPtr {
+    StreamMeta sm;
+    sm.name = name;
+    sm.schema = std::move(schema);
+    sm.producer = "hosted:" + owner_domain;
+    auto s = create_hidden_stream(std::move(sm), first);
+    if (!s.ok()) return nullptr;
+    std::lock_guard lock(hosted_mu_);
+    auto& here = hosting_here_[key];
+    here.streams.push_back(name);
+    here.first[name] = first;
+    return *s;
+  };
+  for (size_t o = 0; o < net.outputs().size(); ++o) {
+    const auto& out = net.outputs()[o];
+    const bool internal = writes.count(out.name) != 0;
+    if (internal) meta.internal_outputs.push_back(static_cast<uint32_t>(o));
+    const std::string name = hidden_name(key, "o" + std::to_string(o));
+    StreamPtr s = make(name, internal ? engine::internal_stream_schema(*out.schema) : out.schema, out_next.at(o));
+    if (!s) return "creating the stream for output " + out.name + " failed";
+    meta.outputs.push_back(name);
+    outs.push_back(s);
+  }
+  meta.state_stream = hidden_name(key, "state");
+  state_log = make(meta.state_stream, state_stream_schema(), state_next);
+  if (!state_log) return "creating its state stream failed";
+  return {};
 }
 
 Result<std::shared_ptr<QueryRunner>> NodeImpl::start_hosted_runner(

@@ -623,6 +623,11 @@ class NodeImpl final : public http::Handler {
                         std::function<void(bool, const std::string&, const std::string&)> answer);
   void end_hosted_here(const std::string& key, bool release);
   // Steps of run_hosted_move and serve_hosted_run.
+  // hosting.run: warm (the standby there takes over), or the state sent
+  // first in hosting.chunks. The answer's body, or why not.
+  Result<std::string> call_hosted_run(federation::Hosting& hosting, const certs::Identity& host, const QueryMeta& meta,
+                                      const std::string& contract, const std::string& body,
+                                      const QueryRunner::State& state, uint64_t state_next, uint64_t load, bool warm);
   Status grant_hosted_reads(const std::string& host_domain, const std::vector<std::string>& streams,
                             const std::string& query, const std::string& fragment, const std::string& contract);
   Status send_hosted_state(federation::Hosting& hosting, const certs::Identity& host, const std::string& query,
@@ -668,6 +673,13 @@ class NodeImpl final : public http::Handler {
                             const std::set<std::string>& reads, const std::vector<uint64_t>& positions,
                             QueryMeta& meta, std::vector<std::pair<std::string, engine::SchemaPtr>>& copies);
   QueryRunner::Env hosted_env(const std::string& key, const std::string& owner_domain);
+  // The hidden streams a hosted run writes (its outputs, then its state
+  // stream), each starting at the owner's next number; their names and
+  // internal outputs into `meta`. "" or why not.
+  std::string create_hosted_streams(const std::string& key, const std::string& owner_domain,
+                                    const engine::QueryNetwork& net, const std::set<std::string>& writes,
+                                    const std::vector<uint64_t>& out_next, uint64_t state_next, QueryMeta& meta,
+                                    std::vector<StreamPtr>& outs, StreamPtr& state_log);
   // Whether `domain` may read `stream` whole for a hosted run (either side).
   bool may_read_hosted(const std::string& stream, const std::string& domain);
   // A hidden stream of a hosted run on this node (host side), or null.
