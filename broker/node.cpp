@@ -969,15 +969,34 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     sm.created_ms = meta.created_ms;
     state = add_stream(std::move(sm));
   }
+  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
+  if (seed) ENTENTE_RETURN_IF_ERROR(runner->seed(seed->state));
+  if (takeover && !fragment->warm) {
+    // Recovered outside the catalog lock: a large checkpoint restores for
+    // seconds (100 MB: about 6 s on the test machine), and every API call,
+    // peer link and membership callback of this node takes that lock (a
+    // node that held it through such a take-over lost its etcd lease).
+    // Its streams are this node's already (a take-over creates none).
+    lock.unlock();
+    Status recovered = runner->recover();
+    lock.lock();
+    if (!recovered.ok())
+      return make_error(recovered.error().code, "taking fragment '" + name + "' over: " + recovered.error().message);
+    if (queries_.count(name)) return make_error(Errc::already_exists, "query '" + name + "' exists");
+    std::vector<StreamPtr> written = outs;
+    if (state) written.push_back(state);
+    for (const auto& s : written)
+      if (auto it = streams_.find(s->meta().name); it == streams_.end() || it->second != s)
+        return make_error(Errc::conflict, "stream '" + s->meta().name + "' of query '" + name +
+                                              "' was deleted while the query was taken over");
+  } else if (takeover) {
+    // The standby replays the last few journal entries only.
+    ENTENTE_ASSIGN_OR_RETURN(runner, take_over_runner(*fragment, runner, ins, outs, state));
+  }
   wb.put(store::Cf::catalog, query_key(name), query_meta_to_json(meta));
   std::string id;
   store::put_key_u64(id, next_id_);
   wb.put(store::Cf::meta, kNextIdKey, id);
-  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, ins, outs, runner_env(), state));
-  if (seed) ENTENTE_RETURN_IF_ERROR(runner->seed(seed->state));
-  if (takeover) {
-    ENTENTE_ASSIGN_OR_RETURN(runner, take_over_runner(*fragment, runner, ins, outs, state));
-  }
   ENTENTE_RETURN_IF_ERROR(store_->write(wb, store::Durability::synced));
   if (!takeover) {
     for (auto& s : outs) streams_[s->meta().name] = s;
