@@ -243,6 +243,15 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   const certs::Identity host{host_domain, host_node};
   if (const std::string why = warm ? warm_on_host(*hosting, host, contract, body, load, q) : "";
       warm && !why.empty()) {
+    // With no link to the host, sending the state would fail too: the
+    // fragment is not stopped for nothing.
+    bool up = false;
+    for (const auto& p : peering_->peers_report().peers)
+      up |= p.link.identity.domain == host_domain && p.link.identity.node == host_node && p.link.state == "up";
+    if (!up) {
+      revoke();
+      return failed(503, "no standby on " + where + " (" + why + ") and no link up to it; nothing moved");
+    }
     log_line(what + ": no standby there (" + why + "); the state goes in the pause");
     (void)end_host_run(*hosting, host, query, fragment, true);
     warm = false;

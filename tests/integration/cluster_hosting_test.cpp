@@ -441,9 +441,9 @@ TEST_F(ClusterHosting, AHostKilledWhileRunningAFragmentGivesItBackWithNothingLos
 
 // kill -9 of the host in the middle of a move: while its standby is being
 // built or warms, or as it takes over. The move either fails (503: the
-// fragment runs in acme again, nothing moved) or completes and acme takes
-// the fragment back once the link is down; either way the output is the
-// whole query's, row for row.
+// fragment runs in acme, nothing moved, or again after a stop) or
+// completes and acme takes the fragment back once the link is down;
+// either way the output is the whole query's, row for row.
 TEST_F(ClusterHosting, AHostKilledDuringTheMoveLeavesTheOutputExact) {
   Feeder feeder(acme(1).process(), "bids", bid_row, 500, 5ms);
   ASSERT_NO_FATAL_FAILURE(deploy());
