@@ -526,8 +526,14 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
     for (const auto& [mirror, target] : h.relays) {
       StreamPtr m = find_stream(mirror), t = find_stream(target);
       if (!m || !t) continue;
+      // Where the host's stream ends, when it said: appended up to there.
+      // (Its copy here may hold nothing at all: a stream the host never
+      // wrote to starts where this one ends.)
       auto head = heads.find(mirror);
-      if (head != heads.end() && m->committed_next() < head->second) return false;
+      if (head != heads.end()) {
+        if (t->next_seq() < head->second) return false;
+        continue;
+      }
       if (t->next_seq() < m->committed_next()) return false;
     }
     return true;
