@@ -953,27 +953,15 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
     log_line("hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + ": refused: " + why);
     answer(false, why, "");
   };
-  if (!d.HasMember("body") || !d["body"].IsObject()) return refuse("'body' must be the fragment's definition");
-  const std::string body = json_text(d["body"]);
-  const rapidjson::Value& b = d["body"];
-  if (!b.HasMember("network") || !b["network"].IsObject()) return refuse("'body.network' is required");
-  const std::string network_json = json_text(b["network"]);
   // The host checks the contract again, with its own engine and ledger.
   federation::Hosting* hosting = peering_ ? peering_->hosting() : nullptr;
   if (!hosting) return refuse("the federation is not started here");
-  const uint64_t load = std::clamp<uint64_t>(u64_of(d, "load"), 1, contracts::kMaxLoad);
-  const auto check = hosting->check(owner.domain, federation::Hosting::Offer{query, fragment, network_json, load});
-  if (!check.admitted) return refuse(check.reason);
-  Diagnostics diag;
-  auto net = engine::QueryNetwork::parse(network_json, diag);
-  if (!net.ok()) return refuse("the fragment's network does not validate: " + diag.to_string());
-  std::set<std::string> reads, writes;
-  if (b.HasMember("reads") && b["reads"].IsArray())
-    for (const auto& r : b["reads"].GetArray())
-      if (r.IsObject() && r.HasMember("stream") && r["stream"].IsString()) reads.insert(r["stream"].GetString());
-  if (b.HasMember("writes") && b["writes"].IsArray())
-    for (const auto& w : b["writes"].GetArray())
-      if (w.IsString()) writes.insert(w.GetString());
+  auto def = read_definition(*hosting, owner.domain, d, query, fragment);
+  if (!def.ok()) return refuse(def.error().message);
+  const std::string& network_json = def->network_json;
+  const engine::QueryNetwork* net = &*def->net;
+  const std::set<std::string>& reads = def->reads;
+  const std::set<std::string>& writes = def->writes;
   QueryRunner::State state;
   state.positions = u64s(d, "positions");
   state.out_next = u64s(d, "out_next");
@@ -995,7 +983,7 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
                            ? ": " + here->second.standby_error
                            : std::string()));
       if (here->second.runner) return refuse("this node hosts that fragment already");
-      here->second.contract = check.contract;
+      here->second.contract = def->contract;
     }
   }
   if (!warm) {
@@ -1009,7 +997,7 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
       state.snapshot = std::move(it->second);
       hosted_chunks_.erase(it);
     }
-    hosting_here_[key] = HostedHere{owner.domain, owner.node, check.contract, query, fragment, nullptr, {}, {}, {}};
+    hosting_here_[key] = HostedHere{owner.domain, owner.node, def->contract, query, fragment, nullptr, {}, {}, {}};
   }
   auto forget = [&] {
     if (warm) {
@@ -1084,11 +1072,11 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
                {{"direction", "in"}})
       .inc();
   log_line("hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + " under contract " +
-           check.contract);
+           def->contract);
   JsonOut j;
   j.begin_object().key("outputs").begin_array();
   for (const auto& h : meta.outputs) j.str(h);
-  j.end_array().key("state").str(meta.state_stream).key("contract").str(check.contract);
+  j.end_array().key("state").str(meta.state_stream).key("contract").str(def->contract);
   j.key("took_ms").dbl(ms_between(t_begin, Clock::now()));
   if (warm) j.key("catch_up_ms").dbl(catch_up_ms);
   answer(true, "", j.end_object().take());

@@ -57,6 +57,32 @@ constexpr auto kStandbyIdle = std::chrono::seconds(120);
 
 }  // namespace
 
+Result<hosted::Definition> hosted::read_definition(federation::Hosting& hosting, const std::string& owner_domain,
+                                                   const rapidjson::Value& call, const std::string& query,
+                                                   const std::string& fragment) {
+  auto refused = [](const std::string& why) { return make_error(Errc::invalid_argument, why); };
+  if (!call.HasMember("body") || !call["body"].IsObject()) return refused("'body' must be the fragment's definition");
+  const rapidjson::Value& b = call["body"];
+  if (!b.HasMember("network") || !b["network"].IsObject()) return refused("'body.network' is required");
+  Definition def;
+  def.network_json = json_text(b["network"]);
+  const uint64_t load = std::clamp<uint64_t>(u64_of(call, "load"), 1, contracts::kMaxLoad);
+  const auto check = hosting.check(owner_domain, federation::Hosting::Offer{query, fragment, def.network_json, load});
+  if (!check.admitted) return refused(check.reason);
+  def.contract = check.contract;
+  Diagnostics diag;
+  auto net = engine::QueryNetwork::parse(def.network_json, diag);
+  if (!net.ok()) return refused("the fragment's network does not validate: " + diag.to_string());
+  def.net = std::move(net).value();
+  if (b.HasMember("reads") && b["reads"].IsArray())
+    for (const auto& r : b["reads"].GetArray())
+      if (r.IsObject() && r.HasMember("stream") && r["stream"].IsString()) def.reads.insert(r["stream"].GetString());
+  if (b.HasMember("writes") && b["writes"].IsArray())
+    for (const auto& w : b["writes"].GetArray())
+      if (w.IsString()) def.writes.insert(w.GetString());
+  return def;
+}
+
 // ------------------------------------------------------------ owner side
 
 std::string NodeImpl::warm_on_host(federation::Hosting& hosting, const certs::Identity& host,
@@ -157,26 +183,15 @@ void NodeImpl::build_hosted_standby(const certs::Identity& owner, const std::str
              ": refused: " + why);
     answer(false, why, "");
   };
-  if (!d["body"].IsObject()) return refuse("'body' must be the fragment's definition");
-  const rapidjson::Value& b = d["body"];
-  if (!b.HasMember("network") || !b["network"].IsObject()) return refuse("'body.network' is required");
-  const std::string network_json = json_text(b["network"]);
   federation::Hosting* hosting = peering_ ? peering_->hosting() : nullptr;
   if (!hosting) return refuse("the federation is not started here");
   // The contract, as for the run itself (hosting.run checks it again).
-  const uint64_t load = std::clamp<uint64_t>(u64_of(d, "load"), 1, contracts::kMaxLoad);
-  const auto check = hosting->check(owner.domain, federation::Hosting::Offer{query, fragment, network_json, load});
-  if (!check.admitted) return refuse(check.reason);
-  Diagnostics diag;
-  auto net = engine::QueryNetwork::parse(network_json, diag);
-  if (!net.ok()) return refuse("the fragment's network does not validate: " + diag.to_string());
-  std::set<std::string> reads, writes;
-  if (b.HasMember("reads") && b["reads"].IsArray())
-    for (const auto& r : b["reads"].GetArray())
-      if (r.IsObject() && r.HasMember("stream") && r["stream"].IsString()) reads.insert(r["stream"].GetString());
-  if (b.HasMember("writes") && b["writes"].IsArray())
-    for (const auto& w : b["writes"].GetArray())
-      if (w.IsString()) writes.insert(w.GetString());
+  auto def = read_definition(*hosting, owner.domain, d, query, fragment);
+  if (!def.ok()) return refuse(def.error().message);
+  const std::string& network_json = def->network_json;
+  const engine::QueryNetwork* net = &*def->net;
+  const std::set<std::string>& reads = def->reads;
+  const std::set<std::string>& writes = def->writes;
   const std::vector<uint64_t> positions = u64s(d, "positions");
   if (positions.size() != net->inputs().size())
     return refuse("'positions' must hold one number per input of the network");
@@ -196,7 +211,7 @@ void NodeImpl::build_hosted_standby(const certs::Identity& owner, const std::str
   {
     std::lock_guard lock(hosted_mu_);
     HostedHere& h = hosting_here_[key];
-    h = HostedHere{owner.domain, owner.node, check.contract, query, fragment, nullptr, {}, {}, {}};
+    h = HostedHere{owner.domain, owner.node, def->contract, query, fragment, nullptr, {}, {}, {}};
     h.standby_since = Clock::now();
   }
   auto forget = [&](const std::string& why) {
@@ -255,7 +270,7 @@ void NodeImpl::build_hosted_standby(const certs::Identity& owner, const std::str
     h.standby_error = "its copy of " + state + " is arriving";
   }
   log_line("a standby of fragment " + fragment + " of query '" + query + "' for " + owner.uri() +
-           " is being built under contract " + check.contract);
+           " is being built under contract " + def->contract);
   answer(true, "", R"({"state":"building"})");
 }
 

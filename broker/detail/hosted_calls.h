@@ -12,12 +12,15 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "broker/detail/json_out.h"
 #include "certs/certs.h"
+#include "engine/network.h"
 #include "federation/hosting.h"
 #include "rapidjson/document.h"
 
@@ -87,5 +90,20 @@ inline std::string str_of(const rapidjson::Value& o, const char* key) {
 inline uint64_t u64_of(const rapidjson::Value& o, const char* key) {
   return o.HasMember(key) && o[key].IsUint64() ? o[key].GetUint64() : 0;
 }
+
+// The fragment a hosting.warm or hosting.run call carries, checked as the
+// host checks it: its contract, with the host's own ledger
+// (`hosting`.check), and its network, with the host's own engine.
+struct Definition {
+  std::string network_json;
+  std::optional<engine::QueryNetwork> net;
+  std::set<std::string> reads, writes;  // the internal streams it reads and writes
+  std::string contract;                 // the contract it runs under
+};
+// The call's "body" and "load" read and checked; an error's message is the
+// refusal's reason.
+Result<Definition> read_definition(federation::Hosting& hosting, const std::string& owner_domain,
+                                   const rapidjson::Value& call, const std::string& query,
+                                   const std::string& fragment);
 
 }  // namespace entente::broker::detail::hosted
