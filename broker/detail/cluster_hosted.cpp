@@ -83,6 +83,13 @@ constexpr auto kHostLost = std::chrono::seconds(3);
 constexpr auto kHostedGrace = std::chrono::seconds(30);
 constexpr auto kLoopPeriod = std::chrono::milliseconds(2);
 
+// Whether `peers` shows this node's link to DOMAIN/NODE up.
+bool link_up(const federation::PeersReport& peers, const std::string& domain, const std::string& node) {
+  for (const auto& p : peers.peers)
+    if (p.link.identity.domain == domain && p.link.identity.node == node && p.link.state == "up") return true;
+  return false;
+}
+
 std::string grant_key(const std::string& domain, const std::string& stream) {
   return "hosted-reads/" + domain + "/" + stream;
 }
@@ -245,10 +252,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
       warm && !why.empty()) {
     // With no link to the host, sending the state would fail too: the
     // fragment is not stopped for nothing.
-    bool up = false;
-    for (const auto& p : peering_->peers_report().peers)
-      up |= p.link.identity.domain == host_domain && p.link.identity.node == host_node && p.link.state == "up";
-    if (!up) {
+    if (!link_up(peering_->peers_report(), host_domain, host_node)) {
       revoke();
       return failed(503, "no standby on " + where + " (" + why + ") and no link up to it; nothing moved");
     }
@@ -703,10 +707,7 @@ void NodeImpl::check_hosted() {
           continue;
         }
       }
-      bool up = false;
-      for (const auto& p : peers.peers)
-        up |= p.link.identity.domain == h.host_domain && p.link.identity.node == h.host_node && p.link.state == "up";
-      if (up) {
+      if (link_up(peers, h.host_domain, h.host_node)) {
         h.link_down_since = {};
       } else if (h.link_down_since == Clock::time_point{}) {
         h.link_down_since = Clock::now();
