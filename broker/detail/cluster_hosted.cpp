@@ -245,9 +245,13 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
     revoke();
     return failed(503, st.error().message + "; nothing moved");
   }
+  const certs::Identity host{host_domain, host_node};
+  // An earlier run of it there ends first: one this domain took back while
+  // the link was down, which the host keeps until its grace ends (the
+  // fragment runs here, so no run there is this domain's).
+  (void)end_host_run(*hosting, host, query, fragment, true);
   // 0. A standby there, caught up while the fragment still runs here: the
   //    state goes before the pause. Without one, it goes in the pause.
-  const certs::Identity host{host_domain, host_node};
   if (const std::string why = warm ? warm_on_host(*hosting, host, contract, body, load, q) : "";
       warm && !why.empty()) {
     // With no link to the host, sending the state would fail too: the
@@ -1233,11 +1237,24 @@ void NodeImpl::report_hosted_usage() {
   if (!hosting) return;
   std::vector<std::pair<certs::Identity, std::string>> notes;
   std::vector<std::pair<std::string, uint64_t>> loads;  // contract, CPU us since the last report
-  std::vector<std::string> ended;                        // runs whose contract left force long enough ago
+  // Runs whose contract left force, or whose owner's link went down, long
+  // enough ago; and why.
+  std::vector<std::pair<std::string, std::string>> ended;
+  const auto peers = peering_ ? peering_->peers_report() : federation::PeersReport{};
   const int64_t now = wall_clock_ms();
+  const std::string grace = std::to_string(std::chrono::seconds(kHostedGrace).count()) + " s";
   {
     std::lock_guard lock(hosted_mu_);
     for (auto& [key, h] : hosting_here_) {
+      if (link_up(peers, h.owner_domain, h.owner_node)) {
+        h.owner_link_down_since = {};
+      } else if (h.owner_link_down_since == Clock::time_point{}) {
+        h.owner_link_down_since = Clock::now();
+      } else if (Clock::now() - h.owner_link_down_since > kHostedGrace) {
+        ended.emplace_back(key, "the link to its owner's node " + h.owner_domain + "/" + h.owner_node +
+                                    " is down for " + grace);
+        continue;
+      }
       if (ledger) {
         auto c = ledger->get(h.contract);
         // A revocation with notice ends the run when the notice does.
@@ -1246,7 +1263,7 @@ void NodeImpl::report_hosted_usage() {
         } else if (h.out_of_force_since == Clock::time_point{}) {
           h.out_of_force_since = Clock::now();
         } else if (Clock::now() - h.out_of_force_since > kHostedGrace) {
-          ended.push_back(key);
+          ended.emplace_back(key, "its contract is out of force for " + grace);
           continue;
         }
       }
@@ -1268,9 +1285,8 @@ void NodeImpl::report_hosted_usage() {
   for (const auto& [owner, fields] : notes) (void)hosting->notify(owner, "hosting.usage", fields);
   // The owner did not end them (it restarted, or its link is gone): the
   // host does, so that nothing of them stays here.
-  for (const auto& key : ended) {
-    log_line("hosted run " + key + ": its contract is out of force for " +
-             std::to_string(std::chrono::seconds(kHostedGrace).count()) + " s; ending it");
+  for (const auto& [key, why] : ended) {
+    log_line("hosted run " + key + ": " + why + "; ending it");
     end_hosted_here(key, true);
   }
 }

@@ -310,6 +310,9 @@ void NodeImpl::warm_hosted_standbys() {
       if (it == hosting_here_.end() || it->second.standby != standby) continue;
       HostedHere& h = it->second;
       if (r.ok()) {
+        if (!h.standby_warm)
+          log_line("the standby of hosted run " + key + " is warm: its checkpoint restored, the journal replayed to " +
+                   std::to_string(*r));
         h.standby_journal = *r;
         h.standby_warm = true;
         h.standby_error.clear();

@@ -575,6 +575,11 @@ class NodeImpl final : public http::Handler {
     // ends and its streams go kHostedGrace later, if the owner has not
     // ended it by then (the owner drains them first).
     std::chrono::steady_clock::time_point out_of_force_since{};
+    // Since when the link to the owner's node is down (zero: up). The owner
+    // takes the fragment back after its own kHostLost; the run (or
+    // standby) ends here kHostedGrace later, so that nothing of a run the
+    // owner gave up stays here.
+    std::chrono::steady_clock::time_point owner_link_down_since{};
     // A warm standby of it, built before the pause (cluster_hosted_warm.cpp):
     // set until hosting.run promotes it into `runner`.
     std::shared_ptr<QueryRunner> standby{};
