@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "http/detail/any_stream.h"
 #include "http/detail/net.h"
 #include "http/detail/text.h"
 #include "http/detail/tls.h"
@@ -21,7 +22,6 @@ namespace {
 using namespace detail;  // NOLINT: the aliases net, beast, bhttp, websocket, ssl, tcp
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 constexpr uint32_t kMaxResponseHeader = 1u << 20;
 constexpr size_t kWsMaxMessage = 256u << 20;
@@ -100,10 +100,10 @@ Status make_client_context(std::optional<ssl::context>& ctx, const ClientOptions
 }
 
 // TLS handshake on a connected stream, verifying the name or address.
-Status tls_handshake(net::io_context& ioc, TlsStream& stream, const ClientOptions& o) {
+Status tls_handshake(net::io_context& ioc, AnyStream& stream, const ClientOptions& o) {
   const std::string& name = o.server_name.empty() ? o.host : o.server_name;
   ENTENTE_RETURN_IF_ERROR(configure_client_connection(stream.native_handle(), name, o.verify_peer));
-  beast::get_lowest_layer(stream).expires_after(milliseconds(o.timeout_ms));
+  stream.lowest().expires_after(milliseconds(o.timeout_ms));
   bool done = false;
   error_code ec;
   stream.async_handshake(ssl::stream_base::client, [&](error_code e) {
@@ -111,7 +111,7 @@ Status tls_handshake(net::io_context& ioc, TlsStream& stream, const ClientOption
     done = true;
   });
   finish(ioc, done);
-  beast::get_lowest_layer(stream).expires_never();
+  stream.lowest().expires_never();
   if (ec) {
     return make_error(Errc::io_error, "TLS handshake with " + where(o) + " failed: " +
                                           handshake_failure(stream.native_handle(), ec));
@@ -154,8 +154,7 @@ struct Client::Impl {
   net::io_context ioc{1};  // first: destroyed after the streams
   ClientOptions options;
   std::optional<ssl::context> ssl_ctx;
-  std::optional<beast::tcp_stream> plain;
-  std::optional<TlsStream> tls;
+  std::optional<AnyStream> conn;  // plain or TLS
   beast::flat_buffer buffer;
   bool closed = false;  // by the server (Connection: close) or after an error
   // A streamed response (start_stream): its parser writes the body into
@@ -167,7 +166,7 @@ struct Client::Impl {
   bool stream_done = false;
   error_code stream_ec;
 
-  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+  beast::tcp_stream& lowest() { return conn->lowest(); }
 
   // Why the connection cannot take a request now, if it cannot.
   Status check_free() const {
@@ -222,7 +221,7 @@ struct Client::Impl {
     return verb;
   }
 
-  // Runs one async operation on whichever stream is open, under the deadline.
+  // Runs one async operation on the stream, under the deadline.
   template <class Op>
   error_code run(Op&& op) {
     lowest().expires_after(milliseconds(options.timeout_ms));
@@ -232,11 +231,7 @@ struct Client::Impl {
       ec = e;
       done = true;
     };
-    if (tls) {
-      op(*tls, handler);
-    } else {
-      op(*plain, handler);
-    }
+    op(*conn, handler);
     finish(ioc, done);  // bounded by the stream's deadline
     return ec;
   }
@@ -275,10 +270,10 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientOptions& options) {
   ENTENTE_RETURN_IF_ERROR(make_client_context(impl->ssl_ctx, options));
   ENTENTE_ASSIGN_OR_RETURN(tcp::socket socket, connect_socket(impl->ioc, options));
   if (options.tls) {
-    impl->tls.emplace(std::move(socket), *impl->ssl_ctx);
-    ENTENTE_RETURN_IF_ERROR(tls_handshake(impl->ioc, *impl->tls, options));
+    impl->conn.emplace(std::move(socket), *impl->ssl_ctx);
+    ENTENTE_RETURN_IF_ERROR(tls_handshake(impl->ioc, *impl->conn, options));
   } else {
-    impl->plain.emplace(std::move(socket));
+    impl->conn.emplace(std::move(socket));
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
@@ -341,11 +336,7 @@ Result<BodyPiece> Client::read_stream(int64_t timeout_ms, size_t max_bytes) {
         c.stream_done = true;
         c.stream_ec = e;
       };
-      if (c.tls) {
-        bhttp::async_read_some(*c.tls, c.buffer, *c.stream, handler);
-      } else {
-        bhttp::async_read_some(*c.plain, c.buffer, *c.stream, handler);
-      }
+      bhttp::async_read_some(*c.conn, c.buffer, *c.stream, handler);
     }
     if (!run_until(c.ioc, c.stream_done, deadline)) {
       return make_error(Errc::unavailable, "no data from " + where(c.options) + " within " +
@@ -388,8 +379,7 @@ struct WsClient::Impl {
   net::io_context ioc{1};  // first: destroyed after the streams
   ClientOptions options;
   std::optional<ssl::context> ssl_ctx;
-  std::optional<websocket::stream<beast::tcp_stream>> plain;
-  std::optional<websocket::stream<TlsStream>> tls;
+  std::optional<websocket::stream<AnyStream>> ws;
   beast::flat_buffer rbuf;
   // The read outlives a receive() that timed out; its result waits here.
   bool read_pending = false;
@@ -401,12 +391,9 @@ struct WsClient::Impl {
 
   template <class F>
   decltype(auto) with(F&& f) {
-    if (tls) return f(*tls);
-    return f(*plain);
+    return f(*ws);
   }
-  beast::tcp_stream& lowest() {
-    return tls ? beast::get_lowest_layer(*tls) : beast::get_lowest_layer(*plain);
-  }
+  beast::tcp_stream& lowest() { return ws->next_layer().lowest(); }
 
   void start_read() {
     read_pending = true;
@@ -432,7 +419,7 @@ struct WsClient::Impl {
 WsClient::WsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 WsClient::~WsClient() {
-  if (!impl_ || !(impl_->plain || impl_->tls)) return;
+  if (!impl_ || !impl_->ws) return;
   impl_->abort();
 }
 
@@ -446,10 +433,10 @@ Result<std::unique_ptr<WsClient>> WsClient::connect(
   ENTENTE_RETURN_IF_ERROR(make_client_context(impl->ssl_ctx, options));
   ENTENTE_ASSIGN_OR_RETURN(tcp::socket socket, connect_socket(impl->ioc, options));
   if (options.tls) {
-    impl->tls.emplace(std::move(socket), *impl->ssl_ctx);
-    ENTENTE_RETURN_IF_ERROR(tls_handshake(impl->ioc, impl->tls->next_layer(), options));
+    impl->ws.emplace(std::move(socket), *impl->ssl_ctx);
+    ENTENTE_RETURN_IF_ERROR(tls_handshake(impl->ioc, impl->ws->next_layer(), options));
   } else {
-    impl->plain.emplace(std::move(socket));
+    impl->ws.emplace(std::move(socket));
   }
 
   websocket::response_type res;

@@ -1,8 +1,8 @@
 // The HTTP(S) + WebSocket server on Beast (see server.h for the contract).
 //
 // Shape: one acceptor coroutine; each admitted socket gets its own strand and
-// one coroutine (Connection<Stream>::run) that owns the stream, the read
-// buffer and the parser. Handlers and WebSocket users reach a connection from
+// one coroutine (Connection::run) that owns the stream (plain or TLS, one
+// AnyStream type: detail/any_stream.h), the read buffer and the parser. Handlers and WebSocket users reach a connection from
 // other threads only through small mutex-guarded "cores" (ResponseSlot,
 // WsCore) that post a wake-up to the strand while the connection is alive and
 // become inert once it is gone, so nothing is ever posted to a finished
@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "http/detail/any_stream.h"
 #include "http/detail/net.h"
 #include "http/detail/text.h"
 #include "http/detail/tls.h"
@@ -329,7 +330,6 @@ struct ServerCore {
   }
 
   net::awaitable<void> accept_loop();
-  template <class Stream>
   void spawn_connection(tcp::socket socket, std::string address_key);
   // False when `key` holds max_connections_per_address already.
   bool admit_address(const std::string& key) {
@@ -346,10 +346,8 @@ struct ServerCore {
   }
 };
 
-template <class Stream>
 class Connection final : public ConnectionBase {
  public:
-  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
   Connection(ServerCore& core, tcp::socket socket)
       : ConnectionBase(socket.get_executor()),
@@ -359,7 +357,7 @@ class Connection final : public ConnectionBase {
     error_code ec;
     const auto remote = socket.remote_endpoint(ec);
     if (!ec) remote_ = endpoint_string(remote);
-    if constexpr (kTls) {
+    if (core.tls) {
       stream_.emplace(std::move(socket), *core.tls);
     } else {
       stream_.emplace(std::move(socket));
@@ -374,7 +372,7 @@ class Connection final : public ConnectionBase {
       ~Unregister() { core.remove_connection(conn); }
     } unregister{core_, this};
 
-    if constexpr (kTls) {
+    if (tls_) {
       lowest().expires_at(handshake_deadline_);
       idle_ = true;  // nothing to finish yet: a graceful shutdown may cut the handshake
       auto [ec] = co_await stream_->async_handshake(ssl::stream_base::server, use_tuple);
@@ -409,8 +407,8 @@ class Connection final : public ConnectionBase {
 
  private:
   beast::tcp_stream& lowest() {
-    if (ws_) return beast::get_lowest_layer(*ws_);
-    return beast::get_lowest_layer(*stream_);
+    if (ws_) return ws_->next_layer().lowest();
+    return stream_->lowest();
   }
 
   // 431 / 413 / 400 for the parse errors that are the client's fault; 0 for
@@ -696,7 +694,7 @@ class Connection final : public ConnectionBase {
 
   net::awaitable<void> close_gracefully() {
     if (forced_) co_return;
-    if constexpr (kTls) {
+    if (tls_) {
       lowest().expires_after(kTlsShutdown);
       auto [ec] = co_await stream_->async_shutdown(use_tuple);
       (void)ec;  // the peer may just close; either way the connection is over
@@ -723,7 +721,7 @@ class Connection final : public ConnectionBase {
     ws_.emplace(std::move(*stream_));
     stream_.reset();
     // The WebSocket stream keeps its own deadlines; tcp_stream's must be off.
-    beast::get_lowest_layer(*ws_).expires_never();
+    lowest().expires_never();
     websocket::stream_base::timeout timeouts{};
     timeouts.handshake_timeout = milliseconds(opt.read_timeout_ms);
     // Beast pings after half the idle timeout without traffic and closes at
@@ -923,8 +921,9 @@ class Connection final : public ConnectionBase {
 
   ServerCore& core_;
   const std::chrono::steady_clock::time_point handshake_deadline_;
-  std::optional<Stream> stream_;                 // the HTTP phase
-  std::optional<websocket::stream<Stream>> ws_;  // after an accepted upgrade
+  const bool tls_ = core_.tls.has_value();
+  std::optional<AnyStream> stream_;                 // the HTTP phase
+  std::optional<websocket::stream<AnyStream>> ws_;  // after an accepted upgrade
   beast::flat_buffer buffer_;
   beast::flat_buffer ws_buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -977,20 +976,15 @@ net::awaitable<void> ServerCore::accept_loop() {
     }
     counters.accepted.fetch_add(1);
     counters.open.fetch_add(1);
-    if (tls) {
-      spawn_connection<beast::ssl_stream<beast::tcp_stream>>(std::move(socket), std::move(key));
-    } else {
-      spawn_connection<beast::tcp_stream>(std::move(socket), std::move(key));
-    }
+    spawn_connection(std::move(socket), std::move(key));
   }
 }
 
-template <class Stream>
 void ServerCore::spawn_connection(tcp::socket socket, std::string address_key) {
   error_code ec;
   socket.set_option(tcp::no_delay(true), ec);  // small WebSocket frames must not wait for Nagle
   const auto ex = socket.get_executor();
-  auto conn = std::make_shared<Connection<Stream>>(*this, std::move(socket));
+  auto conn = std::make_shared<Connection>(*this, std::move(socket));
   enter();
   net::co_spawn(ex, conn->run(),
                 [this, conn, key = std::move(address_key)](std::exception_ptr e) mutable {

@@ -310,23 +310,23 @@ net::awaitable<Result<std::unique_ptr<UpConn>>> UpstreamCore::connect(
   error_code ignored;
   stream.socket().set_option(tcp::no_delay(true), ignored);
   if (!t.tls) {
-    stream.expires_never();
-    conn->plain.emplace(std::move(stream));
+    conn->stream.emplace(stream.release_socket());
     co_return conn;
   }
-  conn->tls.emplace(std::move(stream), *ctx);
+  conn->stream.emplace(stream.release_socket(), *ctx);
+  conn->lowest().expires_at(deadline);
   const std::string& name = t.server_name.empty() ? t.host : t.server_name;
-  if (Status s = configure_client_connection(conn->tls->native_handle(), name, t.verify_peer);
+  if (Status s = configure_client_connection(conn->stream->native_handle(), name, t.verify_peer);
       !s.ok()) {
     co_return s.error();
   }
   abort->stream = &conn->lowest();
-  auto [hec] = co_await conn->tls->async_handshake(ssl::stream_base::client, use_tuple);
+  auto [hec] = co_await conn->stream->async_handshake(ssl::stream_base::client, use_tuple);
   abort->stream = nullptr;
   if (hec) {
     if (abort->aborted || hec == beast::error::timeout) co_return io_failure("TLS handshake with", hec);
     co_return make_error(Errc::io_error, "TLS handshake with " + where + " failed: " +
-                                             handshake_failure(conn->tls->native_handle(), hec));
+                                             handshake_failure(conn->stream->native_handle(), hec));
   }
   conn->lowest().expires_never();
   co_return conn;
@@ -362,10 +362,10 @@ net::awaitable<Exchange> exchange(UpConn& c, const bhttp::request<bhttp::string_
                                   const UpstreamOptions& o, bool head) {
   Exchange out;
   c.lowest().expires_after(milliseconds(timeout_ms));
-  out.ec = co_await c.with([&](auto& s) -> net::awaitable<error_code> {
-    auto [ec, n] = co_await bhttp::async_write(s, req, use_tuple);
-    co_return ec;
-  });
+  {
+    auto [ec, n] = co_await bhttp::async_write(*c.stream, req, use_tuple);
+    out.ec = ec;
+  }
   if (out.ec) {
     out.writing = true;
     co_return out;
@@ -374,10 +374,10 @@ net::awaitable<Exchange> exchange(UpConn& c, const bhttp::request<bhttp::string_
   parser.body_limit(o.max_response_bytes);
   parser.header_limit(static_cast<uint32_t>(std::min<size_t>(o.max_response_header_bytes, UINT32_MAX)));
   parser.skip(head);
-  out.ec = co_await c.with([&](auto& s) -> net::awaitable<error_code> {
-    auto [ec, n] = co_await bhttp::async_read(s, c.buffer, parser, use_tuple);
-    co_return ec;
-  });
+  {
+    auto [ec, n] = co_await bhttp::async_read(*c.stream, c.buffer, parser, use_tuple);
+    out.ec = ec;
+  }
   if (out.ec) co_return out;
   c.lowest().expires_never();
   auto res = parser.release();
@@ -658,21 +658,14 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
     }
     std::unique_ptr<UpConn> conn = std::move(*made);
     ctx_ = conn->ctx;
-    if (conn->tls) {
-      tls_.emplace(std::move(*conn->tls));
-      abort_->stream = &beast::get_lowest_layer(*tls_);
-      co_await session(*tls_);
-    } else {
-      plain_.emplace(std::move(*conn->plain));
-      abort_->stream = &beast::get_lowest_layer(*plain_);
-      co_await session(*plain_);
-    }
+    ws_.emplace(std::move(*conn->stream));
+    abort_->stream = &ws_->next_layer().lowest();
+    co_await session(*ws_);
     // The stream goes now, on the strand: a refused or closed WebSocket can
     // leave Beast's handshake timer armed, and a pending timer would hold
     // stop() (which waits for the io_context's work) until it fires.
     abort_->stream = nullptr;
-    tls_.reset();
-    plain_.reset();
+    ws_.reset();
   }
 
  private:
@@ -684,7 +677,7 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
   template <class WS>
   net::awaitable<void> session(WS& ws) {
     const UpstreamOptions& o = up_.options;
-    beast::get_lowest_layer(ws).expires_never();  // the WebSocket keeps its own deadlines
+    ws.next_layer().lowest().expires_never();  // the WebSocket keeps its own deadlines
     websocket::stream_base::timeout timeouts{};
     timeouts.handshake_timeout = milliseconds(o.ws_handshake_timeout_ms);  // also bounds close
     timeouts.idle_timeout = milliseconds(2 * o.ws_ping_interval_ms);
@@ -767,7 +760,7 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
     // progress is left to finish (bounded by the handshake timeout).
     if (writer_state_ == WriterState::writing) {
       error_code ignored;
-      beast::get_lowest_layer(ws).socket().close(ignored);
+      ws.next_layer().lowest().socket().close(ignored);
     }
   }
 
@@ -842,7 +835,7 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
       // After a failed write, or a close handshake the reader did not see
       // end: the socket is of no further use.
       error_code ignored;
-      beast::get_lowest_layer(ws).socket().close(ignored);
+      ws.next_layer().lowest().socket().close(ignored);
     }
     reader_wake_.cancel();
   }
@@ -878,9 +871,8 @@ class UpWsSession final : public std::enable_shared_from_this<UpWsSession> {
   std::shared_ptr<UpAbort> abort_;
   net::steady_timer writer_wake_;
   net::steady_timer reader_wake_;
-  std::shared_ptr<ssl::context> ctx_;  // before tls_: outlives it
-  std::optional<websocket::stream<beast::tcp_stream>> plain_;
-  std::optional<websocket::stream<UpTlsStream>> tls_;
+  std::shared_ptr<ssl::context> ctx_;  // before ws_: outlives it
+  std::optional<websocket::stream<AnyStream>> ws_;
   beast::flat_buffer buffer_;
   bool aborted_ = false;
   bool reader_done_ = false;

@@ -9,28 +9,21 @@
 #include <memory>
 #include <optional>
 
+#include "http/detail/any_stream.h"
 #include "http/detail/net.h"
 
 namespace entente::http::detail {
-
-using UpTlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 // A connected (for TLS: handshaken) HTTP connection to a node. Used by one
 // coroutine at a time, on the strand its socket was made on; between
 // requests it waits in the Upstream's pool.
 struct UpConn {
-  std::shared_ptr<ssl::context> ctx;  // first: outlives `tls`
-  std::optional<beast::tcp_stream> plain;
-  std::optional<UpTlsStream> tls;
+  std::shared_ptr<ssl::context> ctx;  // first: outlives `stream`
+  std::optional<AnyStream> stream;     // plain or TLS
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since;
 
-  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
-  template <class F>
-  decltype(auto) with(F&& f) {
-    if (tls) return f(*tls);
-    return f(*plain);
-  }
+  beast::tcp_stream& lowest() { return stream->lowest(); }
 };
 
 // How stop() interrupts one coroutine: post_abort() runs on the coroutine's
