@@ -399,10 +399,15 @@ TEST_F(ClusterMoveFaults, AMoveHitByAKillOrALinkCutAtAnyStepCompletesOrRollsBack
     if (missed) {
       EXPECT_EQ(status, 200u) << "a move that no fault hit: " << answer->body;
     }
-    // The target killed before the pause's replication (its copy's
+    // The target killed well before the pause's replication (its copy's
     // channel closed by the hand-over): the move gives up and the fragment
-    // runs where it was, rather than being handed to a dead node.
-    const std::set<std::string> before_replicate{"before follow", "follow", "checkpoint", "warm", "mark"};
+    // runs where it was, rather than being handed to a dead node. Not for
+    // a kill in "mark", the last step before the stop: the stop and the
+    // replication take a millisecond or two, and the source may not have
+    // read the end of the target's connection yet (seen once in CI: the
+    // move completed and the restarted target took over 3.3 s later, the
+    // output exact). That move completes or rolls back, as any other.
+    const std::set<std::string> before_replicate{"before follow", "follow", "checkpoint", "warm"};
     if (f == Fault::kill_target && !missed && before_replicate.count(step)) {
       EXPECT_EQ(outcome, "rolled back") << "the target killed in step " << step << ": " << answer->body;
     }
