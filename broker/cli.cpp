@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "broker/cli_api.h"
 #include "broker/config.h"
 #include "http/client.h"
 #include "broker/node.h"
@@ -43,9 +44,22 @@ constexpr const char* kUsage =
     "                         follow a stream over WebSocket, one NDJSON line per tuple\n"
     "                         (entente subscribe --help)\n"
     "\n"
+    "commands that speak to a running node's REST API (entente streams --help; docs/cli.md):\n"
+    "  streams list | show NAME | create NAME --schema FILE|JSON [...] | delete NAME\n"
+    "  queries list | show NAME | deploy --file FILE | delete NAME\n"
+    "  nodes | peers | checkpoint\n"
+    "  contracts list [--awaiting-me] | show ID\n"
+    "  with the global options --url http(s)://HOST:PORT, --token TOKEN, --ca FILE,\n"
+    "  --profile NAME (else ENTENTE_URL, ENTENTE_TOKEN, ENTENTE_CA, ENTENTE_PROFILE),\n"
+    "  --timeout DURATION and --json, before or after the command words\n"
+    "\n"
     "options:\n"
     "  -h, --help             this text\n"
-    "  --version              the version\n";
+    "  --version              the version\n"
+    "\n"
+    "exit codes: 0 success; 1 a failure (for API commands: the node refused); 2 a usage\n"
+    "or configuration error; API commands also: 3 the node could not be reached (connect,\n"
+    "TLS, timeout), 4 not found (404), 5 conflict (409)\n";
 
 constexpr const char* kBrokerUsage =
     "usage: entente broker --config FILE\n"
@@ -595,6 +609,7 @@ int run_cli(int argc, char** argv) {
     std::printf("entente %s\n", kBuildVersion);
     return 0;
   }
+  if (is_api_command(args)) return run_api_command(args);
   if (cmd == "broker") return run_broker(rest);
   if (cmd == "backup") return run_backup(rest);
   if (cmd == "subscribe") return run_subscribe(rest);
