@@ -162,11 +162,7 @@ std::unique_ptr<Box> make_def(const Def& d) {
   return build(d.factory, d.json, std::vector<SchemaPtr>(d.ports, bids_schema()));
 }
 
-#if defined(ENTENTE_SANITIZED)
-constexpr int kSeeds = 20;  // under a sanitizer (tests/CMakeLists.txt)
-#else
 constexpr int kSeeds = 60;
-#endif
 
 TEST(KeyedProperties, SnapshotRestoreContinuesIdentically) {
   for (const Def& def : kDefs) {
