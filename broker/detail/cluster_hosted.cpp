@@ -1235,6 +1235,10 @@ void NodeImpl::report_hosted_usage() {
   federation::Hosting* hosting = peering_ ? peering_->hosting() : nullptr;
   contracts::Ledger* ledger = peering_ && peering_->contracting() ? &peering_->contracting()->ledger() : nullptr;
   if (!hosting) return;
+  {
+    std::lock_guard lock(hosted_mu_);
+    if (hosting_here_.empty()) return;  // (no peers report to build)
+  }
   std::vector<std::pair<certs::Identity, std::string>> notes;
   std::vector<std::pair<std::string, uint64_t>> loads;  // contract, CPU us since the last report
   // Runs whose contract left force, or whose owner's link went down, long
