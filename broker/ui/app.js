@@ -215,16 +215,19 @@ function queryGraph(q) {
     g.append(svg("path", { class: "arc", "data-from": from, "data-to": to, "marker-end": "url(#arrow)",
       d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}` }));
   }
-  for (const [id, v] of vertices) g.append(vertexView(id, v, at(v), stats.get(id), W, H));
+  for (const [id, v] of vertices) g.append(vertexView(q, id, v, at(v), stats.get(id), W, H));
   return g;
 }
 
-function vertexView(id, v, p, s, W, H) {
+function vertexView(q, id, v, p, s, W, H) {
   const where = s ? placementOf(s.placement) : "";
   const elsewhere = s && where && !where.startsWith(state.domain + "/");
   const g = svg("g", { class: v.kind + (elsewhere ? " elsewhere" : ""), "data-id": id, transform: `translate(${p.x},${p.y})` });
   g.append(svg("rect", { width: W, height: H, rx: 5 }));
   g.append(svg("text", { x: 8, y: 16, class: "title" }, v.label + "  ", svg("tspan", { class: "meta" }, v.sub)));
+  if (v.kind === "stream" && v.sub === "input" && q.positions && q.positions[v.label] != null) {
+    g.append(svg("text", { x: 8, y: 32, class: "meta" }, `read up to seq ${num(q.positions[v.label])}`));
+  }
   if (s) {
     const cpu = (s.cpu_ns_per_tuple || 0) * (s.tuples_in_per_s || 0) / 1e6;
     g.append(svg("text", { x: 8, y: 32, class: "meta where" }, where));
