@@ -57,8 +57,8 @@ void add_ui_headers(Response& r, const UiAsset& a) {
 }
 
 std::string session_cookie(std::string_view id, int64_t max_age_s, bool secure) {
-  std::string c = std::string(kUiSessionCookie) + "=" + std::string(id) + "; Path=/; Max-Age=" +
-                  std::to_string(max_age_s) + "; HttpOnly; SameSite=Strict";
+  std::string c = std::string(kUiSessionCookie) + "=" + std::string(id) +
+                  "; Path=/; Max-Age=" + std::to_string(max_age_s) + "; HttpOnly; SameSite=Strict";
   if (secure) c += "; Secure";
   return c;
 }
@@ -128,7 +128,8 @@ void NodeImpl::get_ui(const Request& req, const PathParams& params, const Respon
   const std::string_view name = params.empty() ? "index.html" : std::string_view(params[0]);
   const UiAsset* a = ui_asset(name);
   if (!a) {
-    answer(Response::problem(404, "Not Found", "the dashboard has no file '" + std::string(name.substr(0, 100)) + "'"));
+    answer(Response::problem(404, "Not Found",
+                             "the dashboard has no file '" + std::string(name.substr(0, 100)) + "'"));
     return;
   }
   Response r;
@@ -155,8 +156,9 @@ void NodeImpl::post_ui_session(const Request& req, const PathParams&, const Resp
       answer(Response::problem(400, "Bad Request", p->message()));
       return;
     }
-    const bool ok = doc.IsObject() && doc.MemberCount() <= 1 &&
-                    (doc.MemberCount() == 0 || (doc.HasMember("ttl_seconds") && doc["ttl_seconds"].IsInt64()));
+    const bool ok =
+        doc.IsObject() && doc.MemberCount() <= 1 &&
+        (doc.MemberCount() == 0 || (doc.HasMember("ttl_seconds") && doc["ttl_seconds"].IsInt64()));
     const int64_t v = ok && doc.HasMember("ttl_seconds") ? doc["ttl_seconds"].GetInt64() : ttl.count();
     if (!ok || v < 1 || v > kUiSessionMaxTtl.count()) {
       answer(Response::problem(400, "Bad Request",
@@ -200,9 +202,10 @@ std::optional<Response> NodeImpl::browser_bearer(Request& req, const RouteInfo& 
       if (p.starts_with(kBearerProtocol)) token = std::string(p.substr(kBearerProtocol.size()));
     }
     if (token && std::find(offered.begin(), offered.end(), kUiProtocol) == offered.end()) {
-      return Response::problem(400, "Bad Request",
-                               "a token offered as the subprotocol entente.bearer.<token> needs the subprotocol "
-                               "entente.v1 offered with it (the one the node answers with)");
+      return Response::problem(
+          400, "Bad Request",
+          "a token offered as the subprotocol entente.bearer.<token> needs the subprotocol "
+          "entente.v1 offered with it (the one the node answers with)");
     }
   }
   // A cookie only reads: whatever changes something needs the header,
@@ -212,9 +215,10 @@ std::optional<Response> NodeImpl::browser_bearer(Request& req, const RouteInfo& 
       if (auto id = cookie_value(*c, kUiSessionCookie)) {
         token = ui_sessions_.token_of(*id);
         if (!token) {
-          Response r = Response::problem(401, "Unauthorized",
-                                         "the dashboard session has ended or is unknown; POST /v1/ui/session with "
-                                         "the token again");
+          Response r =
+              Response::problem(401, "Unauthorized",
+                                "the dashboard session has ended or is unknown; POST /v1/ui/session with "
+                                "the token again");
           r.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
           return r;
         }

@@ -58,7 +58,8 @@ class BrokerUi : public ::testing::Test {
   // Subscribes to ticks from 1 with these upgrade headers and reads the
   // two tuples; the refusal's message when the upgrade is refused.
   std::string subscribe(const Headers& headers) {
-    auto ws = http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe?from=1", headers);
+    auto ws =
+        http::WsClient::connect(broker_.client_options(), "/v1/streams/ticks/subscribe?from=1", headers);
     if (!ws.ok()) return ws.error().message;
     std::vector<Tuple> got;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -116,7 +117,8 @@ TEST_F(BrokerUi, WebSocketTakesTheTokenInASubprotocolAndEchoesTheRealOne) {
   auto c = broker_.client();
   ASSERT_TRUE(c);
   auto raw = c->raw(
-      "GET /v1/streams/ticks/subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+      "GET /v1/streams/ticks/subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: "
+      "websocket\r\n"
       "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: " +
       good + "\r\n\r\n");
   ASSERT_TRUE(raw.ok()) << raw.error().message;
@@ -144,7 +146,8 @@ TEST_F(BrokerUi, SessionCookieReadsUntilItEndsAndNeverWrites) {
   ASSERT_EQ(r.status, 201u) << r.body;
   EXPECT_NE(r.body.find("\"role\":\"reader\""), std::string::npos) << r.body;
   const std::string set(r.header("set-cookie").value_or(""));
-  for (const char* attr : {"entente_session=", "; Path=/", "; Max-Age=600", "; HttpOnly", "; SameSite=Strict"})
+  for (const char* attr :
+       {"entente_session=", "; Path=/", "; Max-Age=600", "; HttpOnly", "; SameSite=Strict"})
     EXPECT_NE(set.find(attr), std::string::npos) << attr << " in " << set;
   const std::string cookie = set.substr(0, set.find(';'));
 
@@ -159,7 +162,8 @@ TEST_F(BrokerUi, SessionCookieReadsUntilItEndsAndNeverWrites) {
 
   auto unknown = get("GET", "/v1/streams", {{"cookie", "entente_session=0123abcd"}});
   EXPECT_EQ(unknown.status, 401u);
-  EXPECT_NE(unknown.body.find("the dashboard session has ended or is unknown"), std::string::npos) << unknown.body;
+  EXPECT_NE(unknown.body.find("the dashboard session has ended or is unknown"), std::string::npos)
+      << unknown.body;
   EXPECT_NE(subscribe({{"cookie", "entente_session=0123abcd"}}).find("HTTP 401"), std::string::npos);
 
   // Signing out ends it.
