@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/cluster.h"
 #include "tests/integration/support/ws_reader.h"
 
 namespace entente::testing {
@@ -184,6 +185,62 @@ TEST_F(BrokerUi, SessionExpiresAndItsLifeIsBounded) {
     EXPECT_EQ(r.status, 400u) << body << ": " << r.body;
     EXPECT_NE(r.body.find("\"detail\""), std::string::npos) << r.body;
   }
+}
+
+// In a domain of two nodes, what n2 forwards to n1 (which leads the
+// stream) carries the browser's token: a cookie on a GET, a subprotocol on
+// a subscription.
+TEST(BrokerUiCluster, CookieAndSubprotocolTokensAreForwardedToTheLeader) {
+  if (EtcdProcess::binary().empty()) GTEST_SKIP() << EtcdProcess::kNotInstalled;
+  EtcdProcess etcd("etcd-ui");
+  ASSERT_TRUE(etcd.start()) << etcd.last_error();
+  std::vector<std::unique_ptr<BrokerProcess>> nodes;
+  for (const char* name : {"n1", "n2"}) {
+    BrokerOptions o;
+    o.node = name;
+    o.extra_config = cluster_section(etcd);
+    nodes.push_back(std::make_unique<BrokerProcess>(o));
+    ASSERT_TRUE(nodes.back()->start()) << nodes.back()->last_error();
+  }
+  BrokerProcess& n2 = *nodes[1];
+  ASSERT_TRUE(eventually(20, [&] { return domain_up({nodes[0].get(), &n2}, 2); }));
+  auto created = n2.request("POST", "/v1/streams",
+                            R"({"name":"ticks","node":"n1","schema":[{"name":"k","type":"int64"}]})");
+  ASSERT_EQ(created.status, 201u) << created.body;
+  auto posted = n2.request("POST", "/v1/streams/ticks/tuples", "{\"k\":1}\n{\"k\":2}\n", kPublisherToken,
+                           "application/x-ndjson");
+  ASSERT_EQ(posted.status, 200u) << posted.body;
+
+  auto r = n2.client()->request("POST", "/v1/ui/session", {}, "application/json",
+                                {{"authorization", std::string("Bearer ") + kReaderToken}});
+  ASSERT_TRUE(r.ok() && r->status == 201u);
+  const std::string set(r->header("set-cookie").value_or(""));
+  const std::string cookie = set.substr(0, set.find(';'));
+  auto info = n2.client()->request("GET", "/v1/streams/ticks", {}, "application/json", {{"cookie", cookie}});
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->status, 200u) << info->body;
+  EXPECT_NE(info->body.find("\"next_seq\":3"), std::string::npos) << info->body;
+
+  auto ws = http::WsClient::connect(
+      n2.client_options(), "/v1/streams/ticks/subscribe?from=1",
+      {{"sec-websocket-protocol", std::string("entente.v1, entente.bearer.") + kReaderToken}});
+  ASSERT_TRUE(ws.ok()) << ws.error().message;
+  std::vector<Tuple> got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    auto m = (*ws)->receive(200);
+    if (!m.ok()) continue;
+    ASSERT_FALSE(m->closed) << m->close_reason;
+    for (auto& t : parse_lines(m->data)) got.push_back(t);
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].seq, 2u);
+  // Both went to n1, with the token as an Authorization header.
+  auto metrics = n2.request("GET", "/metrics", {}, kReaderToken);
+  EXPECT_NE(metrics.body.find(R"(entente_cluster_forwarded_total{kind="websocket",node="n1"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find(R"(entente_cluster_forwarded_total{kind="http",node="n1"})"),
+            std::string::npos);
 }
 
 }  // namespace
