@@ -22,6 +22,7 @@
 #include "broker/config.h"
 #include "http/client.h"
 #include "broker/node.h"
+#include "broker/service_notify.h"
 #include "certs/cli.h"
 #include "entente_version.h"
 #include "rapidjson/document.h"
@@ -73,6 +74,14 @@ constexpr const char* kBrokerUsage =
 // SIGHUP: reads the configuration again and applies what a running node
 // can change. Every outcome is logged: what changed, what was kept (needs a
 // restart), or why nothing changed.
+// systemd's Type=notify (packaging/systemd/entente.service): READY once the
+// API listens, RELOADING around a SIGHUP, STOPPING on the way out.
+void tell_service_manager(const std::string& who, std::string_view state) {
+  if (Status s = notify_service(state); !s.ok()) {
+    std::fprintf(stderr, "entente: %s: %s\n", who.c_str(), s.error().message.c_str());
+  }
+}
+
 void reload(Node& node, const std::string& config_path, const std::string& who) {
   std::fprintf(stderr, "entente: %s: SIGHUP: reloading %s\n", who.c_str(), config_path.c_str());
   auto config = load_config(config_path);
@@ -149,12 +158,16 @@ int run_broker(const std::vector<std::string_view>& args) {
   std::printf("entente: node %s listening on %s://%s%s%s:%u\n", who.c_str(), tls ? "https" : "http",
               v6 ? "[" : "", address.c_str(), v6 ? "]" : "", static_cast<unsigned>((*node)->api_port()));
   std::fflush(stdout);
+  tell_service_manager(who, "READY=1\nSTATUS=serving");
   int sig = 0;
   for (;;) {
     sigwait(&signals, &sig);
     if (sig != SIGHUP) break;
+    tell_service_manager(who, "RELOADING=1");
     reload(**node, config_path, who);
+    tell_service_manager(who, "READY=1\nSTATUS=serving");
   }
+  tell_service_manager(who, "STOPPING=1");
   std::fprintf(stderr, "entente: %s: stopping (%s)\n", who.c_str(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*node)->stop();
   std::fprintf(stderr, "entente: %s: stopped\n", who.c_str());
