@@ -17,6 +17,7 @@ packages=(
   etcd-server        # the shared metadata of a domain of several nodes (tests start their own)
   systemd            # systemd-analyze: the packaged unit is checked by systemd itself (not started)
   chromium           # scripts/ui-test.sh: the dashboard in a headless browser
+  fonts-liberation   # a font for its screenshot (installed without recommends, chromium has none)
 )
 
 missing=()
