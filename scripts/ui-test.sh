@@ -142,7 +142,7 @@ publish() {
       b+="{\"auction\": $((n % 7)), \"bidder\": $n, \"price\": $((n % 100)), \"channel\": \"web\", \"url\": \"u\", \"date_time\": $now, \"extra\": \"\"}"$'\n'
     done
     printf '%s' "$b" | curl -sS -f --max-time 5 -H "Authorization: Bearer $token" \
-      -H 'Content-Type: application/x-ndjson' --data-binary @- "$acme/v1/streams/bids/tuples" >/dev/null || true
+      -H 'Content-Type: application/x-ndjson' --data-binary @- "$acme/v1/streams/bids/tuples" >/dev/null 2>&1 || true
     sleep 0.2
   done
 }
