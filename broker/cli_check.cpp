@@ -1,6 +1,7 @@
 // `entente broker --check --config FILE`: what would stop the node from
-// starting, found without starting it: the configuration (its first problem,
-// with its key, as the loader reports it), then every certificate and key
+// starting, found without starting it: the configuration (a problem of each
+// top-level section, with its key, as the loader reports it), then, once it
+// loads, every certificate and key
 // (readable, PEM, the key matching the certificate, within its validity,
 // chaining to the domain's CA) and every listen port (free to bind).
 #include "broker/cli_check.h"
@@ -20,11 +21,18 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/json_read.h"
 #include "broker/config.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
 
 namespace entente::broker {
 namespace {
@@ -198,16 +206,83 @@ Problems check(const NodeConfig& c) {
   return out;
 }
 
+// ------------------------------------------------------------ the file
+
+// The loader stops at its first problem. To report the problems of every
+// top-level section, the section at fault is set aside and the file loaded
+// again: an optional one removed, a required one replaced by a stand-in
+// that loads. A later problem caused by a stand-in is possible but unlikely:
+// the sections are read independently.
+constexpr int kMaxRounds = 32;
+
+const char* stand_in(std::string_view key) {
+  if (key == "domain" || key == "node") return R"("x")";
+  if (key == "api") return R"({"listen":"127.0.0.1:0","tls":false})";
+  if (key == "data_dir") return R"("/nonexistent/entente-check")";
+  if (key == "tokens")
+    return R"([{"name":"x","role":"admin","sha256":"0000000000000000000000000000000000000000000000000000000000000000"}])";
+  return nullptr;  // optional: removed
+}
+
+// "api" from "api.listen: ...", "tokens" from "tokens[0].sha256: ..."; ""
+// when the message names no key of the top level.
+std::string top_key(const rapidjson::Document& d, const std::string& message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string::npos) return "";
+  const std::string path = message.substr(0, colon);
+  const std::string key = path.substr(0, path.find_first_of(".["));
+  return d.IsObject() && d.HasMember(key.c_str()) ? key : "";
+}
+
+std::string text_of(const rapidjson::Document& d) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  d.Accept(w);
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+// Every problem the loader finds in `path`, one per top-level section.
+std::vector<std::string> config_problems(const std::string& path, const Error& first) {
+  std::vector<std::string> out{first.message};
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  rapidjson::Document d;
+  if (base::read_json(ss.str(), d) || !d.IsObject()) return out;
+  const std::string base_dir = std::filesystem::path(path).parent_path().string();
+  std::set<std::string> set_aside;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    const std::string key = top_key(d, out.back());
+    if (key.empty() || !set_aside.insert(key).second) break;
+    if (const char* json = stand_in(key)) {
+      rapidjson::Document v(&d.GetAllocator());
+      v.Parse(json);
+      d[key.c_str()] = static_cast<rapidjson::Value&>(v).Move();
+    } else {
+      d.RemoveMember(key.c_str());
+    }
+    auto again = parse_config(text_of(d), base_dir);
+    if (again.ok()) break;
+    out.push_back(again.error().message);
+  }
+  return out;
+}
+
+int report_config_problems(const std::string& path, const Error& first) {
+  const auto problems = config_problems(path, first);
+  for (const auto& p : problems) std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
+  std::fprintf(stderr,
+               "entente broker --check: %s: %zu problem(s) in the configuration (one per section at most); "
+               "certificates, keys and ports are checked once it loads\n",
+               path.c_str(), problems.size());
+  return 2;
+}
+
 }  // namespace
 
 int check_config_file(const std::string& path) {
   auto config = load_config(path);
-  if (!config.ok()) {
-    std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), config.error().message.c_str());
-    std::fprintf(stderr, "entente broker --check: %s: not checked further (the loader stops at its first problem)\n",
-                 path.c_str());
-    return 2;
-  }
+  if (!config.ok()) return report_config_problems(path, config.error());
   const Problems problems = check(*config);
   for (const auto& p : problems) std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
   if (!problems.empty()) {

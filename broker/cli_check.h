@@ -2,7 +2,8 @@
 // `entente broker --check --config FILE` (cli_check.cpp): validates a node's
 // configuration without starting it. Prints "ok: ..." and returns 0, or
 // prints every problem found (each with its configuration key) on stderr
-// and returns 2 (the file does not load) or 1 (files or ports).
+// and returns 2 (the file does not load: a problem of each top-level
+// section) or 1 (certificates, keys, ports, data_dir).
 
 #include <string>
 

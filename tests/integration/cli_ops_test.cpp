@@ -334,5 +334,97 @@ TEST(CliContracts, ProposeCounterAcceptImportUsageRevokeBetweenTwoDomains) {
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(home);
 }
 
+// ------------------------------------------------------------ broker --check
+
+// A node configuration of acme/n1 with TLS and federation, from `a`'s and
+// `b`'s certificates (b pinned as a peer); `api_port` and `fed_port` fixed.
+std::string node_config(const FedNode& a, const FedNode& b, const std::string& data_dir, uint16_t api_port,
+                        uint16_t fed_port, const std::string& api_key, const std::string& fed_cert) {
+  return "{\"domain\":\"acme\",\"node\":\"n1\",\"api\":{\"listen\":\"127.0.0.1:" + std::to_string(api_port) +
+         "\",\"tls\":{\"cert\":\"" + a.cert_file() + "\",\"key\":\"" + api_key + "\"}},\"data_dir\":\"" + data_dir +
+         "\",\"tokens\":[{\"name\":\"ops\",\"role\":\"admin\",\"sha256\":\"" + broker::hash_token(kAdminToken) +
+         "\"}],\"federation\":{\"listen\":\"127.0.0.1:" + std::to_string(fed_port) + "\",\"cert_file\":\"" +
+         fed_cert + "\",\"key_file\":\"" + a.key_file() + "\",\"ca_file\":\"" + a.ca_file() +
+         "\",\"peers\":[{\"domain\":\"beta\",\"ca_file\":\"" + b.ca_file() + "\",\"nodes\":[{\"node\":\"n1\"," +
+         "\"address\":\"" + b.federation_address() + "\"}]}]}}";
+}
+
+// A socket listening on 127.0.0.1:port until destroyed.
+struct Listener {
+  int fd = -1;
+  explicit Listener(uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Listener() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+TEST(CliBrokerCheck, AGoodConfigurationAndEveryProblemOfBadOnes) {
+  Federation fed;
+  FedNode& acme = fed.add("acme");
+  FedNode& beta = fed.add("beta");
+  const std::string home = make_temp_dir("cli-check");
+  const uint16_t api_port = free_loopback_port(), fed_port = free_loopback_port();
+  const std::string good = home + "/good.json";
+  write_file(good, node_config(acme, beta, home + "/data", api_port, fed_port, acme.key_file(), acme.cert_file()));
+  CliRun r = entente(home, "broker --check --config " + good);
+  ASSERT_EQ(r.code, 0) << what(r);
+  EXPECT_EQ(r.out, "ok: " + good + " configures node acme/n1: API on https://127.0.0.1:" + std::to_string(api_port) +
+                       ", data in " + home + "/data, federation with 1 peer domain(s)\n");
+  EXPECT_FALSE(std::filesystem::exists(home + "/data")) << "--check created the data directory";
+
+  // The key of another node, a certificate another CA issued, the API port
+  // taken: each named with its key, all in one run.
+  const Listener taken(api_port);
+  ASSERT_GE(taken.fd, 0);
+  const std::string bad = home + "/bad.json";
+  write_file(bad, node_config(acme, beta, home + "/data", api_port, fed_port, beta.key_file(), beta.cert_file()));
+  r = entente(home, "broker --check --config " + bad);
+  EXPECT_EQ(r.code, 1) << what(r);
+  EXPECT_EQ(r.out, "");
+  const std::string at = "entente broker --check: " + bad + ": ";
+  EXPECT_TRUE(has(r.err, at + "api.tls.key: the key in " + beta.key_file() + " is not the key of the certificate in " +
+                             acme.cert_file() + " (api.tls.cert)"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, at + "federation.key_file: the key in " + acme.key_file() +
+                             " is not the key of the certificate in " + beta.cert_file()))
+      << r.err;
+  EXPECT_TRUE(has(r.err, at + "federation.cert_file: the certificate in " + beta.cert_file() +
+                             " does not chain to the CA in " + acme.ca_file() + " (federation.ca_file)"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, at + "api.listen: cannot listen on 127.0.0.1:" + std::to_string(api_port) +
+                             ": Address already in use (another process listens there)"))
+      << r.err;
+  EXPECT_TRUE(has(r.err, at + "4 problem(s)")) << r.err;
+
+  // A file that is not a key; a configuration error names its key.
+  write_file(home + "/not-a-key.pem", "hello\n");
+  write_file(bad, node_config(acme, beta, home + "/data", 0, fed_port, home + "/not-a-key.pem", acme.cert_file()));
+  r = entente(home, "broker --check --config " + bad);
+  EXPECT_EQ(r.code, 1) << what(r);
+  EXPECT_TRUE(has(r.err, at + "api.tls.key: " + home + "/not-a-key.pem holds no PEM private key")) << r.err;
+  // Configuration errors: one per section, each with its key.
+  write_file(bad, R"({"domain":"Acme","node":"n1","api":{"listen":"127.0.0.1:99999","tls":false},"data_dir":"d",)"
+                  R"("tokens":[],"bogus":1,"retention":{"max_tuples":"x"}})");
+  r = entente(home, "broker --check --config " + bad);
+  EXPECT_EQ(r.code, 2) << what(r);
+  EXPECT_TRUE(has(r.err, at + "bogus: unknown key")) << r.err;
+  EXPECT_TRUE(has(r.err, at + "domain: expected [a-z][a-z0-9-]*")) << r.err;
+  EXPECT_TRUE(has(r.err, at + "api.listen: the port must be 0..65535, got 99999")) << r.err;
+  EXPECT_TRUE(has(r.err, at + "tokens: at least one token with role admin is required")) << r.err;
+  EXPECT_TRUE(has(r.err, at + "retention.max_tuples: ")) << r.err;
+  EXPECT_TRUE(has(r.err, at + "5 problem(s) in the configuration")) << r.err;
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(home);
+}
+
 }  // namespace
 }  // namespace entente::testing
