@@ -252,9 +252,10 @@ void print_tally(const Api& api, const std::string& stream, const PublishOptions
     std::printf("nothing to publish: the input has no tuples\n");
     return;
   }
-  std::printf("published %llu tuples to %s in %llu batches (sequence numbers %llu..%llu)\n",
+  std::printf("published %llu tuples to %s in %llu batch%s (sequence numbers %llu..%llu)\n",
               static_cast<unsigned long long>(t.tuples), printable(stream).c_str(),
-              static_cast<unsigned long long>(t.batches), static_cast<unsigned long long>(t.first_seq),
+              static_cast<unsigned long long>(t.batches), t.batches == 1 ? "" : "es",
+              static_cast<unsigned long long>(t.first_seq),
               static_cast<unsigned long long>(t.last_seq));
   if (t.duplicate_batches)
     std::printf("%llu of the batches (%llu tuples) were stored before, by an earlier send of producer %s: "
@@ -265,14 +266,20 @@ void print_tally(const Api& api, const std::string& stream, const PublishOptions
 }
 
 // Where publishing stopped, and how to go on without storing anything twice.
-void report_stop(const PublishOptions& o, uint64_t number, const Batch& b, const Tally& t) {
-  std::fprintf(stderr,
-               "entente publish: stopped at batch %llu (lines %llu-%llu); %llu tuples were published before "
-               "it. Batch %llu may or may not be stored: the same command with --producer-id %s stores "
-               "nothing twice\n",
+// A batch the node refused (4xx) was not stored; one without an answer
+// (`e` unreachable) may have been.
+void report_stop(const PublishOptions& o, uint64_t number, const Batch& b, const Tally& t, Exit e) {
+  std::fprintf(stderr, "entente publish: stopped at batch %llu (lines %llu-%llu); %llu tuples were published before it. ",
                static_cast<unsigned long long>(number), static_cast<unsigned long long>(b.lines.front()),
-               static_cast<unsigned long long>(b.lines.back()), static_cast<unsigned long long>(t.tuples),
-               static_cast<unsigned long long>(number), o.producer.c_str());
+               static_cast<unsigned long long>(b.lines.back()), static_cast<unsigned long long>(t.tuples));
+  if (e == Exit::unreachable) {
+    std::fprintf(stderr,
+                 "Batch %llu may or may not be stored: the same command with --producer-id %s stores nothing "
+                 "twice\n",
+                 static_cast<unsigned long long>(number), o.producer.c_str());
+  } else {
+    std::fprintf(stderr, "Nothing of batch %llu was stored\n", static_cast<unsigned long long>(number));
+  }
 }
 
 }  // namespace
@@ -299,7 +306,7 @@ Exit publish(Api& api, const CommandLine& c) {
     }
     if (b.lines.empty()) break;
     if ((e = send_batch(api, *o, number, b, t)) != Exit::ok) {
-      report_stop(*o, number, b, t);
+      report_stop(*o, number, b, t, e);
       break;
     }
   }

@@ -124,7 +124,7 @@ TEST_F(CliPublish, ABadLineIsNamedByItsNumberAndWhatCameBeforeIsKept) {
   EXPECT_TRUE(has(r.err, "entente: POST /v1/streams/ticks/tuples: 400: the batch was rejected, nothing was stored"))
       << r.err;
   EXPECT_TRUE(has(r.err, "the refused row is line 3 of the input")) << r.err;
-  EXPECT_TRUE(has(r.err, "stopped at batch 2 (lines 3-4); 2 tuples were published before it")) << r.err;
+  EXPECT_TRUE(has(r.err, "stopped at batch 2 (lines 3-4); 2 tuples were published before it. Nothing of batch 2 was stored")) << r.err;
   EXPECT_EQ(next_seq(home_, url_, "ticks"), "5");
 
   // A line that is not an object, a stream that is not there, a reader.
