@@ -5,7 +5,6 @@
 // (--json). Everything read is bounded: files, the profile file, names,
 // answers, and the time of each request.
 #include "broker/cli_api.h"
-#include "broker/cli_api_parts.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,6 +32,7 @@
 #include "base/json_read.h"
 #include "base/result.h"
 #include "base/units.h"
+#include "broker/cli_api_parts.h"
 #include "broker/detail/json_out.h"
 #include "http/client.h"
 #include "rapidjson/document.h"
@@ -60,24 +60,24 @@ constexpr const char* kApiUsage =
     "  contracts list [--awaiting-me] [--state STATE] [--peer DOMAIN] [--kind stream|hosting]\n"
     "                                 --awaiting-me: offers this domain has to answer\n"
     "  contracts show ID              one contract with its history\n"
-  "  contracts propose [--kind stream|hosting] TERMS --until TIME [--dry-run]\n"
-  "                                 TERMS of a stream contract: --consumer D | --provider D\n"
-  "                                 (this node's domain is the other), --streams a,b,\n"
-  "                                 [--fields a,b] [--predicate EXPR] [--price N] [--rate-cap N];\n"
-  "                                 of a hosting one: --owner D | --host D, --box-kinds a,b,\n"
-  "                                 --max-load N [--price-min N] [--price-max N] [--notice S];\n"
-  "                                 --from/--until: RFC 3339, now, or from now (30d)\n"
-  "  contracts counter ID TERMS [--version N] [--dry-run]\n"
-  "                                 the terms on the table, changed where TERMS say\n"
-  "  contracts accept ID [--version N]\n"
-  "  contracts reject ID [--reason TEXT] [--version N]\n"
-  "  contracts revoke ID --reason TEXT [--version N]\n"
-  "  contracts usage ID             tuples delivered (or CPU hosted) and their cost\n"
-  "  publish STREAM [--file F] [--batch N] [--producer-id ID] [--first-batch N] [--retries N]\n"
-  "                                 NDJSON tuples (a file or stdin) in batches that a retry\n"
-  "                                 never stores twice\n"
-  "  imports list | show DOMAIN/NAME | delete DOMAIN/NAME\n"
-  "  imports create DOMAIN/NAME     import another domain's stream (or NAME --node N)\n"
+    "  contracts propose [--kind stream|hosting] TERMS --until TIME [--dry-run]\n"
+    "                                 TERMS of a stream contract: --consumer D | --provider D\n"
+    "                                 (this node's domain is the other), --streams a,b,\n"
+    "                                 [--fields a,b] [--predicate EXPR] [--price N] [--rate-cap N];\n"
+    "                                 of a hosting one: --owner D | --host D, --box-kinds a,b,\n"
+    "                                 --max-load N [--price-min N] [--price-max N] [--notice S];\n"
+    "                                 --from/--until: RFC 3339, now, or from now (30d)\n"
+    "  contracts counter ID TERMS [--version N] [--dry-run]\n"
+    "                                 the terms on the table, changed where TERMS say\n"
+    "  contracts accept ID [--version N]\n"
+    "  contracts reject ID [--reason TEXT] [--version N]\n"
+    "  contracts revoke ID --reason TEXT [--version N]\n"
+    "  contracts usage ID             tuples delivered (or CPU hosted) and their cost\n"
+    "  publish STREAM [--file F] [--batch N] [--producer-id ID] [--first-batch N] [--retries N]\n"
+    "                                 NDJSON tuples (a file or stdin) in batches that a retry\n"
+    "                                 never stores twice\n"
+    "  imports list | show DOMAIN/NAME | delete DOMAIN/NAME\n"
+    "  imports create DOMAIN/NAME     import another domain's stream (or NAME --node N)\n"
     "  checkpoint                     checkpoint every query of the node now\n"
     "\n"
     "global options (before or after the command; a flag beats the environment,\n"
@@ -96,7 +96,6 @@ constexpr const char* kApiUsage =
     "  2 usage or configuration error 5 conflict (409)\n";
 
 using detail::JsonOut;
-
 
 // Bounds on what a command reads, sends and waits for (and kMaxRequestBody).
 // A schema of the API's 1024 fields with long names fits many times over.
@@ -190,7 +189,6 @@ bool all_digits(std::string_view s) {
     if (c < '0' || c > '9') return false;
   return true;
 }
-
 
 void Table::add(std::vector<std::string> row) {
   for (auto& cell : row) cell = printable(cell);
@@ -353,7 +351,7 @@ bool is_global_flag(std::string_view arg) {
   return global_slot(scratch, name) != nullptr || name == "--json";
 }
 
-constexpr std::string_view kGroups[] = {"streams", "queries", "nodes",     "peers",
+constexpr std::string_view kGroups[] = {"streams",   "queries",    "nodes",   "peers",
                                         "contracts", "checkpoint", "publish", "imports"};
 
 struct SplitArgs {
@@ -386,7 +384,6 @@ Result<SplitArgs> split_globals(const std::vector<std::string_view>& args) {
   }
   return out;
 }
-
 
 Result<CommandLine> parse_options(const std::vector<std::string_view>& args,
                                   const std::vector<OptionSpec>& spec) {
@@ -443,7 +440,6 @@ Result<std::string> path_name(std::string_view name, std::string_view what) {
 }
 
 // ------------------------------------------------------------ settings
-
 
 struct NodeUrl {
   bool tls = false;
@@ -706,8 +702,9 @@ Reply Api::call(std::string_view method, const std::string& target, std::string_
   return out;
 }
 
-Result<http::ClientResponse> Api::send(std::string_view method, const std::string& target, std::string_view body,
-                                       std::string_view content_type, const Headers& extra) {
+Result<http::ClientResponse> Api::send(std::string_view method, const std::string& target,
+                                       std::string_view body, std::string_view content_type,
+                                       const Headers& extra) {
   if (!client_) {
     auto c = http::Client::connect(settings_.client);
     if (!c.ok()) return std::move(c).error();
@@ -781,7 +778,6 @@ void Api::report_refusal(std::string_view method, const std::string& target,
             : ("the node does not know the token from " + settings_.token_from).c_str());
   }
 }
-
 
 // Prints an answer: as received with --json, else by `format`.
 Exit emit(const Api& api, const Reply& r, Formatter format) {
@@ -1425,7 +1421,8 @@ const std::vector<Command>& commands() {
        contracts_list},
       {"contracts", "show", 1, "ID", {}, contracts_show},
       {"contracts", "propose", 0, "", with(contract_terms_options(), {{"--kind", true}}), contracts_propose},
-      {"contracts", "counter", 1, "ID", with(contract_terms_options(), {{"--version", true}}), contracts_counter},
+      {"contracts", "counter", 1, "ID", with(contract_terms_options(), {{"--version", true}}),
+       contracts_counter},
       {"contracts", "accept", 1, "ID", {{"--version", true}}, contracts_accept},
       {"contracts", "reject", 1, "ID", {{"--version", true}, {"--reason", true}}, contracts_reject},
       {"contracts", "revoke", 1, "ID", {{"--version", true}, {"--reason", true}}, contracts_revoke},
@@ -1434,7 +1431,11 @@ const std::vector<Command>& commands() {
        "",
        1,
        "STREAM",
-       {{"--file", true}, {"--batch", true}, {"--producer-id", true}, {"--first-batch", true}, {"--retries", true}},
+       {{"--file", true},
+        {"--batch", true},
+        {"--producer-id", true},
+        {"--first-batch", true},
+        {"--retries", true}},
        publish},
       {"imports", "list", 0, "", {}, imports_list},
       {"imports", "show", 1, "DOMAIN/NAME", {}, imports_show},

@@ -153,7 +153,8 @@ class Api final {
 
   // "entente: METHOD TARGET: STATUS: DETAIL", then a validation problem's
   // `errors`, one per line.
-  void report_refusal(std::string_view method, const std::string& target, const http::ClientResponse& r) const;
+  void report_refusal(std::string_view method, const std::string& target,
+                      const http::ClientResponse& r) const;
   // "cannot reach the node at URL: ..." with a hint.
   void report_unreachable(const Error& e) const;
 

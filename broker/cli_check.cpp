@@ -6,6 +6,7 @@
 // chaining to the domain's CA) and every listen port (free to bind).
 #include "broker/cli_check.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -14,7 +15,6 @@
 #include <openssl/x509_vfy.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,9 +22,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,7 +50,7 @@ struct StoreCtxFree {
   void operator()(X509_STORE_CTX* c) const { X509_STORE_CTX_free(c); }
 };
 struct StackFree {
-  void operator()(STACK_OF(X509)* s) const { sk_X509_pop_free(s, X509_free); }
+  void operator()(STACK_OF(X509) * s) const { sk_X509_pop_free(s, X509_free); }
 };
 using X509Ptr = std::unique_ptr<X509, X509Free>;
 using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
@@ -110,7 +110,8 @@ void check_chains_to(const std::string& key, const std::string& path, const Chai
   Chain cas = read_chain(ca_key, ca_path, ignored);
   if (sk_X509_num(cas.get()) == 0) return;
   std::unique_ptr<X509_STORE, StoreFree> store(X509_STORE_new());
-  for (int i = 0; i < sk_X509_num(cas.get()); ++i) X509_STORE_add_cert(store.get(), sk_X509_value(cas.get(), i));
+  for (int i = 0; i < sk_X509_num(cas.get()); ++i)
+    X509_STORE_add_cert(store.get(), sk_X509_value(cas.get(), i));
   std::unique_ptr<X509_STORE_CTX, StoreCtxFree> ctx(X509_STORE_CTX_new());
   X509_STORE_CTX_init(ctx.get(), store.get(), sk_X509_value(chain.get(), 0), chain.get());
   if (X509_verify_cert(ctx.get()) != 1) {
@@ -131,8 +132,8 @@ void check_pair(const std::string& cert_key, const std::string& cert_path, const
   if (sk_X509_num(chain.get()) == 0) return;
   X509* leaf = sk_X509_value(chain.get(), 0);
   if (k && X509_check_private_key(leaf, k.get()) != 1) {
-    out.push_back(key_key + ": the key in " + key_path + " is not the key of the certificate in " + cert_path +
-                  " (" + cert_key + ")");
+    out.push_back(key_key + ": the key in " + key_path + " is not the key of the certificate in " +
+                  cert_path + " (" + cert_key + ")");
     ERR_clear_error();
   }
   check_validity(cert_key, cert_path, leaf, out);
@@ -142,7 +143,8 @@ void check_pair(const std::string& cert_key, const std::string& cert_path, const
 // A CA file: readable, certificates within their validity.
 void check_ca(const std::string& key, const std::string& path, Problems& out) {
   Chain cas = read_chain(key, path, out);
-  for (int i = 0; i < sk_X509_num(cas.get()); ++i) check_validity(key, path, sk_X509_value(cas.get(), i), out);
+  for (int i = 0; i < sk_X509_num(cas.get()); ++i)
+    check_validity(key, path, sk_X509_value(cas.get(), i), out);
 }
 
 // Whether `host:port` can be bound now (nothing else listens there).
@@ -158,13 +160,16 @@ void check_port(const std::string& key, const std::string& host, uint16_t port, 
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_port = htons(port);
-    if (::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr) == 1) rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr) == 1)
+      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   } else {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1) rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    else errno = EADDRNOTAVAIL;
+    if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1)
+      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    else
+      errno = EADDRNOTAVAIL;
   }
   const int e = errno;
   ::close(fd);
@@ -270,7 +275,8 @@ std::vector<std::string> config_problems(const std::string& path, const Error& f
 
 int report_config_problems(const std::string& path, const Error& first) {
   const auto problems = config_problems(path, first);
-  for (const auto& p : problems) std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
+  for (const auto& p : problems)
+    std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
   std::fprintf(stderr,
                "entente broker --check: %s: %zu problem(s) in the configuration (one per section at most); "
                "certificates, keys and ports are checked once it loads\n",
@@ -284,16 +290,19 @@ int check_config_file(const std::string& path) {
   auto config = load_config(path);
   if (!config.ok()) return report_config_problems(path, config.error());
   const Problems problems = check(*config);
-  for (const auto& p : problems) std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
+  for (const auto& p : problems)
+    std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
   if (!problems.empty()) {
     std::fprintf(stderr, "entente broker --check: %s: %zu problem(s)\n", path.c_str(), problems.size());
     return 1;
   }
   const auto& c = *config;
-  std::printf("ok: %s configures node %s/%s: API on %s://%s:%u, data in %s%s%s\n", path.c_str(), c.domain.c_str(),
-              c.node.c_str(), c.tls ? "https" : "http", c.listen_address.c_str(), static_cast<unsigned>(c.listen_port),
-              c.data_dir.c_str(), c.federation.enabled ? ", federation with " : "",
-              c.federation.enabled ? (std::to_string(c.federation.peers.size()) + " peer domain(s)").c_str() : "");
+  std::printf(
+      "ok: %s configures node %s/%s: API on %s://%s:%u, data in %s%s%s\n", path.c_str(), c.domain.c_str(),
+      c.node.c_str(), c.tls ? "https" : "http", c.listen_address.c_str(),
+      static_cast<unsigned>(c.listen_port), c.data_dir.c_str(),
+      c.federation.enabled ? ", federation with " : "",
+      c.federation.enabled ? (std::to_string(c.federation.peers.size()) + " peer domain(s)").c_str() : "");
   return 0;
 }
 

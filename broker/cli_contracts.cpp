@@ -51,6 +51,17 @@ constexpr TermOption kTermOptions[] = {
     {"--until", "valid_until", TermType::time, ""},
 };
 
+// An error already printed where it happened (the node's refusal, an
+// answer without what is needed), whose exit code the function that
+// returns it stored in its `failed` argument. Any other error is a usage
+// error still to print.
+Error already_reported() { return make_error(Errc::unavailable, ""); }
+bool reported(const Error& e) { return e.code == Errc::unavailable && e.message.empty(); }
+
+// The exit code for `e`: `failed` when it was printed already, else a
+// usage error printed now.
+Exit exit_for(const Error& e, Exit failed) { return reported(e) ? failed : usage_error(e.message); }
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -83,8 +94,9 @@ Result<Value> list_value(const std::string& v, std::string_view flag, Document::
     const size_t comma = v.find(',', from);
     const std::string item = v.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
     if (item.empty() || out.Size() == kMaxListItems)
-      return make_error(Errc::invalid_argument, std::string(flag) + " takes 1 to 256 names separated by commas, not '" +
-                                                    printable(v) + "'");
+      return make_error(
+          Errc::invalid_argument,
+          std::string(flag) + " takes 1 to 256 names separated by commas, not '" + printable(v) + "'");
     out.PushBack(Value(item.c_str(), a), a);
     if (comma == std::string::npos) return out;
     from = comma + 1;
@@ -119,8 +131,8 @@ Status apply_term_options(const CommandLine& c, const std::string& kind, Documen
     const std::string* v = c.value(t.flag);
     if (v == nullptr) continue;
     if (!t.kind.empty() && t.kind != kind)
-      return make_error(Errc::invalid_argument,
-                        std::string(t.flag) + " is a term of " + std::string(t.kind) + " contracts, not of " + kind);
+      return make_error(Errc::invalid_argument, std::string(t.flag) + " is a term of " + std::string(t.kind) +
+                                                    " contracts, not of " + kind);
     ENTENTE_ASSIGN_OR_RETURN(Value value, term_value(t, *v, a));
     const Value key(rapidjson::StringRef(t.member.data(), t.member.size()));
     if (terms.HasMember(key))
@@ -131,14 +143,15 @@ Status apply_term_options(const CommandLine& c, const std::string& kind, Documen
   return {};
 }
 
-// This node's domain, from GET /v1/health; "" (printed) when unknown.
-std::string own_domain(Api& api) {
+// This node's domain, from GET /v1/health; "" (printed, the exit code in
+// `failed`) when unknown.
+std::string own_domain(Api& api, Exit& failed) {
   const Reply health = api.call("GET", "/v1/health");
-  if (health.exit != Exit::ok) return "";
+  if ((failed = health.exit) != Exit::ok) return "";
   Document h;
   const Value* domain = base::read_json(health.body, h) ? nullptr : get(h, "domain");
   if (domain == nullptr || !domain->IsString()) {
-    unexpected("domain in GET /v1/health");
+    failed = unexpected("domain in GET /v1/health");
     return "";
   }
   return text_of(domain);
@@ -146,46 +159,55 @@ std::string own_domain(Api& api) {
 
 // The terms of a proposal: the options, this node's domain as the party the
 // options leave out, valid_from now unless --from says.
-Result<std::string> proposal_terms(Api& api, const CommandLine& c) {
+Result<std::string> proposal_terms(Api& api, const CommandLine& c, Exit& failed) {
   const std::string* kind_opt = c.value("--kind");
   const std::string kind = kind_opt ? *kind_opt : "stream";
   if (kind != "stream" && kind != "hosting")
-    return make_error(Errc::invalid_argument, "--kind must be stream or hosting, not '" + printable(kind) + "'");
+    return make_error(Errc::invalid_argument,
+                      "--kind must be stream or hosting, not '" + printable(kind) + "'");
   if (!c.value("--until"))
     return make_error(Errc::invalid_argument,
                       "contracts propose needs --until TIME (e.g. 30d, or 2027-02-01T00:00:00Z)");
   Document terms(rapidjson::kObjectType);
   terms.AddMember("kind", Value(kind.c_str(), terms.GetAllocator()), terms.GetAllocator());
   ENTENTE_RETURN_IF_ERROR(apply_term_options(c, kind, terms));
-  if (!terms.HasMember("valid_from")) terms.AddMember("valid_from", Value(now_ms() / 1000 * 1000), terms.GetAllocator());
+  if (!terms.HasMember("valid_from"))
+    terms.AddMember("valid_from", Value(now_ms() / 1000 * 1000), terms.GetAllocator());
   const char* a = kind == "stream" ? "provider" : "host";
   const char* b = kind == "stream" ? "consumer" : "owner";
   if (terms.HasMember(a) != terms.HasMember(b)) {
     // The party not named is this node's domain.
-    const std::string self = own_domain(api);
-    if (self.empty()) return make_error(Errc::unavailable, "");
-    terms.AddMember(Value(terms.HasMember(a) ? b : a, terms.GetAllocator()), Value(self.c_str(), terms.GetAllocator()),
-                    terms.GetAllocator());
+    const std::string self = own_domain(api, failed);
+    if (self.empty()) return already_reported();
+    terms.AddMember(Value(terms.HasMember(a) ? b : a, terms.GetAllocator()),
+                    Value(self.c_str(), terms.GetAllocator()), terms.GetAllocator());
   } else if (!terms.HasMember(a)) {
-    return make_error(Errc::invalid_argument, std::string("name the other party: --") + b + " DOMAIN (or --" + a +
-                                                  " DOMAIN); this node's domain is the party left out");
+    return make_error(Errc::invalid_argument, std::string("name the other party: --") + b + " DOMAIN (or --" +
+                                                  a + " DOMAIN); this node's domain is the party left out");
   }
   return compact(terms);
 }
 
 // The contract's current version: --version N, else as the node shows it
-// now (read with GET when `contract` is null).
-Result<uint64_t> acted_on_version(Api& api, const CommandLine& c, const std::string& path, const Value* contract) {
+// now (read with GET when `contract` is null; its failure's exit code in
+// `failed`).
+Result<uint64_t> acted_on_version(Api& api, const CommandLine& c, const std::string& path,
+                                  const Value* contract, Exit& failed) {
   if (const std::string* v = c.value("--version")) {
     const auto n = parse_uint(*v);
-    if (!n || *n == 0) return make_error(Errc::invalid_argument, "--version must be a version number, not '" + printable(*v) + "'");
+    if (!n || *n == 0)
+      return make_error(Errc::invalid_argument,
+                        "--version must be a version number, not '" + printable(*v) + "'");
     return *n;
   }
   Document d;
   if (contract == nullptr) {
     const Reply r = api.call("GET", "/v1/contracts/" + path);
-    if (r.exit != Exit::ok) return make_error(Errc::unavailable, "");
-    if (base::read_json(r.body, d) || !get(d, "version")) return make_error(Errc::unavailable, "");
+    if ((failed = r.exit) != Exit::ok) return already_reported();
+    if (base::read_json(r.body, d) || !get(d, "version")) {
+      failed = unexpected("contract version");
+      return already_reported();
+    }
     contract = &d;
   }
   return uint_of(*contract, "version");
@@ -207,7 +229,8 @@ Exit print_outcome(const Value& d) {
   }
   const Exit e = print_contract(d);
   if (e == Exit::ok) {
-    if (const Value* delivered = get(d, "delivered"); delivered && delivered->IsBool() && !delivered->GetBool())
+    if (const Value* delivered = get(d, "delivered");
+        delivered && delivered->IsBool() && !delivered->GetBool())
       std::printf("\nnot delivered yet: it reaches the other domain when a link to it is up\n");
   }
   return e;
@@ -227,10 +250,12 @@ Exit end_action(Api& api, const CommandLine& c, const char* action, bool reason_
   if (!path.ok()) return usage_error(path.error().message);
   const std::string* reason = c.value("--reason");
   if (reason_required && (reason == nullptr || reason->empty()))
-    return usage_error(std::string("contracts ") + action + " needs --reason TEXT (the other domain sees it)");
+    return usage_error(std::string("contracts ") + action +
+                       " needs --reason TEXT (the other domain sees it)");
   if (reason && reason->size() > kMaxReasonBytes) return usage_error("--reason is longer than 1024 bytes");
-  const auto version = acted_on_version(api, c, *path, nullptr);
-  if (!version.ok()) return version.error().message.empty() ? Exit::refused : usage_error(version.error().message);
+  Exit failed = Exit::ok;
+  const auto version = acted_on_version(api, c, *path, nullptr, failed);
+  if (!version.ok()) return exit_for(version.error(), failed);
   detail::JsonOut j;
   j.begin_object().key("version").u64(*version);
   if (reason) j.key("reason").str(*reason);
@@ -243,7 +268,8 @@ std::string dry_run_query(const CommandLine& c) { return c.has("--dry-run") ? "?
 Exit print_usage(const Value& u) {
   if (!u.IsObject() || !get(u, "id")) return unexpected("usage");
   Fields f;
-  for (const char* key : {"id", "kind", "tuples", "load_seconds", "price_per_million", "price_min", "price_max"})
+  for (const char* key :
+       {"id", "kind", "tuples", "load_seconds", "price_per_million", "price_min", "price_max"})
     add_member(f, u, key);
   // A cost of a few tuples is a millionth of a credit: nine decimals.
   if (const Value* cost = get(u, "cost_credits"); cost && cost->IsNumber()) {
@@ -271,8 +297,9 @@ const std::vector<OptionSpec>& contract_terms_options() {
 }
 
 Exit contracts_propose(Api& api, const CommandLine& c) {
-  const auto terms = proposal_terms(api, c);
-  if (!terms.ok()) return terms.error().message.empty() ? Exit::refused : usage_error(terms.error().message);
+  Exit failed = Exit::ok;
+  const auto terms = proposal_terms(api, c, failed);
+  if (!terms.ok()) return exit_for(terms.error(), failed);
   return post_action(api, "/v1/contracts" + dry_run_query(c), "{\"terms\":" + *terms + "}");
 }
 
@@ -289,8 +316,9 @@ Exit contracts_counter(Api& api, const CommandLine& c) {
   terms.CopyFrom(*current, terms.GetAllocator());
   const std::string kind = field(terms, "kind");
   if (Status s = apply_term_options(c, kind, terms); !s.ok()) return usage_error(s.error().message);
-  const auto version = acted_on_version(api, c, *path, &contract);
-  if (!version.ok()) return usage_error(version.error().message);
+  Exit failed = Exit::ok;
+  const auto version = acted_on_version(api, c, *path, &contract, failed);
+  if (!version.ok()) return exit_for(version.error(), failed);
   detail::JsonOut j;
   j.begin_object().key("version").u64(*version).key("terms").raw(compact(terms)).end_object();
   return post_action(api, "/v1/contracts/" + *path + "/counter" + dry_run_query(c), j.take());

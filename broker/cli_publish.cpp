@@ -96,8 +96,8 @@ Status read_batch(LineReader& in, uint64_t max_tuples, Batch& b) {
     if (blank(*line)) continue;
     rapidjson::Document d;
     if (auto problem = base::read_json(*line, d))
-      return make_error(Errc::invalid_argument, "line " + std::to_string(in.number()) +
-                                                    ": not JSON: " + problem->message());
+      return make_error(Errc::invalid_argument,
+                        "line " + std::to_string(in.number()) + ": not JSON: " + problem->message());
     if (!d.IsObject())
       return make_error(Errc::invalid_argument, "line " + std::to_string(in.number()) +
                                                     ": expected a JSON object (one tuple), not " +
@@ -151,7 +151,8 @@ Exit account(const std::string& body, const Batch& b, Tally& t) {
                  "entente publish: warning: the node counted %llu tuples in a batch of %zu lines (lines "
                  "%llu-%llu): was this producer id and number used before for other tuples?\n",
                  static_cast<unsigned long long>(count), b.lines.size(),
-                 static_cast<unsigned long long>(b.lines.front()), static_cast<unsigned long long>(b.lines.back()));
+                 static_cast<unsigned long long>(b.lines.front()),
+                 static_cast<unsigned long long>(b.lines.back()));
   }
   return Exit::ok;
 }
@@ -218,18 +219,19 @@ Result<uint64_t> count_option(const CommandLine& c, std::string_view name, uint6
 Result<PublishOptions> publish_options(const CommandLine& c) {
   PublishOptions o;
   ENTENTE_ASSIGN_OR_RETURN(o.stream_path, path_name(c.words[0], "a stream name"));
-  ENTENTE_ASSIGN_OR_RETURN(o.batch_tuples, count_option(c, "--batch", kDefaultBatchTuples, kMaxBatchTuples, false));
+  ENTENTE_ASSIGN_OR_RETURN(o.batch_tuples,
+                           count_option(c, "--batch", kDefaultBatchTuples, kMaxBatchTuples, false));
   ENTENTE_ASSIGN_OR_RETURN(o.retries, count_option(c, "--retries", kDefaultRetries, kMaxRetries, true));
   ENTENTE_ASSIGN_OR_RETURN(o.next_number, count_option(c, "--first-batch", 1, UINT64_MAX / 2, false));
   if (const std::string* id = c.value("--producer-id")) {
-    const bool ok = !id->empty() && id->size() <= kMaxProducerId &&
-                    std::all_of(id->begin(), id->end(), [](char ch) {
-                      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' ||
-                             ch == ':' || ch == '-';
-                    });
+    const bool ok =
+        !id->empty() && id->size() <= kMaxProducerId && std::all_of(id->begin(), id->end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == ':' ||
+                 ch == '-';
+        });
     if (!ok)
-      return make_error(Errc::invalid_argument, "--producer-id must be 1 to 64 of A-Z a-z 0-9 . _ : -, not '" +
-                                                    printable(*id) + "'");
+      return make_error(Errc::invalid_argument,
+                        "--producer-id must be 1 to 64 of A-Z a-z 0-9 . _ : -, not '" + printable(*id) + "'");
     o.producer = *id;
   } else {
     o.producer = fresh_producer_id();
@@ -255,13 +257,13 @@ void print_tally(const Api& api, const std::string& stream, const PublishOptions
   std::printf("published %llu tuples to %s in %llu batch%s (sequence numbers %llu..%llu)\n",
               static_cast<unsigned long long>(t.tuples), printable(stream).c_str(),
               static_cast<unsigned long long>(t.batches), t.batches == 1 ? "" : "es",
-              static_cast<unsigned long long>(t.first_seq),
-              static_cast<unsigned long long>(t.last_seq));
+              static_cast<unsigned long long>(t.first_seq), static_cast<unsigned long long>(t.last_seq));
   if (t.duplicate_batches)
-    std::printf("%llu of the batches (%llu tuples) were stored before, by an earlier send of producer %s: "
-                "not stored again\n",
-                static_cast<unsigned long long>(t.duplicate_batches),
-                static_cast<unsigned long long>(t.duplicate_tuples), o.producer.c_str());
+    std::printf(
+        "%llu of the batches (%llu tuples) were stored before, by an earlier send of producer %s: "
+        "not stored again\n",
+        static_cast<unsigned long long>(t.duplicate_batches),
+        static_cast<unsigned long long>(t.duplicate_tuples), o.producer.c_str());
   if (t.retries) std::printf("%llu retries\n", static_cast<unsigned long long>(t.retries));
 }
 
@@ -269,9 +271,11 @@ void print_tally(const Api& api, const std::string& stream, const PublishOptions
 // A batch the node refused (4xx) was not stored; one without an answer
 // (`e` unreachable) may have been.
 void report_stop(const PublishOptions& o, uint64_t number, const Batch& b, const Tally& t, Exit e) {
-  std::fprintf(stderr, "entente publish: stopped at batch %llu (lines %llu-%llu); %llu tuples were published before it. ",
-               static_cast<unsigned long long>(number), static_cast<unsigned long long>(b.lines.front()),
-               static_cast<unsigned long long>(b.lines.back()), static_cast<unsigned long long>(t.tuples));
+  std::fprintf(
+      stderr,
+      "entente publish: stopped at batch %llu (lines %llu-%llu); %llu tuples were published before it. ",
+      static_cast<unsigned long long>(number), static_cast<unsigned long long>(b.lines.front()),
+      static_cast<unsigned long long>(b.lines.back()), static_cast<unsigned long long>(t.tuples));
   if (e == Exit::unreachable) {
     std::fprintf(stderr,
                  "Batch %llu may or may not be stored: the same command with --producer-id %s stores nothing "
@@ -297,10 +301,11 @@ Exit publish(Api& api, const CommandLine& c) {
   for (uint64_t number = o->next_number;; ++number) {
     Batch b;
     if (Status s = read_batch(in, o->batch_tuples, b); !s.ok()) {
-      std::fprintf(stderr, "entente publish: %s%s: %s\n", file ? "" : "stdin", file ? printable(path).c_str() : "",
-                   s.error().message.c_str());
-      if (t.batches) std::fprintf(stderr, "entente publish: %llu tuples before it were published\n",
-                                  static_cast<unsigned long long>(t.tuples));
+      std::fprintf(stderr, "entente publish: %s%s: %s\n", file ? "" : "stdin",
+                   file ? printable(path).c_str() : "", s.error().message.c_str());
+      if (t.batches)
+        std::fprintf(stderr, "entente publish: %llu tuples before it were published\n",
+                     static_cast<unsigned long long>(t.tuples));
       e = Exit::usage;
       break;
     }
@@ -357,9 +362,9 @@ Result<std::string> import_path(const std::string& stream) {
   const size_t slash = stream.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == stream.size() ||
       stream.find('/', slash + 1) != std::string::npos)
-    return make_error(Errc::invalid_argument,
-                      "an import is named DOMAIN/NAME (the owner's domain and stream), not '" + printable(stream) +
-                          "'");
+    return make_error(
+        Errc::invalid_argument,
+        "an import is named DOMAIN/NAME (the owner's domain and stream), not '" + printable(stream) + "'");
   ENTENTE_ASSIGN_OR_RETURN(const std::string domain, path_name(stream.substr(0, slash), "a domain"));
   ENTENTE_ASSIGN_OR_RETURN(const std::string name, path_name(stream.substr(slash + 1), "a stream name"));
   return domain + "/" + name;
@@ -367,7 +372,9 @@ Result<std::string> import_path(const std::string& stream) {
 
 }  // namespace
 
-Exit imports_list(Api& api, const CommandLine&) { return get_and_print(api, "/v1/imports", print_import_list); }
+Exit imports_list(Api& api, const CommandLine&) {
+  return get_and_print(api, "/v1/imports", print_import_list);
+}
 
 Exit imports_show(Api& api, const CommandLine& c) {
   const auto path = import_path(c.words[0]);

@@ -278,8 +278,9 @@ int renew_command(const std::vector<std::string>& args, std::ostream& out, std::
   auto authority = read_certificate(std::filesystem::path(*ca) / "ca.crt");
   if (!authority.ok()) return failed(err, "renew", authority.error().message);
   if (!signed_by(base / "node.crt", std::filesystem::path(*ca) / "ca.crt"))
-    return failed(err, "renew", (base / "node.crt").string() + " (issued by " + old->issuer +
-                                    ") was not signed by the CA in " + *ca + " (" + authority->subject + ")");
+    return failed(err, "renew",
+                  (base / "node.crt").string() + " (issued by " + old->issuer +
+                      ") was not signed by the CA in " + *ca + " (" + authority->subject + ")");
   NodeOptions options;
   options.key = old->key_type == "Ed25519" ? KeyType::ed25519 : KeyType::ec_p256;
   if (auto problem = key_and_days(p, options.key, options.days))

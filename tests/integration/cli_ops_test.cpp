@@ -86,8 +86,9 @@ TEST_F(CliPublish, AFileOrStdinInNamedBatchesThatASecondRunDoesNotStoreAgain) {
   // The same run again under the same producer: every batch is known.
   r = publisher("publish ticks --file " + file + " --batch 2 --producer-id loader-1");
   ASSERT_EQ(r.code, 0) << what(r);
-  EXPECT_TRUE(has(r.out, "3 of the batches (5 tuples) were stored before, by an earlier send of producer "
-                         "loader-1: not stored again"))
+  EXPECT_TRUE(has(r.out,
+                  "3 of the batches (5 tuples) were stored before, by an earlier send of producer "
+                  "loader-1: not stored again"))
       << r.out;
   EXPECT_EQ(next_seq(home_, url_, "ticks"), "6");
 
@@ -121,10 +122,14 @@ TEST_F(CliPublish, ABadLineIsNamedByItsNumberAndWhatCameBeforeIsKept) {
   write_file(home_ + "/wrong.ndjson", ticks(1, 2) + "{\"k\":3,\"price\":1}\n" + ticks(4, 1));
   r = publisher("publish ticks --batch 2 --file " + home_ + "/wrong.ndjson");
   EXPECT_EQ(r.code, 1) << what(r);
-  EXPECT_TRUE(has(r.err, "entente: POST /v1/streams/ticks/tuples: 400: the batch was rejected, nothing was stored"))
+  EXPECT_TRUE(
+      has(r.err, "entente: POST /v1/streams/ticks/tuples: 400: the batch was rejected, nothing was stored"))
       << r.err;
   EXPECT_TRUE(has(r.err, "the refused row is line 3 of the input")) << r.err;
-  EXPECT_TRUE(has(r.err, "stopped at batch 2 (lines 3-4); 2 tuples were published before it. Nothing of batch 2 was stored")) << r.err;
+  EXPECT_TRUE(
+      has(r.err,
+          "stopped at batch 2 (lines 3-4); 2 tuples were published before it. Nothing of batch 2 was stored"))
+      << r.err;
   EXPECT_EQ(next_seq(home_, url_, "ticks"), "5");
 
   // A line that is not an object, a stream that is not there, a reader.
@@ -183,8 +188,9 @@ TEST(CliPublishRetry, ABatchWhoseAnswerWasLostIsStoredOnce) {
   write_file(home + "/ticks.ndjson", ticks(1, 6));
   CliRun r;
   std::thread publisher([&] {
-    r = entente(home, "--url " + url + " --token " + kPublisherToken + " publish ticks --batch 2 --retries 40 " +
-                          "--producer-id loader-7 --file " + home + "/ticks.ndjson");
+    r = entente(home, "--url " + url + " --token " + kPublisherToken +
+                          " publish ticks --batch 2 --retries 40 " + "--producer-id loader-7 --file " + home +
+                          "/ticks.ndjson");
   });
   const bool killed = died_of_sigkill(b);
   b.kill();  // forgets the pid
@@ -196,7 +202,8 @@ TEST(CliPublishRetry, ABatchWhoseAnswerWasLostIsStoredOnce) {
   EXPECT_TRUE(has(r.err, "batch 2 (lines 3-4): ")) << r.err;
   EXPECT_TRUE(has(r.err, "sending it again")) << r.err;
   EXPECT_TRUE(has(r.out, "published 6 tuples to ticks in 3 batches (sequence numbers 1..6)")) << r.out;
-  EXPECT_TRUE(has(r.out, "1 of the batches (2 tuples) were stored before, by an earlier send of producer loader-7"))
+  EXPECT_TRUE(
+      has(r.out, "1 of the batches (2 tuples) were stored before, by an earlier send of producer loader-7"))
       << r.out;
   EXPECT_EQ(next_seq(home, url, "ticks"), "7");
   // Each tick once, in order.
@@ -270,7 +277,8 @@ TEST(CliContracts, ProposeCounterAcceptImportUsageRevokeBetweenTwoDomains) {
   EXPECT_EQ(value_of(r.out, "state"), "proposed");
   EXPECT_EQ(value_of(r.out, "terms.fields"), "auction, price");
   EXPECT_EQ(value_of(r.out, "terms.price_per_million"), "3");
-  EXPECT_EQ(value_of(wait_shown(home, *d.beta, id, 1).out, "next"), "beta may accept, counter or reject version 1");
+  EXPECT_EQ(value_of(wait_shown(home, *d.beta, id, 1).out, "next"),
+            "beta may accept, counter or reject version 1");
 
   // beta counters: a lower price, one more field; the rest as offered.
   r = on(home, *d.beta, "contracts counter " + id + " --price 2 --fields auction,price,bidder");
@@ -328,6 +336,11 @@ TEST(CliContracts, ProposeCounterAcceptImportUsageRevokeBetweenTwoDomains) {
   r = on(home, *d.beta, "contracts reject " + id2 + " --reason " + quote("too dear"));
   ASSERT_EQ(r.code, 0) << what(r);
   EXPECT_EQ(value_of(r.out, "state"), "rejected");
+  // A contract that is not there: the lookup's 404 is the exit code.
+  r = on(home, *d.beta, "contracts accept c-0000000000000000");
+  EXPECT_EQ(r.code, 4) << what(r);
+  EXPECT_TRUE(has(r.err, "entente: GET /v1/contracts/c-0000000000000000: 404: ")) << r.err;
+  EXPECT_EQ(on(home, *d.beta, "contracts usage c-0000000000000000").code, 4);
   r = on(home, *d.beta, "contracts accept " + id2 + " --version 1");
   EXPECT_NE(r.code, 0) << what(r);
   EXPECT_TRUE(has(r.err, "entente: POST /v1/contracts/" + id2 + "/accept: ")) << r.err;
@@ -341,12 +354,13 @@ TEST(CliContracts, ProposeCounterAcceptImportUsageRevokeBetweenTwoDomains) {
 std::string node_config(const FedNode& a, const FedNode& b, const std::string& data_dir, uint16_t api_port,
                         uint16_t fed_port, const std::string& api_key, const std::string& fed_cert) {
   return "{\"domain\":\"acme\",\"node\":\"n1\",\"api\":{\"listen\":\"127.0.0.1:" + std::to_string(api_port) +
-         "\",\"tls\":{\"cert\":\"" + a.cert_file() + "\",\"key\":\"" + api_key + "\"}},\"data_dir\":\"" + data_dir +
-         "\",\"tokens\":[{\"name\":\"ops\",\"role\":\"admin\",\"sha256\":\"" + broker::hash_token(kAdminToken) +
+         "\",\"tls\":{\"cert\":\"" + a.cert_file() + "\",\"key\":\"" + api_key + "\"}},\"data_dir\":\"" +
+         data_dir + "\",\"tokens\":[{\"name\":\"ops\",\"role\":\"admin\",\"sha256\":\"" +
+         broker::hash_token(kAdminToken) +
          "\"}],\"federation\":{\"listen\":\"127.0.0.1:" + std::to_string(fed_port) + "\",\"cert_file\":\"" +
          fed_cert + "\",\"key_file\":\"" + a.key_file() + "\",\"ca_file\":\"" + a.ca_file() +
-         "\",\"peers\":[{\"domain\":\"beta\",\"ca_file\":\"" + b.ca_file() + "\",\"nodes\":[{\"node\":\"n1\"," +
-         "\"address\":\"" + b.federation_address() + "\"}]}]}}";
+         "\",\"peers\":[{\"domain\":\"beta\",\"ca_file\":\"" + b.ca_file() +
+         "\",\"nodes\":[{\"node\":\"n1\"," + "\"address\":\"" + b.federation_address() + "\"}]}]}}";
 }
 
 // A socket listening on 127.0.0.1:port until destroyed.
@@ -375,10 +389,12 @@ TEST(CliBrokerCheck, AGoodConfigurationAndEveryProblemOfBadOnes) {
   const std::string home = make_temp_dir("cli-check");
   const uint16_t api_port = free_loopback_port(), fed_port = free_loopback_port();
   const std::string good = home + "/good.json";
-  write_file(good, node_config(acme, beta, home + "/data", api_port, fed_port, acme.key_file(), acme.cert_file()));
+  write_file(good,
+             node_config(acme, beta, home + "/data", api_port, fed_port, acme.key_file(), acme.cert_file()));
   CliRun r = entente(home, "broker --check --config " + good);
   ASSERT_EQ(r.code, 0) << what(r);
-  EXPECT_EQ(r.out, "ok: " + good + " configures node acme/n1: API on https://127.0.0.1:" + std::to_string(api_port) +
+  EXPECT_EQ(r.out, "ok: " + good +
+                       " configures node acme/n1: API on https://127.0.0.1:" + std::to_string(api_port) +
                        ", data in " + home + "/data, federation with 1 peer domain(s)\n");
   EXPECT_FALSE(std::filesystem::exists(home + "/data")) << "--check created the data directory";
 
@@ -387,13 +403,14 @@ TEST(CliBrokerCheck, AGoodConfigurationAndEveryProblemOfBadOnes) {
   const Listener taken(api_port);
   ASSERT_GE(taken.fd, 0);
   const std::string bad = home + "/bad.json";
-  write_file(bad, node_config(acme, beta, home + "/data", api_port, fed_port, beta.key_file(), beta.cert_file()));
+  write_file(bad,
+             node_config(acme, beta, home + "/data", api_port, fed_port, beta.key_file(), beta.cert_file()));
   r = entente(home, "broker --check --config " + bad);
   EXPECT_EQ(r.code, 1) << what(r);
   EXPECT_EQ(r.out, "");
   const std::string at = "entente broker --check: " + bad + ": ";
-  EXPECT_TRUE(has(r.err, at + "api.tls.key: the key in " + beta.key_file() + " is not the key of the certificate in " +
-                             acme.cert_file() + " (api.tls.cert)"))
+  EXPECT_TRUE(has(r.err, at + "api.tls.key: the key in " + beta.key_file() +
+                             " is not the key of the certificate in " + acme.cert_file() + " (api.tls.cert)"))
       << r.err;
   EXPECT_TRUE(has(r.err, at + "federation.key_file: the key in " + acme.key_file() +
                              " is not the key of the certificate in " + beta.cert_file()))
@@ -408,13 +425,15 @@ TEST(CliBrokerCheck, AGoodConfigurationAndEveryProblemOfBadOnes) {
 
   // A file that is not a key; a configuration error names its key.
   write_file(home + "/not-a-key.pem", "hello\n");
-  write_file(bad, node_config(acme, beta, home + "/data", 0, fed_port, home + "/not-a-key.pem", acme.cert_file()));
+  write_file(bad,
+             node_config(acme, beta, home + "/data", 0, fed_port, home + "/not-a-key.pem", acme.cert_file()));
   r = entente(home, "broker --check --config " + bad);
   EXPECT_EQ(r.code, 1) << what(r);
   EXPECT_TRUE(has(r.err, at + "api.tls.key: " + home + "/not-a-key.pem holds no PEM private key")) << r.err;
   // Configuration errors: one per section, each with its key.
-  write_file(bad, R"({"domain":"Acme","node":"n1","api":{"listen":"127.0.0.1:99999","tls":false},"data_dir":"d",)"
-                  R"("tokens":[],"bogus":1,"retention":{"max_tuples":"x"}})");
+  write_file(bad,
+             R"({"domain":"Acme","node":"n1","api":{"listen":"127.0.0.1:99999","tls":false},"data_dir":"d",)"
+             R"("tokens":[],"bogus":1,"retention":{"max_tuples":"x"}})");
   r = entente(home, "broker --check --config " + bad);
   EXPECT_EQ(r.code, 2) << what(r);
   EXPECT_TRUE(has(r.err, at + "bogus: unknown key")) << r.err;

@@ -10,7 +10,9 @@
 
 namespace entente::testing {
 
-bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 std::string quote(const std::string& s) {
   std::string out = "'";
