@@ -121,6 +121,13 @@ void report_rows(const std::string& body, const Batch& b) {
   }
 }
 
+// A failure to connect that trying again cannot mend: a certificate the
+// CA given does not verify, TLS to a plain-HTTP node.
+bool is_setting_problem(const std::string& m) {
+  return m.find("certificate verify failed") != std::string::npos ||
+         m.find("wrong version number") != std::string::npos;
+}
+
 // Seconds from a Retry-After header, else an exponential backoff.
 int64_t wait_ms(const http::ClientResponse* r, uint64_t attempt) {
   if (r != nullptr) {
@@ -166,7 +173,8 @@ Exit send_batch(Api& api, const PublishOptions& o, uint64_t number, const Batch&
                                 {"entente-producer-seq", std::to_string(number)}};
   for (uint64_t attempt = 0;; ++attempt) {
     auto r = api.send("POST", target, b.body, "application/x-ndjson", headers);
-    const bool again = !r.ok() ? r.error().code == Errc::io_error : r->status == 429 || r->status == 503;
+    const bool again = !r.ok() ? r.error().code == Errc::io_error && !is_setting_problem(r.error().message)
+                               : r->status == 429 || r->status == 503;
     if (!again || attempt >= o.retries) {
       if (!r.ok()) {
         api.report_unreachable(r.error());

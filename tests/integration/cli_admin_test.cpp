@@ -499,6 +499,12 @@ TEST(AdminCliTls, TheCaComesFromAFlagOrTheProfile) {
   EXPECT_EQ(r.code, 3) << what(r);
   EXPECT_TRUE(has(r.err, "certificate verify failed")) << r.err;
   EXPECT_TRUE(has(r.err, "give --ca FILE")) << r.err;
+  // publish retries a lost answer, not a certificate it cannot verify.
+  write_file(home + "/one.ndjson", "{\"x\": 1}\n");
+  r = entente(home, "--url " + url + " --token " + kAdminToken + " publish s --file " + home + "/one.ndjson");
+  EXPECT_EQ(r.code, 3) << what(r);
+  EXPECT_TRUE(has(r.err, "give --ca FILE")) << r.err;
+  EXPECT_FALSE(has(r.err, "sending it again")) << r.err;
   r = entente(home, "--url " + url + " --token " + kReaderToken + " --ca " + n.ca_file() + " streams list");
   EXPECT_EQ(r.code, 0) << what(r);
   EXPECT_EQ(r.out, "no streams\n");
