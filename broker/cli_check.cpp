@@ -191,17 +191,17 @@ void check_data_dir(const std::string& dir, Problems& out) {
   }
 }
 
-Problems check(const NodeConfig& c) {
+Problems check(const NodeConfig& c, CheckPorts ports) {
   Problems out;
   if (c.tls) check_pair("api.tls.cert", c.tls_cert_file, "api.tls.key", c.tls_key_file, "", "", out);
-  check_port("api.listen", c.listen_address, c.listen_port, out);
+  if (ports == CheckPorts::yes) check_port("api.listen", c.listen_address, c.listen_port, out);
   check_data_dir(c.data_dir, out);
   const auto& f = c.federation;
   if (f.enabled) {
     check_ca("federation.ca_file", f.ca_file, out);
     check_pair("federation.cert_file", f.cert_file, "federation.key_file", f.key_file, "federation.ca_file",
                f.ca_file, out);
-    check_port("federation.listen", f.listen_host, f.listen_port, out);
+    if (ports == CheckPorts::yes) check_port("federation.listen", f.listen_host, f.listen_port, out);
     for (size_t i = 0; i < f.peers.size(); ++i)
       if (!f.peers[i].ca_file.empty())
         check_ca("federation.peers[" + std::to_string(i) + "].ca_file", f.peers[i].ca_file, out);
@@ -286,10 +286,10 @@ int report_config_problems(const std::string& path, const Error& first) {
 
 }  // namespace
 
-int check_config_file(const std::string& path) {
+int check_config_file(const std::string& path, CheckPorts ports) {
   auto config = load_config(path);
   if (!config.ok()) return report_config_problems(path, config.error());
-  const Problems problems = check(*config);
+  const Problems problems = check(*config, ports);
   for (const auto& p : problems)
     std::fprintf(stderr, "entente broker --check: %s: %s\n", path.c_str(), p.c_str());
   if (!problems.empty()) {

@@ -9,6 +9,10 @@
 
 namespace entente::broker {
 
-int check_config_file(const std::string& path);
+// Whether the listen ports are checked: not for a running node's file,
+// whose ports the node holds (--running, before a SIGHUP reload).
+enum class CheckPorts : bool { no = false, yes = true };
+
+int check_config_file(const std::string& path, CheckPorts ports = CheckPorts::yes);
 
 }  // namespace entente::broker

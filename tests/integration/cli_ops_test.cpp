@@ -422,6 +422,15 @@ TEST(CliBrokerCheck, AGoodConfigurationAndEveryProblemOfBadOnes) {
                              ": Address already in use (another process listens there)"))
       << r.err;
   EXPECT_TRUE(has(r.err, at + "4 problem(s)")) << r.err;
+  // A running node holds its ports: --running leaves them out.
+  write_file(bad,
+             node_config(acme, beta, home + "/data", api_port, fed_port, acme.key_file(), acme.cert_file()));
+  r = entente(home, "broker --check --config " + bad);
+  EXPECT_EQ(r.code, 1) << what(r);
+  EXPECT_TRUE(has(r.err, at + "api.listen: cannot listen on ")) << r.err;
+  r = entente(home, "broker --check --running --config " + bad);
+  EXPECT_EQ(r.code, 0) << what(r);
+  EXPECT_EQ(r.out.rfind("ok: ", 0), 0u) << r.out;
 
   // A file that is not a key; a configuration error names its key.
   write_file(home + "/not-a-key.pem", "hello\n");
