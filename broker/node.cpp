@@ -259,6 +259,8 @@ Status NodeImpl::start() {
 
 void NodeImpl::stop() {
   if (stopped_.exchange(true)) return;
+  // The dashboard's snapshots ask the routes: they end before anything else.
+  ui_live_.stop();
   auto flush = [this] {
     if (!gc_) return;
     std::promise<void> p;

@@ -257,6 +257,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"GET", "/ui/{file}", kPublic, false, &N::get_ui},
       {"POST", "/v1/ui/session", Role::reader, false, &N::post_ui_session},
       {"DELETE", "/v1/ui/session", kPublic, false, &N::delete_ui_session},
+      {"GET", "/v1/ui/live", Role::reader, true, nullptr},
       {"GET", "/v1/streams", Role::reader, false, &N::list_streams_route},
       {"POST", "/v1/streams", Role::admin, false, &N::create_stream_route},
       {"GET", "/v1/streams/{name}", Role::reader, false, &N::get_stream},

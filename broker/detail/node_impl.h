@@ -25,6 +25,7 @@
 #include "broker/config.h"
 #include "broker/detail/query.h"
 #include "broker/detail/streams.h"
+#include "broker/detail/ui_live.h"
 #include "broker/detail/ui_sessions.h"
 #include "http/server.h"
 #include "http/upstream.h"
@@ -906,6 +907,7 @@ class NodeImpl final : public http::Handler {
   NodeConfig config_;  // tokens: REQUIRES tokens_mu_ (a reload replaces them)
   mutable std::mutex tokens_mu_;
   mutable UiSessions ui_sessions_;  // the dashboard's cookies (ui.cpp)
+  UiLive ui_live_{*this};           // the dashboard's live updates (ui_live.cpp)
   Registry metrics_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<store::GroupCommit> gc_;
