@@ -860,7 +860,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
       continue;
     }
     if (!(*it->second->meta().schema == *in.schema))
-      diag.error(path + ".schema", "does not match stream '" + stream_name + "': " +
+      diag.error(path + ".schema", "does not match stream '" + stream_name + "', " +
                                        schema_difference(*in.schema, *it->second->meta().schema));
     ins.push_back(it->second);
     meta.inputs.push_back(stream_name);

@@ -151,8 +151,8 @@ struct QueryReplacement {
 // invalid_argument with the JSON path when malformed. A body that is not
 // a JSON object is passed on as it is (the engine reports it).
 Result<QueryOptions> read_query_options(std::string_view body, bool allow_drop);
-// Why a declared input schema is not its stream's: the first field that
-// differs, then both schemas.
+// Why a declared input schema is not its stream's: "whose schema is ...",
+// the first field that differs, the declared schema.
 std::string schema_difference(const engine::Schema& declared, const engine::Schema& stream);
 
 struct StreamEntry;

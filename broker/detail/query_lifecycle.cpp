@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
 #include "engine/codec.h"
@@ -141,7 +142,7 @@ std::string schema_difference(const engine::Schema& declared, const engine::Sche
     if (i >= declared.size() || i >= stream.size() || !(declared.field(i) == stream.field(i)))
       first = "field " + std::to_string(i) + " is " + show(declared) + " here and " + show(stream) + " in the stream";
   }
-  return first + " (declared: " + declared.to_string() + "; the stream's: " + stream.to_string() +
+  return "whose schema is " + stream.to_string() + ": " + first + " (declared: " + declared.to_string() +
          "). Leave \"schema\" out to take the stream's";
 }
 
@@ -263,6 +264,13 @@ void NodeImpl::start_query_route(const Request&, const PathParams& params, const
 
 void NodeImpl::replace_query_route(const Request& req, const PathParams& params, const Respond& answer) {
   if (!json_body(req, answer)) return;
+  if (rapidjson::Document doc; auto p = read_json(req.body, doc)) {
+    // Too deep, a key twice, bad syntax: as a validation problem.
+    Diagnostics diag;
+    diag.error(p->path, p->why);
+    answer(Response::problem(400, "Bad Request", p->message(), diag_members(diag)));
+    return;
+  }
   if (!lifecycle_target(params.at(0), "replacing a query's network", answer)) return;
   auto options = query_body(req, true, answer);
   if (!options) return;
@@ -416,7 +424,7 @@ void NodeImpl::plan_inputs(const engine::QueryNetwork& net, const QueryMeta& old
       continue;
     }
     if (!(*it->second->meta().schema == *in.schema))
-      diag.error(path + ".schema", "does not match stream '" + stream_name + "': " +
+      diag.error(path + ".schema", "does not match stream '" + stream_name + "', " +
                                        schema_difference(*in.schema, *it->second->meta().schema));
     const auto from = index_in(old.inputs, stream_name);
     // A stream the query read already: it continues where it stands.
