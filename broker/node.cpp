@@ -1164,8 +1164,11 @@ void NodeImpl::register_collectors() {
       const std::string& qn = q->meta().name;
       w.gauge("entente_query_lag_tuples", "Committed input tuples a query has not processed yet", {{"query", qn}},
               static_cast<double>(info.lag_tuples));
-      w.gauge("entente_query_running", "1 when the query runs, 0 when it failed", {{"query", qn}},
+      w.gauge("entente_query_running", "1 when the query runs, 0 when it failed or was stopped", {{"query", qn}},
               info.state == "running" ? 1 : 0);
+      // A stop is an administrator's choice, not a failure to alert on.
+      w.gauge("entente_query_stopped", "1 when the query was stopped (POST /v1/queries/{name}/stop)",
+              {{"query", qn}}, info.state == "stopped" ? 1 : 0);
       w.counter("entente_query_cpu_seconds_total", "CPU time a query (or fragment) runner spent on this node",
                 {{"query", qn}}, info.cpu_seconds);
       w.gauge("entente_query_load_cpu_ms_per_s",

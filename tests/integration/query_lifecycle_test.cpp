@@ -224,6 +224,9 @@ TEST(QueryLifecycle, StopAndStartKeepStateAcrossARestartAndLoseNothing) {
   q = get_json(b, "/v1/queries/counted");
   EXPECT_STREQ(q["state"].GetString(), "stopped");
   EXPECT_EQ(q["positions"]["bids"].GetUint64(), 96u);
+  const std::string metrics = b.request("GET", "/metrics", "", kReaderToken).body;
+  EXPECT_NE(metrics.find("entente_query_stopped{query=\"counted\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("entente_query_running{query=\"counted\"} 0"), std::string::npos);
   publish(b, 171, 230);
 
   r = b.request("POST", "/v1/queries/counted/start");
