@@ -245,7 +245,22 @@ TEST(QueryLifecycle, StopAndStartKeepStateAcrossARestartAndLoseNothing) {
   wait_caught_up(b, {"counted", "reference"}, 401);
   expect_same_rows(b, "counted_out", "reference_out");
 
+  // Replaced while stopped: it stays stopped, and starts where it stood.
+  ASSERT_EQ(b.request("POST", "/v1/queries/counted/stop").status, 200u);
+  publish(b, 401, 420);
+  r = b.request("PUT", "/v1/queries/counted", count_query("counted"));
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_NE(r.body.find("\"state\":\"stopped\""), std::string::npos) << r.body;
+  ASSERT_EQ(b.request("POST", "/v1/queries/counted/start").status, 200u);
+  publish(b, 421, 480);
+  wait_caught_up(b, {"counted", "reference"}, 481);
+  expect_same_rows(b, "counted_out", "reference_out");
+
   EXPECT_EQ(b.request("POST", "/v1/queries/nope/stop").status, 404u);
+  // A stopped query is deleted as any other.
+  ASSERT_EQ(b.request("POST", "/v1/queries/counted/stop").status, 200u);
+  EXPECT_EQ(b.request("DELETE", "/v1/queries/counted").status, 204u);
+  EXPECT_EQ(b.request("GET", "/v1/queries/counted", "", kReaderToken).status, 404u);
 }
 
 // The counting query with one more branch: a filter of expensive bids into
