@@ -283,19 +283,25 @@ TEST(QueryLifecycle, ReplacingTheNetworkKeepsTheStateOfUnchangedBoxes) {
   publish(b, 1, 95);
   wait_caught_up(b, {"counted", "reference"}, 96);
 
-  // The aggregate keeps its open windows: its output goes on as the
-  // reference's, which was never replaced.
+  // Replaced while tuples flow in: the aggregate keeps its open windows,
+  // and its output goes on as the reference's, which was never replaced.
+  std::thread feed([&] { publish(b, 96, 300); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto r = b.request("PUT", "/v1/queries/counted", count_query_v2());
+  feed.join();
   ASSERT_EQ(r.status, 200u) << r.body << b.stderr_text();
   EXPECT_NE(r.body.find("\"dear_bids\""), std::string::npos) << r.body;
-  publish(b, 96, 200);
-  wait_caught_up(b, {"counted", "reference"}, 201);
+  rapidjson::Document replaced;
+  replaced.Parse(r.body.c_str());
+  const auto stood = static_cast<int>(replaced["positions"]["bids"].GetUint64());
+  wait_caught_up(b, {"counted", "reference"}, 301);
   expect_same_rows(b, "counted_out", "reference_out");
-  // The new branch starts where the query stood: rows 96..200 above 500.
+  // The new branch starts where the query stood: the rows from there on
+  // above 500.
   std::vector<int64_t> dear;
-  for (int i = 96; i <= 200; ++i)
+  for (int i = stood; i <= 300; ++i)
     if (i * 37 % 1000 > 500) dear.push_back(i);
-  EXPECT_EQ(auctions(b, "dear_bids"), dear);
+  EXPECT_EQ(auctions(b, "dear_bids"), dear) << "stood at " << stood;
 
   // A changed aggregate cannot keep its state: refused, naming it.
   r = b.request("PUT", "/v1/queries/counted", count_query_v2(R"({"predicates":["price > 500"]})", "400ms"));
