@@ -309,8 +309,9 @@ TEST(QueryLifecycle, ReplacingTheNetworkKeepsTheStateOfUnchangedBoxes) {
   auto from = std::find(dear.begin(), dear.end(), got.front());
   ASSERT_NE(from, dear.end()) << got.front();
   EXPECT_EQ(got, std::vector<int64_t>(from, dear.end()));
-  if (auto at = std::lower_bound(dear.begin(), dear.end(), answered); at != dear.end())
+  if (auto at = std::lower_bound(dear.begin(), dear.end(), answered); at != dear.end()) {
     EXPECT_LE(got.front(), *at) << "answered " << answered;
+  }
 
   // A changed aggregate cannot keep its state: refused, naming it.
   r = b.request("PUT", "/v1/queries/counted", count_query_v2(R"({"predicates":["price > 500"]})", "400ms"));
