@@ -238,11 +238,13 @@ TEST(QueryLifecycle, StopAndStartKeepStateAcrossARestartAndLoseNothing) {
   wait_caught_up(b, {"counted", "reference"}, 301);
   expect_same_rows(b, "counted_out", "reference_out");
 
-  // Stop, then publish, then start without a restart.
-  ASSERT_EQ(b.request("POST", "/v1/queries/counted/stop").status, 200u);
-  publish(b, 301, 350);
-  ASSERT_EQ(b.request("POST", "/v1/queries/counted/start").status, 200u);
-  publish(b, 351, 400);
+  // Stopped and started again while tuples flow in, without a restart.
+  std::thread feed([&] { publish(b, 301, 400); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(b.request("POST", "/v1/queries/counted/stop").status, 200u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(b.request("POST", "/v1/queries/counted/start").status, 200u);
+  feed.join();
   wait_caught_up(b, {"counted", "reference"}, 401);
   expect_same_rows(b, "counted_out", "reference_out");
 
