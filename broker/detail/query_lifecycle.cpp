@@ -177,7 +177,7 @@ uint64_t NodeImpl::start_position(const engine::NetworkInput& in, const Stream& 
   const uint64_t head = stream.visible_next();
   if (!options) return head;
   StartPoint p = options->start_all;
-  std::string key = "";
+  std::string key;  // ".NAME" when start_from names this input
   for (const std::string& k : {in.name, in.stream, stream.meta().name}) {
     if (auto it = options->start_by.find(k); !k.empty() && it != options->start_by.end()) {
       p = it->second;
