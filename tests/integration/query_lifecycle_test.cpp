@@ -337,6 +337,13 @@ TEST(QueryLifecycle, ReplacingTheNetworkKeepsTheStateOfUnchangedBoxes) {
   r = b.request("PUT", "/v1/queries/counted", renamed);
   EXPECT_EQ(r.status, 400u);
   EXPECT_NE(r.body.find("a replacement keeps it"), std::string::npos) << r.body;
+  // drop_state naming no box, start_from naming an input it reads already.
+  std::string unknown = count_query_v2();
+  unknown.insert(unknown.rfind('}'), R"(,"drop_state":["agg2"],"start_from":{"bids":1})");
+  r = b.request("PUT", "/v1/queries/counted", unknown);
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_NE(r.body.find("no box 'agg2' in the new network"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("it continues where it stands"), std::string::npos) << r.body;
   // drop_state names the box: it starts empty.
   v3.insert(v3.rfind('}'), R"(,"drop_state":["agg"])");
   v3.replace(v3.find("200ms"), 5, "400ms");
