@@ -939,12 +939,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   store::WriteBatch wb;
   auto add_stream = [&](StreamMeta sm) {
     wb.put(store::Cf::catalog, stream_key(sm.name), stream_meta_to_json(sm));
-    auto s = std::make_shared<Stream>(std::move(sm), 1);
-    s->tuples_in = &metrics_.counter("entente_stream_tuples_total", "Tuples appended to a stream",
-                                     {{"stream", s->meta().name}});
-    s->bytes_in = &metrics_.counter("entente_stream_bytes_total", "Encoded bytes appended to a stream",
-                                    {{"stream", s->meta().name}});
-    return s;
+    return new_output_stream(std::move(sm));
   };
   if (standby) {
     // Nothing of it is written or registered: it warms until a take-over

@@ -85,27 +85,10 @@ for dn in acme-n1 acme-n2 acme-n3 beta-n1; do
   echo
 done
 
-pids=()  # every process started, in order: stopped in reverse order on exit
-stop_all() {
-  local i
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
-  for _ in $(seq 100); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap stop_all EXIT
-
-# The peer-link listeners need known ports, since each domain's
-# configuration names the other's nodes. A port below the ephemeral range,
-# so that no outgoing connection takes it meanwhile.
-free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$((10000 + RANDOM % 22000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-  echo "no free port" >&2
-  return 1
-}
+# shellcheck source=lib/processes.sh
+source scripts/lib/processes.sh
+# The peer-link listeners need known ports (free_port), since each
+# domain's configuration names the other's nodes.
 
 echo "-- acme's etcd: where its nodes keep their membership, controller, catalog and contracts"
 # --election-timeout 500 lets etcd grant the 1 s leases the nodes ask for

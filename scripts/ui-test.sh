@@ -33,24 +33,8 @@ token=ui-test-admin-token
 api() { curl -sS -f --max-time 10 -H "Authorization: Bearer $token" "$@"; }
 post() { local u=$1; shift; api -H 'Content-Type: application/json' "$u" --data "$@"; }
 
-pids=()
-stop_all() {
-  local i
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
-  for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || break; sleep 0.1; done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
-trap stop_all EXIT
-
-free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$((10000 + RANDOM % 22000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-  echo "no free port" >&2
-  return 1
-}
+# shellcheck source=lib/processes.sh
+source scripts/lib/processes.sh
 
 for d in acme beta; do
   "$entente" certs init-domain $d --out "$out/certs/$d-ca" >/dev/null

@@ -809,8 +809,9 @@ Result<CheckpointInfo> QueryRunner::pause() {
   return fut.get();
 }
 
-void QueryRunner::add_checkpoint(store::WriteBatch& wb) {
-  std::lock_guard lock(mu_);
+// A checkpoint's first fields: its version, the input positions and the
+// outputs' next sequence numbers. REQUIRES: mu_.
+std::string QueryRunner::checkpoint_head() const {
   std::string bytes;
   engine::ByteWriter w(bytes);
   w.u8(kCheckpointVersion);
@@ -818,6 +819,13 @@ void QueryRunner::add_checkpoint(store::WriteBatch& wb) {
   for (auto p : pos_) w.varint(p);
   w.varint(out_next_.size());
   for (auto o : out_next_) w.varint(o);
+  return bytes;
+}
+
+void QueryRunner::add_checkpoint(store::WriteBatch& wb) {
+  std::lock_guard lock(mu_);
+  std::string bytes = checkpoint_head();
+  engine::ByteWriter w(bytes);
   w.varint(journal_next_);
   w.bytes(executor_->snapshot());
   const uint64_t id = next_checkpoint_id_++;
@@ -1020,13 +1028,8 @@ void QueryRunner::run_some() {
 
 void QueryRunner::take_checkpoint(std::vector<CheckpointDone> dones) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::string bytes;
+  std::string bytes = checkpoint_head();
   engine::ByteWriter w(bytes);
-  w.u8(kCheckpointVersion);
-  w.varint(pos_.size());
-  for (auto p : pos_) w.varint(p);
-  w.varint(out_next_.size());
-  for (auto o : out_next_) w.varint(o);
   if (state_log_) {
     // The state stream's journal stays contiguous (recovery falls back to
     // the previous checkpoint when this one does not complete).

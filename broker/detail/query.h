@@ -320,6 +320,7 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   bool step(size_t input);
   bool flush_outputs(bool replaying);
   void take_checkpoint(std::vector<CheckpointDone> dones);
+  std::string checkpoint_head() const;
   // State-stream mode (REQUIRES: mu_ held, state_log_ set).
   // The pending journal as state rows; empty when none.
   std::optional<engine::Batch> journal_rows();
