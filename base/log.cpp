@@ -218,6 +218,15 @@ Logger& process_log() {
   return logger;
 }
 
+void log_audit(std::string_view token, std::string_view action, std::string_view object,
+               std::string_view outcome) {
+  process_log().log(LogLevel::info, "audit", action,
+                    {{"token", std::string(token)},
+                     {"action", std::string(action)},
+                     {"object", std::string(object.empty() ? "-" : object)},
+                     {"outcome", std::string(outcome)}});
+}
+
 void logf(LogLevel level, std::string_view component, const char* format, ...) {
   Logger& logger = process_log();
   if (!logger.enabled(level)) return;

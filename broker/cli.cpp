@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "broker/cli_api.h"
 #include "broker/config.h"
 #include "http/client.h"
@@ -62,42 +63,56 @@ constexpr const char* kUsage =
     "TLS, timeout), 4 not found (404), 5 conflict (409)\n";
 
 constexpr const char* kBrokerUsage =
-    "usage: entente broker --config FILE\n"
+    "usage: entente broker --config FILE [--log-format text|json]\n"
     "\n"
     "Runs one node: the API listener, the streams, the deployed queries and their\n"
     "checkpoints. SIGTERM or SIGINT stops it cleanly: it stops accepting, drains,\n"
     "checkpoints every query and exits 0. SIGHUP reloads FILE: API tokens, the\n"
     "certificates and keys, pinned CAs and peers change at once; what needs a restart\n"
-    "is named in the log and kept; an invalid FILE changes nothing (docs/operations.md).\n";
+    "is named in the log and kept; an invalid FILE changes nothing (docs/operations.md).\n"
+    "--log-format json writes each log line on stderr as one JSON object (default: the\n"
+    "file's log_format, else text).\n";
 
 // SIGHUP: reads the configuration again and applies what a running node
 // can change. Every outcome is logged: what changed, what was kept (needs a
-// restart), or why nothing changed.
-void reload(Node& node, const std::string& config_path, const std::string& who) {
-  std::fprintf(stderr, "entente: %s: SIGHUP: reloading %s\n", who.c_str(), config_path.c_str());
+// restart), or why nothing changed. Returns the outcome for the audit line.
+const char* reload(Node& node, const std::string& config_path) {
+  base::logf(base::LogLevel::info, "node", "SIGHUP: reloading %s", config_path.c_str());
   auto config = load_config(config_path);
   if (!config.ok()) {
-    std::fprintf(stderr, "entente: %s: reload refused, nothing changed: %s: %s\n", who.c_str(),
+    base::logf(base::LogLevel::warn, "node", "reload refused, nothing changed: %s: %s",
                  config_path.c_str(), config.error().message.c_str());
-    return;
+    return "refused";
   }
   std::vector<std::string> changes, kept;
   if (Status s = node.reload(std::move(config).value(), changes, kept); !s.ok()) {
-    std::fprintf(stderr, "entente: %s: reload refused, nothing changed: %s\n", who.c_str(),
+    base::logf(base::LogLevel::warn, "node", "reload refused, nothing changed: %s",
                  s.error().message.c_str());
-    return;
+    return "refused";
   }
-  for (const auto& c : changes) std::fprintf(stderr, "entente: %s: reload: %s\n", who.c_str(), c.c_str());
+  for (const auto& c : changes) base::logf(base::LogLevel::info, "node", "reload: %s", c.c_str());
   for (const auto& k : kept) {
-    std::fprintf(stderr, "entente: %s: reload: %s changed but is not reloaded; restart to apply it\n",
-                 who.c_str(), k.c_str());
+    base::logf(base::LogLevel::warn, "node", "reload: %s changed but is not reloaded; restart to apply it",
+                 k.c_str());
   }
-  std::fprintf(stderr, "entente: %s: reload done: %zu change(s), %zu setting(s) need a restart\n",
-               who.c_str(), changes.size(), kept.size());
+  base::logf(base::LogLevel::info, "node", "reload done: %zu change(s), %zu setting(s) need a restart",
+               changes.size(), kept.size());
+  return "done";
+}
+
+// Reads --log-format's value; false (after saying why) when it is neither.
+bool read_log_format(std::string_view v, std::optional<base::LogFormat>& out) {
+  out = base::parse_log_format(v);
+  if (!out) {
+    std::fprintf(stderr, "entente broker: --log-format must be text or json, not '%.*s'\n%s",
+                 static_cast<int>(std::min<size_t>(v.size(), 40)), v.data(), kBrokerUsage);
+  }
+  return out.has_value();
 }
 
 int run_broker(const std::vector<std::string_view>& args) {
   std::string config_path;
+  std::optional<base::LogFormat> log_format;  // over the file's log_format
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "-h" || args[i] == "--help") {
       std::fputs(kBrokerUsage, stdout);
@@ -107,6 +122,10 @@ int run_broker(const std::vector<std::string_view>& args) {
       config_path = std::string(args[++i]);
     } else if (args[i].rfind("--config=", 0) == 0) {
       config_path = std::string(args[i].substr(9));
+    } else if (args[i] == "--log-format" || args[i].rfind("--log-format=", 0) == 0) {
+      const bool split = args[i] == "--log-format" && i + 1 < args.size();
+      if (!read_log_format(split ? args[++i] : args[i].substr(std::min<size_t>(args[i].size(), 13)), log_format))
+        return 2;
     } else {
       std::fprintf(stderr, "entente broker: unknown argument '%.*s'\n%s", static_cast<int>(args[i].size()),
                    args[i].data(), kBrokerUsage);
@@ -133,6 +152,9 @@ int run_broker(const std::vector<std::string_view>& args) {
   signal(SIGPIPE, SIG_IGN);
 
   const std::string who = config->domain + "/" + config->node;
+  base::process_log().set_node(who);
+  base::process_log().set_format(log_format.value_or(config->log_format));
+  base::process_log().set_level(config->log_level);
   const bool tls = config->tls;
   const std::string address = config->listen_address;
   auto node = Node::open(std::move(config).value());
@@ -153,11 +175,11 @@ int run_broker(const std::vector<std::string_view>& args) {
   for (;;) {
     sigwait(&signals, &sig);
     if (sig != SIGHUP) break;
-    reload(**node, config_path, who);
+    base::log_audit("-", "config.reload", config_path, reload(**node, config_path));  // SIGHUP: no token
   }
-  std::fprintf(stderr, "entente: %s: stopping (%s)\n", who.c_str(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  base::logf(base::LogLevel::info, "node", "stopping (%s)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*node)->stop();
-  std::fprintf(stderr, "entente: %s: stopped\n", who.c_str());
+  base::log(base::LogLevel::info, "node", "stopped");
   return 0;
 }
 
