@@ -222,7 +222,6 @@ void log_audit(std::string_view token, std::string_view action, std::string_view
                std::string_view outcome) {
   process_log().log(LogLevel::info, "audit", action,
                     {{"token", std::string(token)},
-                     {"action", std::string(action)},
                      {"object", std::string(object.empty() ? "-" : object)},
                      {"outcome", std::string(outcome)}});
 }

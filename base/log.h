@@ -105,10 +105,11 @@ inline void log(LogLevel level, std::string_view component, std::string_view msg
 inline void log_refusal(std::string_view component, std::string_view msg) {
   process_log().refusal(component, msg);
 }
-// An audit line (info, component "audit"): who (a token's name, "-" for a
-// signal), the action ("POST /v1/contracts/{id}/accept", "config.reload"),
-// the object (a contract, stream or query id; "-" for none) and the outcome
-// (an HTTP status, "done", "refused").
+// An audit line (info, component "audit"): its text is the action ("POST
+// /v1/contracts/{id}/accept", "config.reload"), its fields who did it
+// ("token": a token's name, "-" for a signal), on what ("object": a
+// contract, stream or query id; "-" for none) and the outcome ("outcome":
+// an HTTP status, "done", "refused").
 void log_audit(std::string_view token, std::string_view action, std::string_view object,
                std::string_view outcome);
 // printf-style, for the call sites that used fprintf(stderr, ...): a

@@ -323,13 +323,13 @@ std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& pa
 
 namespace {
 
-// The "id" (a contract) or "name" (a stream, query, import) of a creation's
+// The "id" (a contract), "name" (a stream, a query) or "stream" (an import) of a creation's
 // answer; "-" when it has neither.
 std::string created_id(const std::string& body) {
   rapidjson::Document doc;
   doc.Parse(body.data(), body.size());
   if (doc.HasParseError() || !doc.IsObject()) return "-";
-  for (const char* key : {"id", "name"}) {
+  for (const char* key : {"id", "name", "stream"}) {
     auto it = doc.FindMember(key);
     if (it != doc.MemberEnd() && it->value.IsString())
       return std::string(it->value.GetString(), std::min<size_t>(it->value.GetStringLength(), 200));
