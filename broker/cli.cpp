@@ -20,9 +20,11 @@
 
 #include "base/log.h"
 #include "broker/cli_api.h"
+#include "broker/cli_check.h"
 #include "broker/config.h"
 #include "http/client.h"
 #include "broker/node.h"
+#include "broker/service_notify.h"
 #include "certs/cli.h"
 #include "entente_version.h"
 #include "rapidjson/document.h"
@@ -36,6 +38,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  broker --config FILE   run one node of a domain (see docs/configuration.md)\n"
+    "  broker --check [--running] --config FILE\n"
+    "                         validate a configuration without starting\n"
     "  backup --config FILE --out DIR\n"
     "                         a consistent copy of a running node's store, to restore\n"
     "                         from (entente backup --help; docs/operations.md)\n"
@@ -49,7 +53,10 @@ constexpr const char* kUsage =
     "  streams list | show NAME | create NAME --schema FILE|JSON [...] | delete NAME\n"
     "  queries list | show NAME | deploy --file FILE | delete NAME\n"
     "  nodes | peers | checkpoint\n"
-    "  contracts list [--awaiting-me] | show ID\n"
+    "  contracts list [--awaiting-me] | show ID | propose ... | counter ID ... | accept ID\n"
+    "            | reject ID | revoke ID --reason TEXT | usage ID\n"
+    "  publish STREAM [--file F]   NDJSON tuples, in batches a retry never stores twice\n"
+    "  imports list | show DOMAIN/NAME | create DOMAIN/NAME | delete DOMAIN/NAME\n"
     "  with the global options --url http(s)://HOST:PORT, --token TOKEN, --ca FILE,\n"
     "  --profile NAME (else ENTENTE_URL, ENTENTE_TOKEN, ENTENTE_CA, ENTENTE_PROFILE),\n"
     "  --timeout DURATION and --json, before or after the command words\n"
@@ -64,6 +71,7 @@ constexpr const char* kUsage =
 
 constexpr const char* kBrokerUsage =
     "usage: entente broker --config FILE [--log-format text|json]\n"
+    "       entente broker --check [--running] --config FILE\n"
     "\n"
     "Runs one node: the API listener, the streams, the deployed queries and their\n"
     "checkpoints. SIGTERM or SIGINT stops it cleanly: it stops accepting, drains,\n"
@@ -71,7 +79,22 @@ constexpr const char* kBrokerUsage =
     "certificates and keys, pinned CAs and peers change at once; what needs a restart\n"
     "is named in the log and kept; an invalid FILE changes nothing (docs/operations.md).\n"
     "--log-format json writes each log line on stderr as one JSON object (default: the\n"
-    "file's log_format, else text).\n";
+    "file's log_format, else text).\n"
+    "\n"
+    "--check validates FILE without starting: the configuration (with the key of its\n"
+    "problem), every certificate and key (readable, matching, valid now, issued by the\n"
+    "domain's CA) and the listen ports (free). Exit 0 with an \"ok\" line; 2 when FILE\n"
+    "does not load; 1 listing every problem with certificates, keys, ports, data_dir.\n"
+    "With --running (the node runs, and FILE is to be reloaded with SIGHUP) the listen\n"
+    "ports are not checked: the node holds them.\n";
+
+// systemd's Type=notify (packaging/systemd/entente.service): READY once the
+// API listens, RELOADING around a SIGHUP, STOPPING on the way out.
+void tell_service_manager(std::string_view state) {
+  if (Status s = notify_service(state); !s.ok()) {
+    base::logf(base::LogLevel::warn, "node", "%s", s.error().message.c_str());
+  }
+}
 
 // SIGHUP: reads the configuration again and applies what a running node
 // can change. Every outcome is logged: what changed, what was kept (needs a
@@ -113,12 +136,18 @@ bool read_log_format(std::string_view v, std::optional<base::LogFormat>& out) {
 int run_broker(const std::vector<std::string_view>& args) {
   std::string config_path;
   std::optional<base::LogFormat> log_format;  // over the file's log_format
+  bool check_only = false;
+  CheckPorts ports = CheckPorts::yes;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "-h" || args[i] == "--help") {
       std::fputs(kBrokerUsage, stdout);
       return 0;
     }
-    if (args[i] == "--config" && i + 1 < args.size()) {
+    if (args[i] == "--check") {
+      check_only = true;
+    } else if (args[i] == "--running") {
+      ports = CheckPorts::no;
+    } else if (args[i] == "--config" && i + 1 < args.size()) {
       config_path = std::string(args[++i]);
     } else if (args[i].rfind("--config=", 0) == 0) {
       config_path = std::string(args[i].substr(9));
@@ -136,6 +165,11 @@ int run_broker(const std::vector<std::string_view>& args) {
     std::fprintf(stderr, "entente broker: --config FILE is required\n%s", kBrokerUsage);
     return 2;
   }
+  if (ports == CheckPorts::no && !check_only) {
+    std::fprintf(stderr, "entente broker: --running goes with --check\n%s", kBrokerUsage);
+    return 2;
+  }
+  if (check_only) return check_config_file(config_path, ports);
   auto config = load_config(config_path);
   if (!config.ok()) {
     std::fprintf(stderr, "entente broker: %s: %s\n", config_path.c_str(), config.error().message.c_str());
@@ -171,12 +205,16 @@ int run_broker(const std::vector<std::string_view>& args) {
   std::printf("entente: node %s listening on %s://%s%s%s:%u\n", who.c_str(), tls ? "https" : "http",
               v6 ? "[" : "", address.c_str(), v6 ? "]" : "", static_cast<unsigned>((*node)->api_port()));
   std::fflush(stdout);
+  tell_service_manager("READY=1\nSTATUS=serving");
   int sig = 0;
   for (;;) {
     sigwait(&signals, &sig);
     if (sig != SIGHUP) break;
+    tell_service_manager("RELOADING=1");
     base::log_audit("-", "config.reload", config_path, reload(**node, config_path));  // SIGHUP: no token
+    tell_service_manager("READY=1\nSTATUS=serving");
   }
+  tell_service_manager("STOPPING=1");
   base::logf(base::LogLevel::info, "node", "stopping (%s)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*node)->stop();
   base::log(base::LogLevel::info, "node", "stopped");

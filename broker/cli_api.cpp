@@ -19,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,12 +32,13 @@
 #include "base/json_read.h"
 #include "base/result.h"
 #include "base/units.h"
+#include "broker/cli_api_parts.h"
 #include "broker/detail/json_out.h"
 #include "http/client.h"
 #include "rapidjson/document.h"
 
 namespace entente::broker {
-namespace {
+namespace cli {
 
 // What `entente streams --help` (or any of these commands with --help) prints.
 constexpr const char* kApiUsage =
@@ -58,6 +60,24 @@ constexpr const char* kApiUsage =
     "  contracts list [--awaiting-me] [--state STATE] [--peer DOMAIN] [--kind stream|hosting]\n"
     "                                 --awaiting-me: offers this domain has to answer\n"
     "  contracts show ID              one contract with its history\n"
+    "  contracts propose [--kind stream|hosting] TERMS --until TIME [--dry-run]\n"
+    "                                 TERMS of a stream contract: --consumer D | --provider D\n"
+    "                                 (this node's domain is the other), --streams a,b,\n"
+    "                                 [--fields a,b] [--predicate EXPR] [--price N] [--rate-cap N];\n"
+    "                                 of a hosting one: --owner D | --host D, --box-kinds a,b,\n"
+    "                                 --max-load N [--price-min N] [--price-max N] [--notice S];\n"
+    "                                 --from/--until: RFC 3339, now, or from now (30d)\n"
+    "  contracts counter ID TERMS [--version N] [--dry-run]\n"
+    "                                 the terms on the table, changed where TERMS say\n"
+    "  contracts accept ID [--version N]\n"
+    "  contracts reject ID [--reason TEXT] [--version N]\n"
+    "  contracts revoke ID --reason TEXT [--version N]\n"
+    "  contracts usage ID             tuples delivered (or CPU hosted) and their cost\n"
+    "  publish STREAM [--file F] [--batch N] [--producer-id ID] [--first-batch N] [--retries N]\n"
+    "                                 NDJSON tuples (a file or stdin) in batches that a retry\n"
+    "                                 never stores twice\n"
+    "  imports list | show DOMAIN/NAME | delete DOMAIN/NAME\n"
+    "  imports create DOMAIN/NAME     import another domain's stream (or NAME --node N)\n"
     "  checkpoint                     checkpoint every query of the node now\n"
     "\n"
     "global options (before or after the command; a flag beats the environment,\n"
@@ -76,17 +96,8 @@ constexpr const char* kApiUsage =
     "  2 usage or configuration error 5 conflict (409)\n";
 
 using detail::JsonOut;
-using rapidjson::Value;
 
-// The exit codes of these commands (cli_api.h).
-enum class Exit : int { ok = 0, refused = 1, usage = 2, unreachable = 3, not_found = 4, conflict = 5 };
-
-enum class Output { table, json };
-
-// Bounds on what a command reads, sends and waits for.
-// A body the node takes with its default api.limits.max_body_bytes; the
-// node answers a larger one 413 after it was sent, so it is refused here.
-constexpr uint64_t kMaxRequestBody = 16u << 20;
+// Bounds on what a command reads, sends and waits for (and kMaxRequestBody).
 // A schema of the API's 1024 fields with long names fits many times over.
 constexpr uint64_t kMaxSchemaBytes = 1u << 20;
 constexpr uint64_t kMaxProfileFile = 1u << 20;
@@ -179,50 +190,34 @@ bool all_digits(std::string_view s) {
   return true;
 }
 
-// Rows under a header, each column as wide as its widest cell, two spaces
-// apart; the last column is not padded.
-class Table final {
- public:
-  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
-  void add(std::vector<std::string> row) {
-    for (auto& cell : row) cell = printable(cell);
-    rows_.push_back(std::move(row));
-  }
-  void print() const {
-    std::vector<size_t> width;
-    for (const auto& row : rows_) {
-      if (width.size() < row.size()) width.resize(row.size(), 0);
-      for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], display_width(row[i]));
-    }
-    for (const auto& row : rows_) {
-      std::string line;
-      for (size_t i = 0; i < row.size(); ++i) {
-        line += row[i];
-        if (i + 1 < row.size()) line.append(width[i] - display_width(row[i]) + 2, ' ');
-      }
-      std::printf("%s\n", line.c_str());
-    }
-  }
+void Table::add(std::vector<std::string> row) {
+  for (auto& cell : row) cell = printable(cell);
+  rows_.push_back(std::move(row));
+}
 
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
-
-// `key: value` lines, the values aligned.
-class Fields final {
- public:
-  void add(std::string key, std::string value) { items_.emplace_back(std::move(key), printable(value)); }
-  void print() const {
-    size_t width = 0;
-    for (const auto& [k, v] : items_) width = std::max(width, k.size() + 1);
-    for (const auto& [k, v] : items_) {
-      std::printf("%s:%*s%s\n", k.c_str(), static_cast<int>(width - k.size() + 1), "", v.c_str());
-    }
+void Table::print() const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], display_width(row[i]));
   }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - display_width(row[i]) + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
 
- private:
-  std::vector<std::pair<std::string, std::string>> items_;
-};
+void Fields::print() const {
+  size_t width = 0;
+  for (const auto& [k, v] : items_) width = std::max(width, k.size() + 1);
+  for (const auto& [k, v] : items_) {
+    std::printf("%s:%*s%s\n", k.c_str(), static_cast<int>(width - k.size() + 1), "", v.c_str());
+  }
+}
 
 // ------------------------------------------------------------ JSON answers
 
@@ -356,7 +351,8 @@ bool is_global_flag(std::string_view arg) {
   return global_slot(scratch, name) != nullptr || name == "--json";
 }
 
-constexpr std::string_view kGroups[] = {"streams", "queries", "nodes", "peers", "contracts", "checkpoint"};
+constexpr std::string_view kGroups[] = {"streams",   "queries",    "nodes",   "peers",
+                                        "contracts", "checkpoint", "publish", "imports"};
 
 struct SplitArgs {
   GlobalFlags globals;
@@ -388,25 +384,6 @@ Result<SplitArgs> split_globals(const std::vector<std::string_view>& args) {
   }
   return out;
 }
-
-// One option of a command.
-struct OptionSpec {
-  std::string_view name;  // "--schema"
-  bool takes_value = false;
-};
-
-// A command's words (after its group and action) and options.
-struct CommandLine {
-  std::vector<std::string> words;
-  std::map<std::string, std::string, std::less<>> values;
-  std::set<std::string, std::less<>> switches;
-
-  const std::string* value(std::string_view name) const {
-    const auto it = values.find(name);
-    return it == values.end() ? nullptr : &it->second;
-  }
-  bool has(std::string_view name) const { return switches.count(name) > 0; }
-};
 
 Result<CommandLine> parse_options(const std::vector<std::string_view>& args,
                                   const std::vector<OptionSpec>& spec) {
@@ -463,14 +440,6 @@ Result<std::string> path_name(std::string_view name, std::string_view what) {
 }
 
 // ------------------------------------------------------------ settings
-
-// Where and how to reach the node.
-struct Settings {
-  http::ClientOptions client;
-  std::string url;    // as given
-  std::string token;  // "" for none
-  std::string token_from;
-};
 
 struct NodeUrl {
   bool tls = false;
@@ -700,127 +669,115 @@ Result<Settings> resolve_settings(const GlobalFlags& g) {
 
 // ------------------------------------------------------------ requests
 
-// A node's API over one keep-alive connection, opened by the first request.
-// Prints each failure (stderr) where it happens, so callers only pass the
-// exit code on. Not thread-safe; one command, one thread.
-class Api final {
- public:
-  struct Reply {
-    Exit exit = Exit::ok;
-    unsigned status = 0;
-    std::string body;
-  };
-
-  Api(Settings settings, Output output) : settings_(std::move(settings)), output_(output) {}
-  Api(const Api&) = delete;
-  Api& operator=(const Api&) = delete;
-
-  Output output() const { return output_; }
-
-  // One request. A 2xx answer: Exit::ok and its body. Otherwise the failure
-  // is printed and `exit` says which.
-  Reply call(std::string_view method, const std::string& target, std::string_view body = {}) {
-    Reply out;
-    const bool reused = client_ != nullptr;
-    if (!client_ && (out.exit = connect()) != Exit::ok) return out;
-    std::vector<std::pair<std::string, std::string>> headers;
-    if (!settings_.token.empty()) headers.emplace_back("authorization", "Bearer " + settings_.token);
-    auto r = client_->request(method, target, body, "application/json", headers);
-    if (!r.ok() && reused && method == "GET" && r.error().code == Errc::io_error) {
-      // The node may have closed the idle connection; a GET may be sent again.
-      client_.reset();
-      if ((out.exit = connect()) != Exit::ok) return out;
-      r = client_->request(method, target, body, "application/json", headers);
-    }
-    if (!r.ok()) {
-      client_.reset();
-      const bool io = r.error().code == Errc::io_error;
-      std::fprintf(
-          stderr, "entente: %.*s %s: %s%s\n", static_cast<int>(method.size()), method.data(), target.c_str(),
-          printable(r.error().message).c_str(),
-          io && method != "GET" ? " (the node may or may not have done it: look before trying again)" : "");
-      out.exit = io ? Exit::unreachable : Exit::usage;
-      return out;
-    }
-    out.status = r->status;
-    if (r->status >= 200 && r->status < 300) {
-      out.body = std::move(r->body);
-      return out;
-    }
-    report_refusal(method, target, *r);
-    out.exit = r->status == 404 ? Exit::not_found : r->status == 409 ? Exit::conflict : Exit::refused;
+Reply Api::call(std::string_view method, const std::string& target, std::string_view body) {
+  Reply out;
+  const bool reused = client_ != nullptr;
+  if (!client_ && (out.exit = connect()) != Exit::ok) return out;
+  Headers headers;
+  if (!settings_.token.empty()) headers.emplace_back("authorization", "Bearer " + settings_.token);
+  auto r = client_->request(method, target, body, "application/json", headers);
+  if (!r.ok() && reused && method == "GET" && r.error().code == Errc::io_error) {
+    // The node may have closed the idle connection; a GET may be sent again.
+    client_.reset();
+    if ((out.exit = connect()) != Exit::ok) return out;
+    r = client_->request(method, target, body, "application/json", headers);
+  }
+  if (!r.ok()) {
+    client_.reset();
+    const bool io = r.error().code == Errc::io_error;
+    std::fprintf(
+        stderr, "entente: %.*s %s: %s%s\n", static_cast<int>(method.size()), method.data(), target.c_str(),
+        printable(r.error().message).c_str(),
+        io && method != "GET" ? " (the node may or may not have done it: look before trying again)" : "");
+    out.exit = io ? Exit::unreachable : Exit::usage;
     return out;
   }
+  out.status = r->status;
+  if (r->status >= 200 && r->status < 300) {
+    out.body = std::move(r->body);
+    return out;
+  }
+  report_refusal(method, target, *r);
+  out.exit = exit_for(r->status);
+  return out;
+}
 
- private:
-  Exit connect() {
+Result<http::ClientResponse> Api::send(std::string_view method, const std::string& target,
+                                       std::string_view body, std::string_view content_type,
+                                       const Headers& extra) {
+  if (!client_) {
     auto c = http::Client::connect(settings_.client);
-    if (c.ok()) {
-      client_ = std::move(c).value();
-      return Exit::ok;
-    }
-    const std::string& m = c.error().message;
-    std::fprintf(stderr, "entente: cannot reach the node at %s: %s%s\n", printable(settings_.url).c_str(),
-                 printable(m).c_str(), connect_hint(m).c_str());
-    // A CA file that is not a certificate is a setting to fix.
-    return c.error().code == Errc::io_error ? Exit::unreachable : Exit::usage;
+    if (!c.ok()) return std::move(c).error();
+    client_ = std::move(c).value();
   }
+  Headers headers = extra;
+  if (!settings_.token.empty()) headers.emplace_back("authorization", "Bearer " + settings_.token);
+  auto r = client_->request(method, target, body, content_type, headers);
+  if (!r.ok()) client_.reset();
+  return r;
+}
 
-  // What to change, when the error says.
-  std::string connect_hint(const std::string& m) const {
-    if (m.find("certificate verify failed") != std::string::npos)
-      return "; give --ca FILE (or ENTENTE_CA, or \"ca\" in the profile): the CA that issued the node's "
-             "certificate";
-    if (settings_.client.tls && m.find("wrong version number") != std::string::npos)
-      return "; the node may speak plain HTTP: try an http:// URL";
-    return "";
+void Api::report_unreachable(const Error& e) const {
+  std::fprintf(stderr, "entente: cannot reach the node at %s: %s%s\n", printable(settings_.url).c_str(),
+               printable(e.message).c_str(), connect_hint(e.message).c_str());
+}
+
+Exit Api::connect() {
+  auto c = http::Client::connect(settings_.client);
+  if (c.ok()) {
+    client_ = std::move(c).value();
+    return Exit::ok;
   }
+  report_unreachable(c.error());
+  // A CA file that is not a certificate is a setting to fix.
+  return c.error().code == Errc::io_error ? Exit::unreachable : Exit::usage;
+}
 
-  // "entente: METHOD TARGET: STATUS: DETAIL", then a validation problem's
-  // `errors`, one per line.
-  void report_refusal(std::string_view method, const std::string& target,
-                      const http::ClientResponse& r) const {
-    rapidjson::Document d;
-    std::string detail;
-    const bool json = !base::read_json(r.body, d).has_value() && d.IsObject();
-    if (json && get(d, "detail") && get(d, "detail")->IsString()) {
-      detail = field(d, "detail");
-    } else if (json && get(d, "title") && get(d, "title")->IsString()) {
-      detail = field(d, "title");
-    } else {
-      detail = r.body.substr(0, 300);
-    }
-    if (detail.empty()) detail = "(no detail)";
-    std::fprintf(stderr, "entente: %.*s %s: %u: %s\n", static_cast<int>(method.size()), method.data(),
-                 target.c_str(), r.status, printable(detail).c_str());
-    size_t shown = 0;
-    static const Value kNone;
-    for (const auto& e : array_of(json ? static_cast<const Value&>(d) : kNone, "errors")) {
-      if (shown++ == kMaxErrorLines) {
-        std::fprintf(stderr, "  ... %zu more\n", size_of(d, "errors") - kMaxErrorLines);
-        break;
-      }
-      const std::string where = get(e, "path")  ? field(e, "path")
-                                : get(e, "row") ? "row " + field(e, "row")
-                                                : "-";
-      std::fprintf(stderr, "  %s: %s\n", printable(where).c_str(), printable(field(e, "message")).c_str());
-    }
-    if (r.status == 401) {
-      std::fprintf(
-          stderr, "entente: %s\n",
-          settings_.token.empty()
-              ? "no token was sent: give --token TOKEN, set ENTENTE_TOKEN, or put \"token\" in the profile"
-              : ("the node does not know the token from " + settings_.token_from).c_str());
-    }
+// What to change, when the error says.
+std::string Api::connect_hint(const std::string& m) const {
+  if (m.find("certificate verify failed") != std::string::npos)
+    return "; give --ca FILE (or ENTENTE_CA, or \"ca\" in the profile): the CA that issued the node's "
+           "certificate";
+  if (settings_.client.tls && m.find("wrong version number") != std::string::npos)
+    return "; the node may speak plain HTTP: try an http:// URL";
+  return "";
+}
+
+void Api::report_refusal(std::string_view method, const std::string& target,
+                         const http::ClientResponse& r) const {
+  rapidjson::Document d;
+  std::string detail;
+  const bool json = !base::read_json(r.body, d).has_value() && d.IsObject();
+  if (json && get(d, "detail") && get(d, "detail")->IsString()) {
+    detail = field(d, "detail");
+  } else if (json && get(d, "title") && get(d, "title")->IsString()) {
+    detail = field(d, "title");
+  } else {
+    detail = r.body.substr(0, 300);
   }
-
-  Settings settings_;
-  Output output_;
-  std::unique_ptr<http::Client> client_;
-};
-
-using Reply = Api::Reply;
-using Formatter = Exit (*)(const Value&);
+  if (detail.empty()) detail = "(no detail)";
+  std::fprintf(stderr, "entente: %.*s %s: %u: %s\n", static_cast<int>(method.size()), method.data(),
+               target.c_str(), r.status, printable(detail).c_str());
+  size_t shown = 0;
+  static const Value kNone;
+  for (const auto& e : array_of(json ? static_cast<const Value&>(d) : kNone, "errors")) {
+    if (shown++ == kMaxErrorLines) {
+      std::fprintf(stderr, "  ... %zu more\n", size_of(d, "errors") - kMaxErrorLines);
+      break;
+    }
+    const std::string where = get(e, "path")  ? field(e, "path")
+                              : get(e, "row") ? "row " + field(e, "row")
+                                              : "-";
+    std::fprintf(stderr, "  %s: %s\n", printable(where).c_str(), printable(field(e, "message")).c_str());
+  }
+  if (r.status == 401) {
+    std::fprintf(
+        stderr, "entente: %s\n",
+        settings_.token.empty()
+            ? "no token was sent: give --token TOKEN, set ENTENTE_TOKEN, or put \"token\" in the profile"
+            : ("the node does not know the token from " + settings_.token_from).c_str());
+  }
+}
 
 // Prints an answer: as received with --json, else by `format`.
 Exit emit(const Api& api, const Reply& r, Formatter format) {
@@ -1418,8 +1375,6 @@ Exit contracts_show(Api& api, const CommandLine& c) {
 
 // ------------------------------------------------------------ dispatch
 
-using Runner = Exit (*)(Api&, const CommandLine&);
-
 struct Command {
   std::string_view group;
   std::string_view action;     // "" for a command of one word
@@ -1428,6 +1383,11 @@ struct Command {
   std::vector<OptionSpec> options;
   Runner run = nullptr;
 };
+
+std::vector<OptionSpec> with(std::vector<OptionSpec> options, std::initializer_list<OptionSpec> more) {
+  options.insert(options.end(), more);
+  return options;
+}
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> kCommands = {
@@ -1460,6 +1420,27 @@ const std::vector<Command>& commands() {
        {{"--awaiting-me", false}, {"--state", true}, {"--peer", true}, {"--kind", true}},
        contracts_list},
       {"contracts", "show", 1, "ID", {}, contracts_show},
+      {"contracts", "propose", 0, "", with(contract_terms_options(), {{"--kind", true}}), contracts_propose},
+      {"contracts", "counter", 1, "ID", with(contract_terms_options(), {{"--version", true}}),
+       contracts_counter},
+      {"contracts", "accept", 1, "ID", {{"--version", true}}, contracts_accept},
+      {"contracts", "reject", 1, "ID", {{"--version", true}, {"--reason", true}}, contracts_reject},
+      {"contracts", "revoke", 1, "ID", {{"--version", true}, {"--reason", true}}, contracts_revoke},
+      {"contracts", "usage", 1, "ID", {}, contracts_usage},
+      {"publish",
+       "",
+       1,
+       "STREAM",
+       {{"--file", true},
+        {"--batch", true},
+        {"--producer-id", true},
+        {"--first-batch", true},
+        {"--retries", true}},
+       publish},
+      {"imports", "list", 0, "", {}, imports_list},
+      {"imports", "show", 1, "DOMAIN/NAME", {}, imports_show},
+      {"imports", "create", 1, "DOMAIN/NAME", {{"--node", true}}, imports_create},
+      {"imports", "delete", 1, "DOMAIN/NAME", {}, imports_delete},
       {"checkpoint", "", 0, "", {}, checkpoint},
   };
   return kCommands;
@@ -1487,7 +1468,9 @@ Result<std::pair<const Command*, std::vector<std::string_view>>> find_command(
                         (rest.size() > 1 ? ", not '" + printable(rest[1]) + "'" : ""));
 }
 
-}  // namespace
+}  // namespace cli
+
+using namespace cli;
 
 bool is_api_command(const std::vector<std::string_view>& args) {
   for (size_t i = 0; i < args.size(); ++i) {

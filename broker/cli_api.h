@@ -1,8 +1,8 @@
 #pragma once
 // The `entente` commands that speak to a running node's REST API (issue 16,
-// docs/cli.md): streams, queries, nodes, peers, contracts, checkpoint. Each
-// runs one blocking http::Client on the calling thread; every request has a
-// deadline and every input a bound.
+// docs/cli.md): streams, publish, queries, imports, nodes, peers, contracts,
+// checkpoint. Each runs one blocking http::Client on the calling thread;
+// every request has a deadline and every input a bound.
 //
 // Where the node is and which token to send come from, in this order,
 // command-line flags (--url, --token, --ca), the environment (ENTENTE_URL,
@@ -20,8 +20,9 @@ namespace entente::broker {
 
 // Whether `args` (argv without the program name) is one of these commands:
 // its first word after any global option (--url, --token, --ca, --profile,
-// --timeout with their values; --json) is streams, queries, nodes, peers,
-// contracts or checkpoint, or a global option comes before any word.
+// --timeout with their values; --json) is streams, publish, queries,
+// imports, nodes, peers, contracts or checkpoint, or a global option comes
+// before any word.
 bool is_api_command(const std::vector<std::string_view>& args);
 
 // Runs it and returns the exit code (above). Messages go to stderr, results

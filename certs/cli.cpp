@@ -25,6 +25,8 @@ constexpr const char* kCertsUsage =
     "  init-domain NAME --out DIR        create the CA of a domain (ca.crt, ca.key)\n"
     "  issue-node DOMAIN NODE --ca DIR --out DIR [--san NAMES]\n"
     "                                    issue a node certificate (node.crt, node.key, ca.crt)\n"
+    "  renew --ca DIR --dir DIR          a new node certificate (and key) with the same\n"
+    "                                    identity and names, signed by the same CA\n"
     "  show FILE                         print a certificate's identity, issuer, validity\n"
     "\n"
     "`entente certs <command> --help` describes each command. See docs/certificates.md.\n";
@@ -51,6 +53,16 @@ constexpr const char* kIssueUsage =
     "  --key        key type (default ec-p256)\n"
     "  --days N     validity in days, 1..3650 (default 397)\n"
     "  --force      overwrite existing files\n";
+
+constexpr const char* kRenewUsage =
+    "usage: entente certs renew --ca DIR --dir DIR [--days N]\n"
+    "\n"
+    "Renews the node certificate in --dir DIR (node.crt, node.key, ca.crt as\n"
+    "issue-node wrote them): a new key of the same type and a certificate with the\n"
+    "same identity (entente://DOMAIN/NODE) and the same DNS names and IP addresses,\n"
+    "valid from now, signed by the CA in --ca DIR, which must be the CA that issued\n"
+    "the old one. The files are replaced; a running node takes them on SIGHUP.\n"
+    "  --days N   validity in days, 1..3650 (default 397)\n";
 
 constexpr const char* kShowUsage =
     "usage: entente certs show FILE\n"
@@ -227,6 +239,71 @@ int issue_node_command(const std::vector<std::string>& args, std::ostream& out, 
   return kOk;
 }
 
+// Whether the first certificate of `cert_file` carries a signature of the
+// CA certificate in `ca_file` (the same name alone is not enough).
+bool signed_by(const std::filesystem::path& cert_file, const std::filesystem::path& ca_file) {
+  constexpr size_t kMaxPem = 1u << 20;
+  auto cert_pem = detail::read_file(cert_file, kMaxPem);
+  auto ca_pem = detail::read_file(ca_file, kMaxPem);
+  if (!cert_pem.ok() || !ca_pem.ok()) return false;
+  auto cert = detail::parse_certificate(*cert_pem, cert_file.string());
+  auto authority = detail::parse_certificate(*ca_pem, ca_file.string());
+  if (!cert.ok() || !authority.ok()) return false;
+  EVP_PKEY* key = X509_get0_pubkey(authority->get());
+  const bool ok = key != nullptr && X509_verify(cert->get(), key) == 1;
+  ERR_clear_error();
+  return ok;
+}
+
+// `certs renew`: the node certificate in --dir issued again by the CA in
+// --ca with the same identity, names and key type.
+int renew_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Parsed p;
+  if (auto problem = parse(args, {"--ca", "--dir", "--days"}, {}, p))
+    return usage_error(err, "renew", *problem, kRenewUsage);
+  if (p.help) {
+    out << kRenewUsage;
+    return kOk;
+  }
+  if (!p.positional.empty()) return usage_error(err, "renew", "takes no FILE: give --dir DIR", kRenewUsage);
+  auto ca = p.value("--ca");
+  auto dir = p.value("--dir");
+  if (!ca || ca->empty()) return usage_error(err, "renew", "--ca DIR is required", kRenewUsage);
+  if (!dir || dir->empty()) return usage_error(err, "renew", "--dir DIR is required", kRenewUsage);
+  const std::filesystem::path base(*dir);
+  auto old = read_certificate(base / "node.crt");
+  if (!old.ok()) return failed(err, "renew", old.error().message);
+  if (!old->identity)
+    return failed(err, "renew", (base / "node.crt").string() + " names no node (no entente:// URI SAN)");
+  auto authority = read_certificate(std::filesystem::path(*ca) / "ca.crt");
+  if (!authority.ok()) return failed(err, "renew", authority.error().message);
+  if (!signed_by(base / "node.crt", std::filesystem::path(*ca) / "ca.crt"))
+    return failed(err, "renew",
+                  (base / "node.crt").string() + " (issued by " + old->issuer +
+                      ") was not signed by the CA in " + *ca + " (" + authority->subject + ")");
+  NodeOptions options;
+  options.key = old->key_type == "Ed25519" ? KeyType::ed25519 : KeyType::ec_p256;
+  if (auto problem = key_and_days(p, options.key, options.days))
+    return usage_error(err, "renew", *problem, kRenewUsage);
+  options.sans = old->dns_names;
+  options.sans.insert(options.sans.end(), old->ip_addresses.begin(), old->ip_addresses.end());
+  options.force = true;
+  const Identity& id = *old->identity;
+  if (Status s = issue_node(id.domain, id.node, *ca, *dir, options); !s.ok())
+    return failed(err, "renew", s.error().message);
+  auto renewed = read_certificate(base / "node.crt");
+  if (!renewed.ok()) return failed(err, "renew", renewed.error().message);
+  out << "renewed " << id.uri() << ": valid until " << detail::iso8601(renewed->not_after) << " (was "
+      << detail::iso8601(old->not_after) << ")\n"
+      << "  names:       ";
+  std::string names;
+  for (const auto& n : options.sans) names += (names.empty() ? "" : ", ") + n;
+  out << (names.empty() ? "-" : names) << "\n"
+      << "  certificate: " << (base / "node.crt").string() << "\n"
+      << "  private key: " << (base / "node.key").string() << " (a new key, mode 0600)\n";
+  return kOk;
+}
+
 int show_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Parsed p;
   if (auto problem = parse(args, {}, {}, p)) return usage_error(err, "show", *problem, kShowUsage);
@@ -256,6 +333,7 @@ int run_certs(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (command == "init-domain") return init_domain_command(args, out, err);
   if (command == "issue-node") return issue_node_command(args, out, err);
   if (command == "show") return show_command(args, out, err);
+  if (command == "renew") return renew_command(args, out, err);
   return usage_error(err, "", "unknown command '" + command + "'", kCertsUsage);
 }
 

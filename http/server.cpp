@@ -737,8 +737,18 @@ class Connection final : public ConnectionBase {
     ws_->set_option(pmd);
     ws_->read_message_max(opt.ws_max_message_bytes);
     ws_->auto_fragment(false);
-    ws_->set_option(websocket::stream_base::decorator([](websocket::response_type& res) {
+    // The subprotocol the handler chose among those offered: a browser
+    // that offered any fails the handshake unless one is echoed.
+    std::string protocol;
+    try {
+      protocol = core_.handler.subprotocol(request);
+    } catch (...) {
+      report_exception(std::current_exception(), "subprotocol");
+    }
+    ws_->set_option(websocket::stream_base::decorator([protocol](websocket::response_type& res) {
       res.set(bhttp::field::server, "entente");
+      if (!protocol.empty() && is_header_safe(protocol) && res.result() == bhttp::status::switching_protocols)
+        res.set(bhttp::field::sec_websocket_protocol, protocol);
       // Beast checks the handshake again and answers its own refusals in
       // plain text; check_websocket_handshake should leave it none, but
       // should one come, it is problem+json like every other refusal.

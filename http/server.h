@@ -107,6 +107,9 @@ class Handler {
   // `reject` to refuse (401, 404, ...) with an ordinary HTTP response.
   virtual std::shared_ptr<WebSocketSession> upgrade(const Request& request,
                                                     Response& reject) = 0;
+  // After an accepted upgrade: the subprotocol to answer with
+  // (Sec-WebSocket-Protocol), one the request offered, or "" for none.
+  virtual std::string subprotocol(const Request& /*request*/) const { return {}; }
 };
 
 struct ServerOptions {

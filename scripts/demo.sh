@@ -34,29 +34,40 @@
 #      bids, cut across n2 and n3; its stateful join `new-users` moves to
 #      beta/n1 too, with its state, and comes back on the revocation; its
 #      output is checked row for row, in order, against the engine's q8.
+# At the end, a summary table: what went in and came out on each domain, each
+# contract's usage, and what the checks found lost or duplicated.
 # Environment: EVENTS (NEXMark events, default 1000000; 92 % are bids),
 # FAILOVER (0: no kill in part 3; default 1), HOSTING (0: no move to beta;
-# default 1).
+# default 1), BUILD_DIR (an existing build directory, configured already:
+# the demo only brings its two targets up to date there; default: configure
+# and build a Release build in build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$EPOCHREALTIME
 # since: seconds since the demo started, for the timings it prints.
 since() { awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }'; }
 scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target nexmark entente
+build=${BUILD_DIR:-build}
+if [[ -n ${BUILD_DIR:-} ]]; then
+  [[ -f $build/CMakeCache.txt ]] || { echo "BUILD_DIR=$build is not a configured build directory" >&2; exit 2; }
+  grep -q '^CMAKE_BUILD_TYPE:STRING=Release' "$build/CMakeCache.txt" ||
+    echo "note: $build is not a Release build; the throughput figures will be low" >&2
+else
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$build" -j"$(nproc)" --target nexmark entente
 echo "(built at $(since))"
 
 events=${EVENTS:-1000000}
 failover=${FAILOVER:-1}
 hosting_move=${HOSTING:-1}
 out=out/demo
-entente=build/broker/entente
+entente=$build/broker/entente
 rm -rf "$out"
 mkdir -p "$out"
 
 echo "== 1. NEXMark on the engine ($events events)"
-build/bench/nexmark --events "$events" --dump "$out/nexmark"
+"$build/bench/nexmark" --events "$events" --dump "$out/nexmark"
 
 echo
 echo "== 2. Two domains: acme (three nodes) owns the bids, beta (one node) runs the query on them ($(since))"
@@ -484,6 +495,48 @@ for node in acme-n1 acme-n2 acme-n3; do
 done
 echo
 
+# summary: the table the demo ends with. Each row: a domain, what, tuples
+# in, tuples or rows out, lost, duplicated (from the checks above).
+summary() {
+  local dead=""
+  row() { printf '   %-6s %-44s %10s %10s %6s %10s\n' "$@"; }
+  of() { jq -r ".$2" "$out/summary-$1.json" 2>/dev/null || echo "?"; }
+  # The stream holds tuples numbered 1..next_seq-1: a count short of n is
+  # lost, beyond it duplicated.
+  count_row() {
+    local stored=${2#* } last=${2% *}
+    row "$1" "$3" "$n" "$stored" $((n > stored ? n - stored : 0)) $((stored > n ? stored - n : 0))
+  }
+  echo
+  echo "== summary"
+  row domain what in out lost duplicated
+  count_row acme "$on_acme" "bids: published, stored (across the kill)"
+  count_row beta "$on_beta" "acme/bids: mirrored under contract"
+  row acme "hot_items (q5 cut over n1, n2; failover, move)" "$n" "$(of acme-hot-items rows)" \
+    "$(of acme-hot-items lost)" "$(of acme-hot-items duplicated)"
+  row beta "hot_items (q5 on the mirror)" "$n" "$(of beta-hot-items rows)" \
+    "$(of beta-hot-items lost)" "$(of beta-hot-items duplicated)"
+  row acme "new_users (q8; join hosted by beta a while)" "$(cat "$out"/persons.ndjson "$out"/auctions.ndjson | wc -l)" \
+    "$(of acme-new-users rows)" "$(of acme-new-users lost)" "$(of acme-new-users duplicated)"
+  echo "   contract usage, from each side's own ledger:"
+  [[ $failover == 1 ]] && dead=" (its live nodes: n1 keeps its own count in its store, down with it)"
+  echo "   $id stream:  acme$dead: $(acme_usage "$id" .tuples) tuples delivered, $(acme_usage "$id" .cost_credits) credits"
+  if [[ $hosting_move == 1 ]]; then
+    echo "   $hid hosting: beta (the host): $(api "$beta/v1/contracts/$hid/usage" |
+      jq -r '"\(.load_seconds * 1000 | round / 1000) CPU s, \(.cost_credits * 1000 | round / 1000) credits"');" \
+      "acme (from beta's reports): $(acme_usage "$hid" .load_seconds) CPU s, $(acme_usage "$hid" .cost_credits) credits"
+  fi
+}
+# acme_usage ID FIELD: a contract's usage figure summed over acme's live
+# nodes (each node counts what it sent or relayed).
+acme_usage() {
+  local node
+  for node in acme-n1 acme-n2 acme-n3; do
+    kill -0 "${pid[$node]}" 2>/dev/null || continue
+    api "${url[$node]}/v1/contracts/$1/usage" | jq "$2"
+  done | jq -s 'add * 1000 | round / 1000'
+}
+
 echo "== check ($(since))"
 # A stream holding N tuples numbered 1..N holds each named batch once.
 if [[ $on_acme == "$n $n" && $on_beta == "$n $n" ]]; then
@@ -493,12 +546,16 @@ else
   status=1
 fi
 check=(scripts/lib/demo_check.py check "$out/acme-hot-items.tsv" --reference "$out/beta-hot-items.ndjson"
-  --engine "$out/nexmark/q5.ndjson" --until "$last_time")
+  --engine "$out/nexmark/q5.ndjson" --until "$last_time" --summary "$out/summary-acme-hot-items.json")
 [[ $failover == 1 ]] && check+=(--kill-at "$kill_at" --closed-by "$closed_by")
 echo "acme's hot_items, cut across n1 and n2, as the subscriber on n3 received them:"
 "${check[@]}" || status=1
 echo "acme's new_users (NEXMark q8), its join hosted by beta for a while, as the subscriber on n3 received it:"
 scripts/lib/demo_check.py check "$out/acme-new-users.tsv" --engine-before "$out/nexmark/q8.ndjson" --before "$before8" \
-  --in-order || status=1
+  --in-order --summary "$out/summary-acme-new-users.json" || status=1
+echo "beta's hot_items, the same query on its mirror of acme/bids, away from the faults:"
+scripts/lib/demo_check.py check "$out/beta-hot-items.ndjson" --engine "$out/nexmark/q5.ndjson" --until "$last_time" \
+  --summary "$out/summary-beta-hot-items.json" || status=1
+summary
 echo "-- rows in $out/acme-hot-items.tsv and $out/beta-hot-items.ndjson; the nodes' data and logs in $out (total $(since))"
 exit $status

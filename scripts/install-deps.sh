@@ -15,6 +15,9 @@ packages=(
   python3 python3-yaml  # docs/api/openapi.yaml → the JSON the node serves
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
   etcd-server        # the shared metadata of a domain of several nodes (tests start their own)
+  systemd            # systemd-analyze: the packaged unit is checked by systemd itself (not started)
+  chromium           # scripts/ui-test.sh: the dashboard in a headless browser
+  fonts-liberation   # a font for its screenshot (installed without recommends, chromium has none)
 )
 
 missing=()

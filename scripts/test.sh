@@ -7,6 +7,9 @@
 #      clients, curl) and the benchmarks' smoke runs in an optimised build,
 #      warnings as errors (the unit tests are built and run in step 5, under
 #      ASan + UBSan: building them here too cost about four minutes);
+#   1b. the dashboard in headless Chromium against two federated domains
+#      (scripts/ui-test.sh, about 10 s); its screenshot,
+#      out/ui-screenshot.png, is the run's artefact;
 #   2. NEXMark: every query's engine output checked row for row against its
 #      hand-written reference on a small event set;
 #   3. the federation frame decoder fuzzed for 30 s (libFuzzer, clang; scripts/fuzz.sh 600 for a long run);
@@ -31,6 +34,9 @@ cmake --build build -j"$jobs"
 
 echo "== integration tests"
 ctest --test-dir build --output-on-failure -j"$tests"
+
+echo "== the dashboard in headless Chromium (screenshot: out/ui-screenshot.png)"
+BUILD_DIR=build scripts/ui-test.sh
 
 echo "== NEXMark results check"
 build/bench/nexmark --events 300000 --json

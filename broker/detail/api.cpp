@@ -253,6 +253,10 @@ const std::vector<RouteInfo>& api_routes() {
       {"GET", "/v1/health", kPublic, false, &N::get_health},
       {"GET", "/metrics", Role::reader, false, &N::get_metrics},
       {"GET", "/v1/openapi.json", kPublic, false, &N::get_openapi},
+      {"GET", "/ui", kPublic, false, &N::get_ui},
+      {"GET", "/ui/{file}", kPublic, false, &N::get_ui},
+      {"POST", "/v1/ui/session", Role::reader, false, &N::post_ui_session},
+      {"DELETE", "/v1/ui/session", kPublic, false, &N::delete_ui_session},
       {"GET", "/v1/streams", Role::reader, false, &N::list_streams_route},
       {"POST", "/v1/streams", Role::admin, false, &N::create_stream_route},
       {"GET", "/v1/streams/{name}", Role::reader, false, &N::get_stream},
@@ -450,6 +454,10 @@ void NodeImpl::handle(Request&& req, Respond respond) {
     return;
   }
   if (chosen->role) {
+    if (auto p = browser_bearer(req, *chosen)) {
+      answer(std::move(*p));
+      return;
+    }
     auto a = authenticate(req, *chosen->role);
     if (!a.ok) {
       answer(std::move(a.problem));

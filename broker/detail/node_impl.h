@@ -26,6 +26,7 @@
 #include "broker/config.h"
 #include "broker/detail/query.h"
 #include "broker/detail/streams.h"
+#include "broker/detail/ui_sessions.h"
 #include "http/server.h"
 #include "http/upstream.h"
 #include "broker/metrics.h"
@@ -146,6 +147,8 @@ class NodeImpl final : public http::Handler {
   void handle(http::Request&& req, http::Respond respond) override;
   std::shared_ptr<http::WebSocketSession> upgrade(const http::Request& req,
                                                   http::Response& reject) override;
+  // The WebSocket subprotocol an accepted upgrade answers with (ui.cpp).
+  std::string subprotocol(const http::Request& req) const override;
 
   // --- used by the API
   struct AuthResult {
@@ -291,6 +294,20 @@ class NodeImpl final : public http::Handler {
   // Route handlers (api.cpp), one per route of api_routes().
   void get_health(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void get_openapi(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // The dashboard (ui.cpp, docs/dashboard.md).
+  void get_ui(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void post_ui_session(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void delete_ui_session(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // A browser's credentials as the bearer token they stand for (ui.cpp): a
+  // live session cookie on a GET that needs no more than a reader, or
+  // "entente.bearer.<token>" among a WebSocket upgrade's subprotocols. Adds
+  // the Authorization header when the request has none; a problem when the
+  // subprotocols are malformed.
+  std::optional<http::Response> browser_bearer(http::Request& req, const RouteInfo& route) const;
+  // The WebSocket upgrade once the route is known (websocket.cpp).
+  std::shared_ptr<http::WebSocketSession> upgrade_authorised(const http::Request& req, const RouteInfo& route,
+                                                             const std::string& param, bool subscribe,
+                                                             http::Response& reject);
   void get_metrics(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void list_streams_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void create_stream_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
@@ -906,6 +923,7 @@ class NodeImpl final : public http::Handler {
 
   NodeConfig config_;  // tokens: REQUIRES tokens_mu_ (a reload replaces them)
   mutable std::mutex tokens_mu_;
+  mutable UiSessions ui_sessions_;  // the dashboard's cookies (ui.cpp)
   Registry metrics_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<store::GroupCommit> gc_;

@@ -313,7 +313,20 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
   }
   const std::string param = params.at(0);
   const bool subscribe = std::string_view(routes.front()->path) == "/v1/streams/{name}/subscribe";
-  auto auth = authenticate(req, *routes.front()->role);
+  // A browser's token comes in a subprotocol or a session cookie (ui.cpp):
+  // as an Authorization header from here on, also when relayed.
+  http::Request with_bearer = req;
+  if (auto p = browser_bearer(with_bearer, *routes.front())) {
+    reject = std::move(*p);
+    return nullptr;
+  }
+  return upgrade_authorised(with_bearer, *routes.front(), param, subscribe, reject);
+}
+
+std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade_authorised(const http::Request& req, const RouteInfo& route,
+                                                                     const std::string& param, bool subscribe,
+                                                                     http::Response& reject) {
+  auto auth = authenticate(req, *route.role);
   if (!auth.ok) {
     reject = std::move(auth.problem);
     return nullptr;

@@ -48,14 +48,15 @@ def load_ndjson(path):
 
 
 def load_received(path):
-    """(arrival time in seconds, row) per line of a timestamped output."""
+    """(arrival time in seconds, row) per line of a timestamped output; a
+    line of plain NDJSON (no arrival time: JSON text holds no raw tab) gets 0."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             if not line.strip():
                 continue
-            stamp, _, body = line.rstrip("\n").partition("\t")
-            out.append((float(stamp), json.loads(body)))
+            stamp, tab, body = line.rstrip("\n").partition("\t")
+            out.append((float(stamp), json.loads(body)) if tab else (0.0, json.loads(stamp)))
     return out
 
 
@@ -106,6 +107,23 @@ def takeover_s(received, kill_at, closed_by_ms):
     return None
 
 
+def write_summary(path, rows, refs):
+    """One JSON object for the demo's summary table: rows received, rows lost
+    (missing from the fullest reference, or numbers skipped), rows duplicated
+    (numbers received twice, or rows beyond the reference's)."""
+    seen = collections.Counter(r["_seq"] for r in rows)
+    duplicated = sum(n - 1 for n in seen.values())
+    lost = (max(seen) - len(seen)) if seen else 0
+    got = collections.Counter(row_key(r) for r in rows)
+    for _, want in refs:
+        w = collections.Counter(row_key(r) for r in want)
+        lost = max(lost, sum((w - got).values()))
+        duplicated = max(duplicated, sum((got - w).values()))
+    with open(path, "w") as f:
+        json.dump({"rows": len(rows), "lost": lost, "duplicated": duplicated}, f)
+        f.write("\n")
+
+
 def check(args):
     received = load_received(args.output)
     rows = [r for _, r in received]
@@ -135,6 +153,8 @@ def check(args):
             print("takeover: %.2f s from the kill to the subscriber's first new row" % t)
     seqs = [r["_seq"] for r in rows]
     span = "_seq %d..%d" % (min(seqs), max(seqs)) if seqs else "no rows"
+    if args.summary:
+        write_summary(args.summary, rows, refs)
     if problems:
         for p in problems:
             print("   " + p)
@@ -164,6 +184,7 @@ def main(argv):
     c.add_argument("--in-order", action="store_true")
     c.add_argument("--kill-at", type=float)
     c.add_argument("--closed-by", type=int)
+    c.add_argument("--summary", help="write {rows, lost, duplicated} as JSON to this file")
     args = p.parse_args(argv)
     if args.cmd == "expected":
         print(len(engine_rows(args.engine, args.until)))

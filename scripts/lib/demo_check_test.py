@@ -106,6 +106,28 @@ class DemoCheck(unittest.TestCase):
         self.assertEqual(status, 1)
         self.assertIn("no row computed after the kill was received", text)
 
+    def summary_of(self, got):
+        path = os.path.join(self.dir.name, "summary.json")
+        self.run_check(got, "--summary", path)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    def test_the_summary_counts_rows_lost_and_duplicated(self):
+        self.assertEqual(self.summary_of(self.received()), {"rows": 5, "lost": 0, "duplicated": 0})
+        got = self.received()
+        del got[2]
+        self.assertEqual(self.summary_of(got), {"rows": 4, "lost": 1, "duplicated": 0})
+        got = self.received()
+        got.insert(3, got[2])
+        self.assertEqual(self.summary_of(got), {"rows": 6, "lost": 0, "duplicated": 1})
+
+    def test_plain_ndjson_without_arrival_times_is_checked_too(self):
+        path = self.write("plain.ndjson", "".join(json.dumps(r) + "\n" for r in self.reference))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = demo_check.main(["check", path, "--engine", self.engine_path, "--until", str(self.until)])
+        self.assertEqual(status, 0, out.getvalue())
+
 
 class DemoCheckInOrder(unittest.TestCase):
     """q8's check: the engine's rows below an event time, in order."""

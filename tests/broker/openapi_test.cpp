@@ -49,13 +49,17 @@ TEST(OpenApi, EveryOperationDocumentsItsErrorsAsProblems) {
 }
 
 // The table also drives authorisation: these are the access rules of
-// docs/api.md (health and the description public; reading a reader's;
-// publishing a publisher's; every change an admin's).
+// docs/api.md (health, the description and the dashboard's files public;
+// reading a reader's; publishing a publisher's; every change an admin's;
+// a dashboard session any token's, docs/dashboard.md).
 TEST(OpenApiRoutes, EachRouteNeedsTheRoleOfItsAccessRule) {
   for (const auto& r : api_routes()) {
     const std::string key = std::string(r.method) + " " + r.path;
     std::optional<Role> want = Role::admin;
-    if (key == "GET /v1/health" || key == "GET /v1/openapi.json") want = std::nullopt;
+    if (key == "GET /v1/health" || key == "GET /v1/openapi.json" || key == "GET /ui" || key == "GET /ui/{file}" ||
+        key == "DELETE /v1/ui/session")
+      want = std::nullopt;
+    else if (key == "POST /v1/ui/session") want = Role::reader;  // any token: the session reads with its role
     else if (key == "POST /v1/streams/{name}/tuples" || key == "GET /v1/streams/{name}/publish")
       want = Role::publisher;
     else if (std::string_view(r.method) == "GET") want = Role::reader;

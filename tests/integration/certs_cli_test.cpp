@@ -184,6 +184,69 @@ TEST_F(CertsCliProcessTest, ExitCodesAndMessages) {
   EXPECT_TRUE(contains(show_missing.err, p("nothing.crt"))) << show_missing.err;
 }
 
+// `certs renew`: the same identity, names, key type and issuer, a new
+// validity and key; refused with a CA that did not sign the old one, even
+// one of the same name.
+TEST_F(CertsCliProcessTest, RenewKeepsTheIdentityAndNamesWithANewValidity) {
+  ASSERT_EQ(entente({"init-domain", "acme", "--out", p("acme-ca")}).code, 0);
+  ASSERT_EQ(entente({"init-domain", "acme", "--out", p("other-acme-ca")}).code, 0);
+  ASSERT_EQ(entente({"init-domain", "globex", "--out", p("globex-ca"), "--key", "ed25519"}).code, 0);
+  ASSERT_EQ(entente({"issue-node", "acme", "n1", "--ca", p("acme-ca"), "--san", "127.0.0.1,::1,localhost",
+                     "--days", "30", "--out", p("acme-n1")})
+                .code,
+            0);
+  ASSERT_EQ(entente({"issue-node", "globex", "g1", "--ca", p("globex-ca"), "--san", "g1.example", "--out",
+                     p("globex-g1"), "--key", "ed25519"})
+                .code,
+            0);
+  const Outcome before = entente({"show", p("acme-n1/node.crt")});
+  ASSERT_EQ(before.code, 0) << before.err;
+  const std::string key_before = slurp(p("acme-n1/node.key"));
+
+  Outcome renewed = entente({"renew", "--ca", p("acme-ca"), "--dir", p("acme-n1"), "--days", "90"});
+  ASSERT_EQ(renewed.code, 0) << renewed.err;
+  EXPECT_TRUE(contains(renewed.out, "renewed entente://acme/n1: valid until ")) << renewed.out;
+  EXPECT_TRUE(contains(renewed.out, "names:       localhost, 127.0.0.1, ::1\n")) << renewed.out;
+  const Outcome after = entente({"show", p("acme-n1/node.crt")});
+  ASSERT_EQ(after.code, 0) << after.err;
+  // The lines of `show` that must not change, and those that must.
+  auto line = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\n" + key + ": ");
+    return at == std::string::npos ? std::string("<absent>")
+                                   : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  };
+  for (const char* key : {"subject", "issuer", "dns", "ip", "key"})
+    EXPECT_EQ(line(after.out, key), line(before.out, key)) << key;
+  EXPECT_TRUE(contains(after.out, "identity: entente://acme/n1\n")) << after.out;
+  EXPECT_TRUE(contains(after.out, "status: valid (expires in 89 days)")) << after.out;
+  EXPECT_NE(line(after.out, "not after"), line(before.out, "not after"));
+  EXPECT_NE(line(after.out, "sha256"), line(before.out, "sha256"));
+  EXPECT_NE(slurp(p("acme-n1/node.key")), key_before);
+  EXPECT_EQ(mode_of(p("acme-n1/node.key")), 0600u);
+
+  // An Ed25519 node stays Ed25519.
+  ASSERT_EQ(entente({"renew", "--ca", p("globex-ca"), "--dir", p("globex-g1")}).code, 0);
+  const Outcome g1 = entente({"show", p("globex-g1/node.crt")});
+  EXPECT_TRUE(contains(g1.out, "key: Ed25519\n")) << g1.out;
+  EXPECT_TRUE(contains(g1.out, "dns: g1.example\n")) << g1.out;
+
+  // Another CA, even one calling itself acme, did not issue it.
+  const std::string cert_before = slurp(p("acme-n1/node.crt"));
+  Outcome impostor = entente({"renew", "--ca", p("other-acme-ca"), "--dir", p("acme-n1")});
+  EXPECT_EQ(impostor.code, 1);
+  EXPECT_TRUE(contains(impostor.err, "was not signed by the CA in " + p("other-acme-ca"))) << impostor.err;
+  EXPECT_EQ(slurp(p("acme-n1/node.crt")), cert_before);
+  Outcome no_dir = entente({"renew", "--ca", p("acme-ca")});
+  EXPECT_EQ(no_dir.code, 2);
+  EXPECT_TRUE(contains(no_dir.err, "--dir DIR is required")) << no_dir.err;
+
+  Outcome which = run_program("sh", {"-c", "command -v openssl"}, dir_ / "logs");
+  if (which.code != 0) GTEST_SKIP() << "the openssl command is not installed";
+  Outcome ok = run_program("openssl", {"verify", "-CAfile", p("acme-ca/ca.crt"), p("acme-n1/node.crt")},
+                           dir_ / "logs");
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+}
+
 // docs/examples/node-tls.json names the files `entente certs issue-node`
 // writes (certs/node.crt, certs/node.key, relative to the configuration's
 // directory): a node starts from it as written, with only its listen

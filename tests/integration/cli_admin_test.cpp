@@ -18,6 +18,7 @@
 
 #include "rapidjson/document.h"
 #include "tests/integration/support/broker_process.h"
+#include "tests/integration/support/cli_run.h"
 #include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
 #include "tests/support/temp_dir.h"
@@ -25,88 +26,11 @@
 namespace entente::testing {
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-bool has(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
-
-// `s` as one shell word.
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Runs `entente ARGS` in a clean environment: none of the ENTENTE_*
-// settings, no XDG_CONFIG_HOME, HOME at `home` (an empty folder unless a
-// test puts a profile file there), then the assignments in `env`.
-CliRun entente(const std::string& home, const std::string& args, const std::string& env = "") {
-  CliRun r;
-  const std::string err_file = home + "/stderr.txt";
-  r.code = run_command(
-      "env -u ENTENTE_URL -u ENTENTE_TOKEN -u ENTENTE_CA -u ENTENTE_PROFILE -u XDG_CONFIG_HOME "
-      "HOME=" +
-          quote(home) + " " + env + " " + ENTENTE_BIN + " " + args + " 2>" + quote(err_file),
-      r.out);
-  std::ifstream f(err_file);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.err = ss.str();
-  return r;
-}
-
-std::string what(const CliRun& r) {
-  return "exit " + std::to_string(r.code) + "\nstdout:\n" + r.out + "stderr:\n" + r.err;
-}
-
-// The value of the `key: value` line of `out`, spaces trimmed; "<absent>"
-// when there is none.
-std::string value_of(const std::string& out, const std::string& key) {
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key + ":", 0) != 0) continue;
-    const size_t from = line.find_first_not_of(' ', key.size() + 1);
-    return from == std::string::npos ? "" : line.substr(from);
-  }
-  return "<absent>";
-}
-
-std::vector<std::string> cells(const std::string& line) {
-  std::istringstream in(line);
-  std::vector<std::string> out;
-  for (std::string c; in >> c;) out.push_back(c);
-  return out;
-}
-
-// The cells of the table row of `out` whose first cell is `first`; empty
-// when there is none.
-std::vector<std::string> row_of(const std::string& out, const std::string& first) {
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    auto c = cells(line);
-    if (!c.empty() && c[0] == first) return c;
-  }
-  return {};
-}
-
-using Cells = std::vector<std::string>;
-
 rapidjson::Document parse(const std::string& text) {
   rapidjson::Document d;
   d.Parse(text.c_str());
   EXPECT_FALSE(d.HasParseError()) << text;
   return d;
-}
-
-void write_file(const std::string& path, const std::string& text, mode_t mode = 0600) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path) << text;
-  ::chmod(path.c_str(), mode);
 }
 
 // {"profiles": {NAME: {"url": URL, "token": TOKEN}}} for each (NAME, URL, TOKEN).
@@ -575,6 +499,12 @@ TEST(AdminCliTls, TheCaComesFromAFlagOrTheProfile) {
   EXPECT_EQ(r.code, 3) << what(r);
   EXPECT_TRUE(has(r.err, "certificate verify failed")) << r.err;
   EXPECT_TRUE(has(r.err, "give --ca FILE")) << r.err;
+  // publish retries a lost answer, not a certificate it cannot verify.
+  write_file(home + "/one.ndjson", "{\"x\": 1}\n");
+  r = entente(home, "--url " + url + " --token " + kAdminToken + " publish s --file " + home + "/one.ndjson");
+  EXPECT_EQ(r.code, 3) << what(r);
+  EXPECT_TRUE(has(r.err, "give --ca FILE")) << r.err;
+  EXPECT_FALSE(has(r.err, "sending it again")) << r.err;
   r = entente(home, "--url " + url + " --token " + kReaderToken + " --ca " + n.ca_file() + " streams list");
   EXPECT_EQ(r.code, 0) << what(r);
   EXPECT_EQ(r.out, "no streams\n");
