@@ -14,10 +14,14 @@ namespace entente::base {
 
 std::string_view log_level_name(LogLevel l) noexcept {
   switch (l) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::debug:
+      return "debug";
   }
   return "info";
 }
@@ -72,8 +76,10 @@ std::string format_text(const LogRecord& r) {
   if (r.fields) {
     for (const auto& [k, v] : *r.fields) {
       out.append(" ").append(k).append("=");
-      if (needs_quotes(v)) append_json_string(out, v);
-      else append_text(out, v);
+      if (needs_quotes(v))
+        append_json_string(out, v);
+      else
+        append_text(out, v);
     }
   }
   out += '\n';
@@ -104,7 +110,8 @@ std::string format_json(const LogRecord& r) {
 }
 
 int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 

@@ -82,8 +82,8 @@ class Logger final {
     uint64_t count = 0;  // repeats not written
   };
   void write_locked(int64_t now, LogLevel level, std::string_view component, std::string_view msg,
-                    const LogFields& fields);                            // REQUIRES: mu_ held
-  void flush_repeats_locked(int64_t now, bool all);                     // REQUIRES: mu_ held
+                    const LogFields& fields);        // REQUIRES: mu_ held
+  void flush_repeats_locked(int64_t now, bool all);  // REQUIRES: mu_ held
 
   Sink sink_;
   Clock clock_;
@@ -99,7 +99,8 @@ class Logger final {
 // The process's logger: stderr, wall clock.
 Logger& process_log();
 
-inline void log(LogLevel level, std::string_view component, std::string_view msg, const LogFields& fields = {}) {
+inline void log(LogLevel level, std::string_view component, std::string_view msg,
+                const LogFields& fields = {}) {
   process_log().log(level, component, msg, fields);
 }
 inline void log_refusal(std::string_view component, std::string_view msg) {

@@ -4,7 +4,6 @@
 #include "base/log.h"
 
 #include <gtest/gtest.h>
-
 #include <rapidjson/document.h>
 
 #include <string>
@@ -37,7 +36,8 @@ TEST(Log, TextLineHasTimestampLevelComponentNodeAndFields) {
   c.logger.log(LogLevel::info, "audit", "POST /v1/streams",
                {{"token", "ops"}, {"object", "bids"}, {"detail", "a b"}, {"empty", ""}});
   ASSERT_EQ(c.lines.size(), 3u);
-  EXPECT_EQ(c.lines[0], "2026-12-03T11:04:22.123Z info  federation acme/n1: link up with entente://beta/n1\n");
+  EXPECT_EQ(c.lines[0],
+            "2026-12-03T11:04:22.123Z info  federation acme/n1: link up with entente://beta/n1\n");
   EXPECT_EQ(c.lines[1], "2026-12-03T11:04:22.123Z warn  api acme/n1: two?lines\n");
   EXPECT_EQ(c.lines[2],
             "2026-12-03T11:04:22.123Z info  audit acme/n1: POST /v1/streams token=ops object=bids "
@@ -62,7 +62,8 @@ TEST(Log, JsonLineIsOneObjectThatParses) {
   EXPECT_STREQ(d["level"].GetString(), "error");
   EXPECT_STREQ(d["component"].GetString(), "store");
   EXPECT_STREQ(d["node"].GetString(), "acme/n1");
-  EXPECT_EQ(std::string(d["msg"].GetString()), "quote \" backslash \\ newline \n tab \t bad utf8 \xEF\xBF\xBD end");
+  EXPECT_EQ(std::string(d["msg"].GetString()),
+            "quote \" backslash \\ newline \n tab \t bad utf8 \xEF\xBF\xBD end");
   EXPECT_STREQ(d["token"].GetString(), "ops");
   EXPECT_EQ(d.MemberCount(), 6u);  // a field named like a fixed member is left out
 }
@@ -143,10 +144,12 @@ TEST(Log, DifferentTextsLevelsAndComponentsAreNotCollapsed) {
 TEST(Log, ConcurrentWritersProduceWholeLines) {
   std::vector<std::string> lines;
   std::mutex mu;
-  Logger logger([&](std::string_view l) {
-    std::lock_guard lock(mu);
-    lines.emplace_back(l);
-  }, [] { return kT0; });
+  Logger logger(
+      [&](std::string_view l) {
+        std::lock_guard lock(mu);
+        lines.emplace_back(l);
+      },
+      [] { return kT0; });
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&logger, t] {

@@ -5,6 +5,8 @@
 // the token's name; repeated refused requests are one line; /metrics of two
 // linked domains with a contract and an import shows the build, the
 // certificates' days left, the contract's end and the import's state.
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
 #include <signal.h>
 
 #include <chrono>
@@ -14,9 +16,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <rapidjson/document.h>
 
 #include "certs/certs.h"
 #include "tests/integration/support/broker_process.h"
@@ -71,23 +70,30 @@ TEST(BrokerLogs, TextLinesHaveTimestampLevelAndComponentAndAuditNamesTheToken) {
       << node.stderr_text();
 
   const std::string log = node.stderr_text();
-  const std::regex line(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (error|warn |info |debug) [a-z]+ acme/n1: .+$)");
+  const std::regex line(
+      R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (error|warn |info |debug) [a-z]+ acme/n1: .+$)");
   const auto lines = lines_of(log);
   ASSERT_FALSE(lines.empty());
   for (const auto& l : lines) EXPECT_TRUE(std::regex_match(l, line)) << l;
 
   EXPECT_NE(log.find(" info  audit acme/n1: POST /v1/streams token=ops object=bids outcome=201\n"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find(" info  audit acme/n1: DELETE /v1/streams/{name} token=ops object=bids outcome=204\n"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find(" info  audit acme/n1: DELETE /v1/streams/{name} token=ops object=bids outcome=404\n"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_EQ(log.find("token=feed"), std::string::npos) << log;
   EXPECT_NE(log.find(" warn  api acme/n1: refused POST /v1/streams from 127.0.0.1: token 'feed' has role "
                      "publisher\n"),
-            std::string::npos) << log;
-  EXPECT_NE(log.find(" info  audit acme/n1: config.reload token=- object=" + node.config_path() + " outcome=done\n"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(" info  audit acme/n1: config.reload token=- object=" + node.config_path() +
+                     " outcome=done\n"),
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find(" info  node acme/n1: reload done: "), std::string::npos) << log;
 }
 
@@ -99,7 +105,9 @@ TEST(BrokerLogs, RepeatedRefusalsAreOneLine) {
   EXPECT_EQ(node.request("GET", "/v1/streams", "", "").status, 401u);
   ASSERT_EQ(node.request("GET", "/v1/streams", "", kAdminToken).status, 200u);  // the log is written by now
   const std::string log = node.stderr_text();
-  EXPECT_EQ(count_of(log, "refused POST /v1/streams from 127.0.0.1: the bearer token is not valid for this node"), 1u)
+  EXPECT_EQ(
+      count_of(log, "refused POST /v1/streams from 127.0.0.1: the bearer token is not valid for this node"),
+      1u)
       << log;
   EXPECT_EQ(count_of(log, "refused GET /v1/streams from 127.0.0.1: no bearer token"), 1u) << log;
   // Within the window (10 s) no summary yet: base/log_test.cpp shows it after.
@@ -123,10 +131,12 @@ TEST(BrokerLogs, JsonFormatWritesOneObjectPerLine) {
     ASSERT_TRUE(d.IsObject()) << l;
     for (const char* key : {"ts", "level", "component", "node", "msg"})
       ASSERT_TRUE(d.HasMember(key) && d[key].IsString()) << key << " in " << l;
-    EXPECT_TRUE(std::regex_match(d["ts"].GetString(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")))
+    EXPECT_TRUE(
+        std::regex_match(d["ts"].GetString(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")))
         << l;
     EXPECT_STREQ(d["node"].GetString(), "acme/n1");
-    if (std::string(d["component"].GetString()) == "audit" && std::string(d["msg"].GetString()) == "POST /v1/streams") {
+    if (std::string(d["component"].GetString()) == "audit" &&
+        std::string(d["msg"].GetString()) == "POST /v1/streams") {
       EXPECT_STREQ(d["level"].GetString(), "info");
       EXPECT_STREQ(d["token"].GetString(), "ops");
       EXPECT_STREQ(d["object"].GetString(), "bids");
@@ -140,9 +150,8 @@ TEST(BrokerLogs, JsonFormatWritesOneObjectPerLine) {
 TEST(BrokerLogs, BadLogFormatIsAUsageError) {
   BrokerProcess node;  // only for its configuration file
   std::string out;
-  const int rc = run_command(std::string(ENTENTE_BIN) + " broker --config " + node.config_path() +
-                                 " --log-format yaml 2>&1",
-                             out);
+  const int rc = run_command(
+      std::string(ENTENTE_BIN) + " broker --config " + node.config_path() + " --log-format yaml 2>&1", out);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--log-format must be text or json, not 'yaml'"), std::string::npos) << out;
 }
@@ -153,7 +162,8 @@ void expect_days_left(const std::string& metrics, const std::string& which, cons
   auto info = certs::read_certificate(pem);
   ASSERT_TRUE(info.ok()) << info.error().message;
   const double want = std::chrono::duration<double>(info->not_after - certs::Clock::now()).count() / 86400;
-  auto got = sample(metrics, "entente_cert_expiry_days", {"which=\"" + which + "\"", "domain=\"" + domain + "\""});
+  auto got =
+      sample(metrics, "entente_cert_expiry_days", {"which=\"" + which + "\"", "domain=\"" + domain + "\""});
   ASSERT_TRUE(got.has_value()) << which << " " << domain << "\n" << metrics;
   EXPECT_NEAR(*got, want, 0.01) << which << " " << domain;
   EXPECT_GT(*got, 1);
@@ -190,11 +200,15 @@ TEST(BrokerLogs, MetricsShowBuildCertificatesContractEndAndImportState) {
   // Who agreed, in each domain's audit lines.
   const std::string acme_log = d.acme->process().stderr_text(), beta_log = d.beta->process().stderr_text();
   EXPECT_NE(acme_log.find("audit acme/n1: POST /v1/contracts token=ops object=" + id + " outcome=201\n"),
-            std::string::npos) << acme_log;
-  EXPECT_NE(beta_log.find("audit beta/n1: POST /v1/contracts/{id}/accept token=ops object=" + id + " outcome=200\n"),
-            std::string::npos) << beta_log;
+            std::string::npos)
+      << acme_log;
+  EXPECT_NE(beta_log.find("audit beta/n1: POST /v1/contracts/{id}/accept token=ops object=" + id +
+                          " outcome=200\n"),
+            std::string::npos)
+      << beta_log;
   EXPECT_NE(beta_log.find("audit beta/n1: POST /v1/imports token=ops object=acme/bids outcome=201\n"),
-            std::string::npos) << beta_log;
+            std::string::npos)
+      << beta_log;
 }
 
 }  // namespace
