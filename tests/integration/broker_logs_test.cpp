@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "certs/certs.h"
+#include "tests/http/http_test_certs.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
@@ -167,6 +168,21 @@ void expect_days_left(const std::string& metrics, const std::string& which, cons
   ASSERT_TRUE(got.has_value()) << which << " " << domain << "\n" << metrics;
   EXPECT_NEAR(*got, want, 0.01) << which << " " << domain;
   EXPECT_GT(*got, 1);
+}
+
+TEST(BrokerLogs, MetricsShowTheApiCertificatesDaysLeft) {
+  http::testing::TestPki pki;
+  BrokerOptions o;
+  o.tls = true;
+  o.cert_file = pki.cert_file;
+  o.key_file = pki.key_file;
+  o.ca_file = pki.ca_file;
+  BrokerProcess node(o);
+  ASSERT_TRUE(node.start()) << node.last_error();
+  const std::string metrics = node.request("GET", "/metrics", "", kReaderToken).body;
+  expect_days_left(metrics, "api", "acme", pki.cert_file);
+  // No federation section: nothing else is presented or pinned.
+  EXPECT_FALSE(sample(metrics, "entente_cert_expiry_days", {"which=\"pinned_ca\""}).has_value()) << metrics;
 }
 
 TEST(BrokerLogs, MetricsShowBuildCertificatesContractEndAndImportState) {
