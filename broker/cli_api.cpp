@@ -53,7 +53,12 @@ constexpr const char* kApiUsage =
     "  streams delete NAME\n"
     "  queries list\n"
     "  queries show NAME\n"
-    "  queries deploy --file FILE     a query network as POST /v1/queries takes it (- : stdin)\n"
+    "  queries deploy --file FILE [--start-from earliest|latest]\n"
+    "                                 a query network as POST /v1/queries takes it (- : stdin)\n"
+    "  queries replace NAME --file FILE [--drop-state BOX,...] [--start-from earliest|latest]\n"
+    "                                 a new network; unchanged boxes keep their state\n"
+    "  queries stop NAME              checkpoint and stop reading (state and positions kept)\n"
+    "  queries start NAME             resume a stopped query where it stopped\n"
     "  queries delete NAME            the query and its output streams\n"
     "  nodes                          the nodes of the node's domain\n"
     "  peers                          the node's peer links (a node with federation)\n"
@@ -1103,27 +1108,80 @@ Exit queries_show(Api& api, const CommandLine& c) {
   return get_and_print(api, "/v1/queries/" + *name, print_query);
 }
 
-Exit queries_deploy(Api& api, const CommandLine& c) {
+// The query network in --file, with --start-from and --drop-state (a
+// comma-separated list) set in it; the document's text to send, or a
+// usage error's message.
+Result<std::string> network_of(const CommandLine& c, std::string_view command) {
   const std::string* file = c.value("--file");
-  if (file == nullptr) return usage_error("queries deploy needs --file FILE (a query network; - for stdin)");
-  const auto text =
-      read_bounded(*file, kMaxRequestBody, "--file " + printable(*file),
-                   "the most a node takes with its default api.limits.max_body_bytes; nothing was sent");
-  if (!text.ok()) return usage_error(text.error().message);
+  if (file == nullptr) {
+    return Error{Errc::invalid_argument,
+                 std::string(command) + " needs --file FILE (a query network; - for stdin)"};
+  }
+  auto text = read_bounded(*file, kMaxRequestBody, "--file " + printable(*file),
+                           "the most a node takes with its default api.limits.max_body_bytes; nothing was sent");
+  if (!text.ok()) return text.error();
   rapidjson::Document d;
   if (auto problem = base::read_json(*text, d))
-    return usage_error("--file " + printable(*file) + ": " + problem->message());
+    return Error{Errc::invalid_argument, "--file " + printable(*file) + ": " + problem->message()};
   if (!d.IsObject()) {
-    return usage_error("--file " + printable(*file) +
-                       ": expected a query network, a JSON object with name, inputs, "
-                       "boxes, arcs and outputs (docs/query-networks.md), not " +
-                       std::string(base::json_kind(d)));
+    return Error{Errc::invalid_argument, "--file " + printable(*file) +
+                                             ": expected a query network, a JSON object with name, inputs, "
+                                             "boxes, arcs and outputs (docs/query-networks.md), not " +
+                                             std::string(base::json_kind(d))};
   }
-  // The document goes as written: the node reports its problems with paths
-  // into it.
-  const Reply r = api.call("POST", "/v1/queries", *text);
+  const std::string* from = c.value("--start-from");
+  const std::string* drop = c.value("--drop-state");
+  // Otherwise the document goes as written: the node reports its problems
+  // with paths into it.
+  if (from == nullptr && drop == nullptr) return std::move(text).value();
+  auto& a = d.GetAllocator();
+  if (from != nullptr) {
+    if (*from != "earliest" && *from != "latest") {
+      return Error{Errc::invalid_argument,
+                   "--start-from: earliest or latest (a sequence number per input goes in the file's "
+                   "\"start_from\", docs/query-networks.md), not '" + printable(*from) + "'"};
+    }
+    d.RemoveMember("start_from");
+    d.AddMember("start_from", rapidjson::Value(from->c_str(), a), a);
+  }
+  if (drop != nullptr) {
+    rapidjson::Value boxes(rapidjson::kArrayType);
+    for (size_t at = 0; at <= drop->size();) {
+      const size_t comma = std::min(drop->find(',', at), drop->size());
+      if (comma > at) boxes.PushBack(rapidjson::Value(drop->substr(at, comma - at).c_str(), a), a);
+      at = comma + 1;
+    }
+    d.RemoveMember("drop_state");
+    d.AddMember("drop_state", boxes, a);
+  }
+  return detail::json_text(d);
+}
+
+Exit queries_deploy(Api& api, const CommandLine& c) {
+  const auto body = network_of(c, "queries deploy");
+  if (!body.ok()) return usage_error(body.error().message);
+  const Reply r = api.call("POST", "/v1/queries", *body);
   return r.exit == Exit::ok ? emit(api, r, print_query) : r.exit;
 }
+
+Exit queries_replace(Api& api, const CommandLine& c) {
+  const auto name = path_name(c.words[0], "a query name");
+  if (!name.ok()) return usage_error(name.error().message);
+  const auto body = network_of(c, "queries replace");
+  if (!body.ok()) return usage_error(body.error().message);
+  const Reply r = api.call("PUT", "/v1/queries/" + *name, *body);
+  return r.exit == Exit::ok ? emit(api, r, print_query) : r.exit;
+}
+
+// POST /v1/queries/NAME/stop or /start.
+Exit queries_lifecycle(Api& api, const CommandLine& c, std::string_view action) {
+  const auto name = path_name(c.words[0], "a query name");
+  if (!name.ok()) return usage_error(name.error().message);
+  const Reply r = api.call("POST", "/v1/queries/" + *name + "/" + std::string(action));
+  return r.exit == Exit::ok ? emit(api, r, print_query) : r.exit;
+}
+Exit queries_stop(Api& api, const CommandLine& c) { return queries_lifecycle(api, c, "stop"); }
+Exit queries_start(Api& api, const CommandLine& c) { return queries_lifecycle(api, c, "start"); }
 
 Exit queries_delete(Api& api, const CommandLine& c) {
   const auto name = path_name(c.words[0], "a query name");
@@ -1409,7 +1467,15 @@ const std::vector<Command>& commands() {
       {"streams", "delete", 1, "NAME", {}, streams_delete},
       {"queries", "list", 0, "", {}, queries_list},
       {"queries", "show", 1, "NAME", {}, queries_show},
-      {"queries", "deploy", 0, "", {{"--file", true}}, queries_deploy},
+      {"queries", "deploy", 0, "", {{"--file", true}, {"--start-from", true}}, queries_deploy},
+      {"queries",
+       "replace",
+       1,
+       "NAME",
+       {{"--file", true}, {"--start-from", true}, {"--drop-state", true}},
+       queries_replace},
+      {"queries", "stop", 1, "NAME", {}, queries_stop},
+      {"queries", "start", 1, "NAME", {}, queries_start},
       {"queries", "delete", 1, "NAME", {}, queries_delete},
       {"nodes", "", 0, "", {}, nodes},
       {"peers", "", 0, "", {}, peers},

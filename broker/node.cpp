@@ -72,6 +72,12 @@ NodeImpl::~NodeImpl() { stop(); }
 
 uint64_t NodeImpl::allocate_id() { return next_id_++; }
 
+void NodeImpl::add_next_id(store::WriteBatch& wb) const {
+  std::string id;
+  store::put_key_u64(id, next_id_);
+  wb.put(store::Cf::meta, kNextIdKey, id);
+}
+
 Result<uint64_t> NodeImpl::allocate_id_durably() {
   std::unique_lock lock(catalog_mu_);
   const uint64_t id = allocate_id();
@@ -263,6 +269,8 @@ Status NodeImpl::start() {
 
 void NodeImpl::stop() {
   if (stopped_.exchange(true)) return;
+  // The dashboard's snapshots ask the routes: they end before anything else.
+  ui_live_.stop();
   auto flush = [this] {
     if (!gc_) return;
     std::promise<void> p;
@@ -805,7 +813,7 @@ std::vector<StreamPtr> NodeImpl::list_streams() const {
 }
 
 Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view network_json, Diagnostics& diag,
-                                                            const FragmentOf* fragment) {
+                                                            const FragmentOf* fragment, const QueryOptions* options) {
   auto net = engine::QueryNetwork::parse(network_json, diag);
   if (!net.ok()) return make_error(Errc::invalid_argument, "the query network is invalid");
   std::unique_lock lock(catalog_mu_);
@@ -824,6 +832,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     diag.error("$.name", "'--' is reserved for the fragments of a query cut across nodes");
   }
   std::vector<StreamPtr> ins, outs;
+  std::string start_conflict;  // a "start_from" outside a stream's log
   for (size_t i = 0; i < net->inputs().size(); ++i) {
     const auto& in = net->inputs()[i];
     const std::string path = "$.inputs[" + std::to_string(i) + "]";
@@ -859,12 +868,13 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
       continue;
     }
     if (!(*it->second->meta().schema == *in.schema))
-      diag.error(path + ".schema", "does not match stream '" + stream_name + "', whose schema is " +
-                                       it->second->meta().schema->to_string());
+      diag.error(path + ".schema", "does not match stream '" + stream_name + "', " +
+                                       schema_difference(*in.schema, *it->second->meta().schema));
     ins.push_back(it->second);
     meta.inputs.push_back(stream_name);
-    meta.start.push_back(it->second->visible_next());
+    meta.start.push_back(start_position(in, *it->second, options, start_conflict));
   }
+  check_start_names(*net, options, diag);
   // Made by a split: its inputs continue where the split fragment stood.
   const FragmentOf::Seed* seed = fragment ? fragment->seed.get() : nullptr;
   if (seed && seed->state.positions.size() == meta.start.size()) meta.start = seed->state.positions;
@@ -922,6 +932,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
       taken = "stream '" + meta.state_stream + "' (the fragment's state stream) exists already";
   }
   if (!diag.ok()) return make_error(Errc::invalid_argument, "the query network does not fit this node");
+  if (!start_conflict.empty()) return make_error(Errc::conflict, start_conflict);
   if (!missing.empty()) return make_error(Errc::not_found, missing);
   if (!taken.empty()) return make_error(Errc::already_exists, taken);
   const size_t new_streams = takeover || standby ? 0 : net->outputs().size() + (fragment ? 1 : 0);
@@ -1045,6 +1056,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::take_over_runner(const FragmentOf
 }
 
 Status NodeImpl::delete_query(const std::string& name) {
+  std::lock_guard life(lifecycle_mu_);  // not while it is stopped, started or replaced
   std::shared_ptr<QueryRunner> q;
   std::vector<StreamPtr> outs;
   {
@@ -1160,8 +1172,11 @@ void NodeImpl::register_collectors() {
       const std::string& qn = q->meta().name;
       w.gauge("entente_query_lag_tuples", "Committed input tuples a query has not processed yet", {{"query", qn}},
               static_cast<double>(info.lag_tuples));
-      w.gauge("entente_query_running", "1 when the query runs, 0 when it failed", {{"query", qn}},
+      w.gauge("entente_query_running", "1 when the query runs, 0 when it failed or was stopped", {{"query", qn}},
               info.state == "running" ? 1 : 0);
+      // A stop is an administrator's choice, not a failure to alert on.
+      w.gauge("entente_query_stopped", "1 when the query was stopped (POST /v1/queries/{name}/stop)",
+              {{"query", qn}}, info.state == "stopped" ? 1 : 0);
       w.counter("entente_query_cpu_seconds_total", "CPU time a query (or fragment) runner spent on this node",
                 {{"query", qn}}, info.cpu_seconds);
       w.gauge("entente_query_load_cpu_ms_per_s",

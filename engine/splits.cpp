@@ -572,6 +572,14 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
   return out;
 }
 
+namespace {
+// carry_snapshot with a key-group range and an input clock map.
+Result<std::string> carry_snapshot_into(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
+                                        const std::vector<std::pair<std::string, std::string>>& boxes,
+                                        const KeyGroupRange* keep,
+                                        const std::vector<std::optional<size_t>>& inputs_from);
+}  // namespace
+
 Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
                                    const std::vector<std::pair<std::string, std::string>>& boxes,
                                    const KeyGroupRange* keep) {
@@ -581,9 +589,38 @@ Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view by
     return make_error(Errc::invalid_argument, "carrying a snapshot of '" + fd.name + "' (" +
                                                   std::to_string(fd.inputs.size()) + " inputs) to '" + td.name +
                                                   "' (" + std::to_string(td.inputs.size()) + ")");
-  std::vector<detail::InputClock> clocks;
+  std::vector<std::optional<size_t>> same(td.inputs.size());
+  for (size_t i = 0; i < same.size(); ++i) same[i] = i;
+  return carry_snapshot_into(from, bytes, to, boxes, keep, same);
+}
+
+Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
+                                   const std::vector<std::pair<std::string, std::string>>& boxes,
+                                   const std::vector<std::optional<size_t>>& inputs_from) {
+  return carry_snapshot_into(from, bytes, to, boxes, nullptr, inputs_from);
+}
+
+namespace {
+Result<std::string> carry_snapshot_into(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
+                                        const std::vector<std::pair<std::string, std::string>>& boxes,
+                                        const KeyGroupRange* keep,
+                                        const std::vector<std::optional<size_t>>& inputs_from) {
+  const NetworkDef& fd = *from.def();
+  const NetworkDef& td = *to.def();
+  if (inputs_from.size() != td.inputs.size())
+    return make_error(Errc::invalid_argument, "carrying a snapshot: " + std::to_string(inputs_from.size()) +
+                                                  " input clocks for " + std::to_string(td.inputs.size()) + " inputs");
+  std::vector<detail::InputClock> from_clocks;
   std::vector<std::unique_ptr<Box>> restored;
-  ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(fd, bytes, clocks, restored, keep));
+  ENTENTE_RETURN_IF_ERROR(detail::read_network_snapshot(fd, bytes, from_clocks, restored, keep));
+  std::vector<detail::InputClock> clocks(td.inputs.size());
+  for (size_t i = 0; i < clocks.size(); ++i) {
+    if (!inputs_from[i]) continue;
+    if (*inputs_from[i] >= from_clocks.size())
+      return make_error(Errc::invalid_argument, "carrying a snapshot: '" + fd.name + "' has no input " +
+                                                    std::to_string(*inputs_from[i]));
+    clocks[i] = from_clocks[*inputs_from[i]];
+  }
   ENTENTE_ASSIGN_OR_RETURN(auto fresh, detail::build_boxes(td));
   auto index_of = [](const NetworkDef& d, const std::string& id) -> std::optional<size_t> {
     for (size_t b = 0; b < d.boxes.size(); ++b)
@@ -604,6 +641,30 @@ Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view by
   }
   std::string out;
   detail::write_network_snapshot(td, clocks, fresh, out);
+  return out;
+}
+}  // namespace
+
+std::vector<BoxComparison> compare_boxes(const QueryNetwork& from, const QueryNetwork& to) {
+  const NetworkDef& fd = *from.def();
+  const NetworkDef& td = *to.def();
+  std::vector<BoxComparison> out;
+  for (const BoxDef& t : td.boxes) {
+    auto f = std::find_if(fd.boxes.begin(), fd.boxes.end(), [&](const BoxDef& b) { return b.id == t.id; });
+    if (f == fd.boxes.end()) continue;
+    BoxComparison c{t.id, t.type, false, {}};
+    if (f->type != t.type) c.why = "its type changed from " + f->type + " to " + t.type;
+    else if (!(*f->options == *t.options)) c.why = "its options changed";
+    else if (f->input_schemas.size() != t.input_schemas.size())
+      c.why = "it has " + std::to_string(t.input_schemas.size()) + " inputs instead of " +
+              std::to_string(f->input_schemas.size());
+    for (size_t p = 0; c.why.empty() && p < t.input_schemas.size(); ++p)
+      if (!(*f->input_schemas[p] == *t.input_schemas[p]))
+        c.why = "the schema of its input port " + std::to_string(p) + " changed from (" +
+                f->input_schemas[p]->to_string() + ") to (" + t.input_schemas[p]->to_string() + ")";
+    c.same = c.why.empty();
+    out.push_back(std::move(c));
+  }
   return out;
 }
 

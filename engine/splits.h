@@ -19,6 +19,7 @@
 // (docs/boxes-windowed.md, "Order").
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -114,6 +115,26 @@ Result<FragmentSplit> split_fragment(std::string_view network_json, const std::v
 Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
                                    const std::vector<std::pair<std::string, std::string>>& boxes,
                                    const KeyGroupRange* keep);
+
+// carry_snapshot for a network that replaces a query's network
+// (docs/query-networks.md, "Replacing a running query"): `to`'s input i
+// takes its clock from `from`'s input inputs_from[i], or starts fresh
+// (nullopt); the inputs may differ in number.
+Result<std::string> carry_snapshot(const QueryNetwork& from, std::string_view bytes, const QueryNetwork& to,
+                                   const std::vector<std::pair<std::string, std::string>>& boxes,
+                                   const std::vector<std::optional<size_t>>& inputs_from);
+
+// A box of `to` whose id `from` has too, compared: the same definition
+// means the same type, the same options (as JSON values, member order
+// aside) and the same schema on each input port, so that its state in a
+// snapshot of `from` means the same in `to`. `why` says what differs.
+struct BoxComparison {
+  std::string id;
+  std::string type;  // in `to`
+  bool same = false;
+  std::string why;
+};
+std::vector<BoxComparison> compare_boxes(const QueryNetwork& from, const QueryNetwork& to);
 
 // One part of a split, for join_snapshots: its network, a snapshot of it,
 // (box of the fragment, its copy in the part) pairs, its key groups.

@@ -180,6 +180,7 @@ need(rows and rows[0][1], "the hosting contract marked as awaiting beta")
 need(re.search(r'<tr data-import="acme/bids">', dom), "the import of acme/bids")
 need(re.search(rf'<tr data-usage="{sid}">', dom), "the stream contract's usage")
 need(re.search(r'<pre id="tail">\{"_seq":', dom), "tuples received over the live tail's WebSocket")
+need('live (WebSocket)' in dom, "the page updated by the node's snapshots over /v1/ui/live")
 need('subscribed (entente.v1)' in dom, "the tail's WebSocket answered with the subprotocol entente.v1")
 if problems:
     print("ui-test: the dashboard does not show: " + "; ".join(problems), file=sys.stderr)

@@ -257,6 +257,7 @@ const std::vector<RouteInfo>& api_routes() {
       {"GET", "/ui/{file}", kPublic, false, &N::get_ui},
       {"POST", "/v1/ui/session", Role::reader, false, &N::post_ui_session},
       {"DELETE", "/v1/ui/session", kPublic, false, &N::delete_ui_session},
+      {"GET", "/v1/ui/live", Role::reader, true, nullptr},
       {"GET", "/v1/streams", Role::reader, false, &N::list_streams_route},
       {"POST", "/v1/streams", Role::admin, false, &N::create_stream_route},
       {"GET", "/v1/streams/{name}", Role::reader, false, &N::get_stream},
@@ -268,6 +269,10 @@ const std::vector<RouteInfo>& api_routes() {
       {"POST", "/v1/queries", Role::admin, false, &N::deploy_query_route},
       {"GET", "/v1/queries/{name}", Role::reader, false, &N::get_query},
       {"DELETE", "/v1/queries/{name}", Role::admin, false, &N::delete_query_route},
+      // A query over its lifetime (query_lifecycle.cpp).
+      {"PUT", "/v1/queries/{name}", Role::admin, false, &N::replace_query_route},
+      {"POST", "/v1/queries/{name}/stop", Role::admin, false, &N::stop_query_route},
+      {"POST", "/v1/queries/{name}/start", Role::admin, false, &N::start_query_route},
       {"PUT", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::put_fragment_route},
       {"GET", "/v1/queries/{name}/fragments/{fragment}", Role::reader, false, &N::get_fragment_route},
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
@@ -610,8 +615,9 @@ void NodeImpl::list_queries_route(const Request&, const PathParams&, const Respo
   answer(Response::json(200, j.take()));
 }
 
-std::optional<QueryPlacement> NodeImpl::place_query(const Request& req, const Respond& answer) {
-  auto placement = read_placement(req.body);
+std::optional<QueryPlacement> NodeImpl::place_query(const Request& req, const std::string& body,
+                                                    const Respond& answer) {
+  auto placement = read_placement(body);
   if (!placement.ok()) {
     answer(problem_for(placement.error()));
     return std::nullopt;
@@ -654,11 +660,14 @@ void NodeImpl::deploy_query_route(const Request& req, const PathParams&, const R
     answer(Response::problem(400, "Bad Request", p->message(), diagnostics_members(diag)));
     return;
   }
-  auto placement = place_query(req, answer);
+  // "start_from" read, input schemas filled in from the streams.
+  auto options = query_body(req, false, answer);
+  if (!options) return;
+  auto placement = place_query(req, options->network_json, answer);
   if (!placement) return;
-  auto deploy = [this, body = placement->network_json, answer]() {
+  auto deploy = [this, body = placement->network_json, options = std::move(*options), answer]() {
     Diagnostics diag;
-    auto q = deploy_query(body, diag);
+    auto q = deploy_query(body, diag, nullptr, &options);
     if (catalog_) {
       Diagnostics names;
       if (auto net = engine::QueryNetwork::parse(body, names); net.ok()) cluster_query_deployed(net->name(), q);

@@ -26,6 +26,7 @@
 #include "broker/config.h"
 #include "broker/detail/query.h"
 #include "broker/detail/streams.h"
+#include "broker/detail/ui_live.h"
 #include "broker/detail/ui_sessions.h"
 #include "http/server.h"
 #include "http/upstream.h"
@@ -123,6 +124,39 @@ struct QueryPlacement {
   std::string fragments_json;  // "placement.fragments" as given; empty: none
   std::string network_json;
 };
+
+// A query body's lifecycle fields (docs/query-networks.md, "Queries over
+// their lifetime"), read and removed before the engine validates the
+// network: where its inputs start, and (PUT) which boxes drop their state.
+struct StartPoint {
+  enum class Kind : uint8_t { latest, earliest, seq };
+  Kind kind = Kind::latest;
+  uint64_t seq = 0;  // Kind::seq
+};
+struct QueryOptions {
+  bool start_given = false;                   // "start_from" was in the body
+  StartPoint start_all;                       // "start_from": "earliest" | "latest"
+  std::map<std::string, StartPoint> start_by;  // "start_from": {INPUT or STREAM: ...}
+  std::set<std::string> drop_state;           // PUT: box ids
+  std::string network_json;                   // the body without them
+};
+// What a replacement of a query's network keeps (replace_query).
+struct QueryReplacement {
+  QueryMeta meta;
+  std::vector<StreamPtr> ins, outs;                // outs: null for an output to create
+  std::vector<std::optional<size_t>> input_from;   // per new input: the old input it continues
+  std::vector<std::optional<size_t>> output_from;  // per new output: the old output it continues
+  std::vector<StreamMeta> created;                 // the new outputs' streams, in order
+  std::vector<std::string> dropped;                // old outputs it no longer writes
+  std::vector<std::pair<std::string, std::string>> kept_boxes;  // whose state carries over
+};
+// Reads and removes "start_from" and "drop_state" (`allow_drop`: a PUT);
+// invalid_argument with the JSON path when malformed. A body that is not
+// a JSON object is passed on as it is (the engine reports it).
+Result<QueryOptions> read_query_options(std::string_view body, bool allow_drop);
+// Why a declared input schema is not its stream's: "whose schema is ...",
+// the first field that differs, the declared schema.
+std::string schema_difference(const engine::Schema& declared, const engine::Schema& stream);
 
 struct StreamEntry;
 
@@ -236,8 +270,52 @@ class NodeImpl final : public http::Handler {
     };
     std::shared_ptr<const Seed> seed;
   };
+  // `options`: where a new query's inputs start (latest by default);
+  // conflict when a sequence number given is outside a stream's log.
   Result<std::shared_ptr<QueryRunner>> deploy_query(std::string_view network_json, Diagnostics& diag,
-                                                    const FragmentOf* fragment = nullptr);
+                                                    const FragmentOf* fragment = nullptr,
+                                                    const QueryOptions* options = nullptr);
+  // --- a query over its lifetime (query_lifecycle.cpp)
+  // Inputs declared without "schema" take their stream's (as far as this
+  // node knows the stream); the document otherwise unchanged.
+  std::string fill_input_schemas(std::string_view network_json) const;
+  // Where input `in` starts reading `stream` per `options`; `conflict`
+  // says why when the sequence number given is outside the stream's log.
+  // REQUIRES: catalog_mu_ held.
+  uint64_t start_position(const engine::NetworkInput& in, const Stream& stream, const QueryOptions* options,
+                          std::string& conflict) const;
+  // Names in "start_from" that are no input of `net`, nor a stream one reads.
+  void check_start_names(const engine::QueryNetwork& net, const QueryOptions* options, Diagnostics& diag) const;
+  // POST /v1/queries/{name}/stop and /start, PUT /v1/queries/{name}.
+  void stop_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void start_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void replace_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // A whole query of this node (not a fragment, no cluster section), or
+  // the answer why not (404, 501).
+  std::shared_ptr<QueryRunner> lifecycle_target(const std::string& name, const char* what,
+                                                const http::Respond& answer);
+  Result<std::shared_ptr<QueryRunner>> stop_query(const std::string& name);
+  Result<std::shared_ptr<QueryRunner>> start_query(const std::string& name);
+  Result<std::shared_ptr<QueryRunner>> replace_query(const std::string& name, const QueryOptions& options,
+                                                     Diagnostics& diag);
+  // A new runner for `meta` (a whole query here) recovered from its
+  // checkpoint and journal, not started. REQUIRES: catalog_mu_ held.
+  Result<std::shared_ptr<QueryRunner>> recovered_runner(const QueryMeta& meta);
+  // Writes `meta` as the query's catalog record (synced).
+  Status put_query_meta(const QueryMeta& meta);
+  // One stop, start or replace at a time on this node.
+  std::mutex lifecycle_mu_;
+  // Steps of replace_query. REQUIRES: catalog_mu_ held (unique).
+  void plan_inputs(const engine::QueryNetwork& net, const QueryMeta& old, const QueryOptions& options,
+                   QueryReplacement& r, Diagnostics& diag, std::string& conflict) const;
+  void plan_outputs(const engine::QueryNetwork& net, const QueryMeta& old, QueryReplacement& r, Diagnostics& diag,
+                    std::string& conflict) const;
+  // Stops `old`, carries its state into the new runner and writes it all
+  // in one write; on failure `old` runs again (from its checkpoint).
+  Result<std::shared_ptr<QueryRunner>> swap_runner(const std::shared_ptr<QueryRunner>& old,
+                                                   const engine::QueryNetwork& from, const engine::QueryNetwork& to,
+                                                   QueryReplacement r);
+  StreamPtr new_output_stream(StreamMeta sm);
   Status delete_query(const std::string& name);
   // deploy_query taking a fragment over (REQUIRES: catalog_mu_): its warm
   // standby promoted over these streams, or else `fresh` recovered from
@@ -318,6 +396,9 @@ class NodeImpl final : public http::Handler {
   void deploy_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void get_query(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void delete_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  // The network of a deploy or replace body: lifecycle fields read, input
+  // schemas filled in; nullopt once it answered (400, 501).
+  std::optional<QueryOptions> query_body(const http::Request& req, bool allow_drop, const http::Respond& answer);
   void list_checkpoints(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void take_checkpoints(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void post_backup(const http::Request& req, const PathParams& params, const http::Respond& answer);
@@ -385,7 +466,8 @@ class NodeImpl final : public http::Handler {
   // --- the domain's queries (cluster_queries.cpp)
   // Reads and checks a deploy's "placement"; in a cluster, places the
   // query (cluster_place_query). nullopt once it answered or forwarded.
-  std::optional<QueryPlacement> place_query(const http::Request& req, const http::Respond& answer);
+  std::optional<QueryPlacement> place_query(const http::Request& req, const std::string& body,
+                                            const http::Respond& answer);
   // Decides where a query runs; true when here (its catalog entry is
   // then written), false when it answered or forwarded the request.
   bool cluster_place_query(const http::Request& req, const QueryPlacement& placement,
@@ -885,6 +967,8 @@ class NodeImpl final : public http::Handler {
   http::ForwardOptions forward_options(const http::Request& req) const;
   Status load_catalog();
   uint64_t allocate_id();  // REQUIRES: catalog_mu_ held
+  // Puts the next id to allocate into `wb`. REQUIRES: catalog_mu_ held.
+  void add_next_id(store::WriteBatch& wb) const;
   // An id written through to the store at once (a stream outside the
   // catalog: a hosted run's, cluster_hosted.cpp).
   Result<uint64_t> allocate_id_durably();
@@ -924,6 +1008,7 @@ class NodeImpl final : public http::Handler {
   NodeConfig config_;  // tokens: REQUIRES tokens_mu_ (a reload replaces them)
   mutable std::mutex tokens_mu_;
   mutable UiSessions ui_sessions_;  // the dashboard's cookies (ui.cpp)
+  UiLive ui_live_{*this};           // the dashboard's live updates (ui_live.cpp)
   Registry metrics_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<store::GroupCommit> gc_;

@@ -257,6 +257,10 @@ std::string query_meta_to_json(const QueryMeta& m) {
     w.Key("state_stream");
     w.String(m.state_stream.c_str(), static_cast<rapidjson::SizeType>(m.state_stream.size()));
   }
+  if (m.stopped) {
+    w.Key("stopped");
+    w.Bool(true);
+  }
   w.EndObject();
   return {sb.GetString(), sb.GetSize()};
 }
@@ -314,6 +318,11 @@ Result<QueryMeta> query_meta_from_json(std::string_view json) {
   if (const auto* st = get("state_stream")) {
     if (!st->IsString()) return bad();
     m.state_stream = st->GetString();
+  }
+  // Absent unless the query was stopped (POST /v1/queries/{name}/stop).
+  if (const auto* stopped = get("stopped")) {
+    if (!stopped->IsBool()) return bad();
+    m.stopped = stopped->GetBool();
   }
   return m;
 }
@@ -765,8 +774,58 @@ Status QueryRunner::promote_to(uint64_t journal_next, std::vector<StreamPtr> out
 }
 
 void QueryRunner::start() {
+  if (meta_.stopped) {
+    // Stopped by its administrator: recovered, consuming nothing.
+    stopped_.store(true, std::memory_order_release);
+    std::lock_guard lock(mu_);
+    if (state_ == "running") state_ = "stopped";
+    std::lock_guard cache(info_mu_);
+    info_cache_.state = state_;
+    return;
+  }
   for (size_t i = 0; i < inputs_.size(); ++i) inputs_[i]->add_tap(taps_[i]);
   schedule();
+}
+
+Result<CheckpointInfo> QueryRunner::pause() {
+  stop();
+  std::promise<Result<CheckpointInfo>> promise;
+  auto fut = promise.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != "running") return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
+    // What it consumed reaches its outputs before the checkpoint says so.
+    bool any = !journal_pending_.empty();
+    for (auto& p : pending_out_) any |= !p.empty();
+    if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);
+    auto waiters = take_waiters();
+    checkpoint_wanted_.store(false);
+    waiters.push_back([&promise](const Result<CheckpointInfo>& r) { promise.set_value(r); });
+    take_checkpoint(std::move(waiters));
+    state_ = "stopped";
+    std::lock_guard cache(info_mu_);
+    info_cache_.state = state_;
+    info_cache_.positions = pos_;
+  }
+  return fut.get();
+}
+
+void QueryRunner::add_checkpoint(store::WriteBatch& wb) {
+  std::lock_guard lock(mu_);
+  std::string bytes;
+  engine::ByteWriter w(bytes);
+  w.u8(kCheckpointVersion);
+  w.varint(pos_.size());
+  for (auto p : pos_) w.varint(p);
+  w.varint(out_next_.size());
+  for (auto o : out_next_) w.varint(o);
+  w.varint(journal_next_);
+  w.bytes(executor_->snapshot());
+  const uint64_t id = next_checkpoint_id_++;
+  const std::string owner = checkpoint_owner(meta_);
+  store::Checkpoints::add_put(wb, owner, id, bytes);
+  store::Checkpoints::add_erase_before(wb, owner, id);
+  wb.erase_range(store::Cf::log, journal_key(meta_.id, 0), journal_key(meta_.id, journal_next_));
 }
 
 void QueryRunner::stop() {
@@ -1246,7 +1305,8 @@ void QueryRunner::checkpoint_to_state(const std::string& bytes, uint64_t id, Che
 void QueryRunner::request_checkpoint(CheckpointDone done) {
   {
     std::lock_guard lock(mu_);
-    if (state_ != "running") {
+    // A stopped query is checkpointed where it stopped (again: the same).
+    if (state_ != "running" && state_ != "stopped") {
       done(make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_));
       return;
     }
@@ -1300,7 +1360,8 @@ Result<QueryRunner::State> QueryRunner::stopped_state(bool with_snapshot) {
   std::vector<StreamPtr> outputs;
   {
     std::lock_guard lock(mu_);
-    if (state_ != "running") return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
+    if (state_ != "running" && state_ != "stopped")
+      return make_error(Errc::conflict, "query '" + meta_.name + "' is " + state_);
     bool any = !journal_pending_.empty();
     for (auto& p : pending_out_) any |= !p.empty();
     if (any && !flush_outputs(false)) return make_error(Errc::io_error, state_);

@@ -108,6 +108,9 @@ struct QueryMeta {
   // The fragment's state stream (journal and checkpoints); empty for a
   // whole query, which keeps them in the store (see above).
   std::string state_stream;
+  // Stopped by POST /v1/queries/{name}/stop (a whole query on a node
+  // without a cluster section): recovered at start-up but not started.
+  bool stopped = false;
 };
 std::string query_meta_to_json(const QueryMeta& m);
 // The name of the state stream of the runner named `runner` (QUERY--FRAGMENT).
@@ -151,7 +154,7 @@ struct CheckpointInfo {
 };
 
 struct QueryInfo {
-  std::string state;  // "running", "failed: <why>"
+  std::string state;  // "running", "stopped", "failed: <why>"
   std::vector<engine::Executor::BoxInfo> boxes;
   // Per box, tuples in and out per second between the last two checkpoints
   // (empty before the second).
@@ -237,6 +240,15 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   }
   // Removes the taps and waits for a running run_some to return.
   void stop();
+  // POST /v1/queries/{name}/stop: stop(), then everything it consumed
+  // written to its outputs and a checkpoint taken where it stands, durable
+  // when this returns; info() says "stopped". A runner whose meta says
+  // `stopped` is like that from start(). conflict unless running.
+  Result<CheckpointInfo> pause();
+  // A checkpoint of where the runner stands into `wb` (replacing a
+  // query's network: the new network's first checkpoint, in the write
+  // that replaces it). REQUIRES: a whole query's runner, not started.
+  void add_checkpoint(store::WriteBatch& wb);
 
   // Processes up to a bounded amount of input; reschedules itself when more
   // is waiting. Called by the pool.

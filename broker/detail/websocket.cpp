@@ -311,8 +311,6 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
     reject = http::Response::problem(404, "Not Found", "no WebSocket endpoint at " + req.path.substr(0, 200));
     return nullptr;
   }
-  const std::string param = params.at(0);
-  const bool subscribe = std::string_view(routes.front()->path) == "/v1/streams/{name}/subscribe";
   // A browser's token comes in a subprotocol or a session cookie (ui.cpp):
   // as an Authorization header from here on, also when relayed.
   http::Request with_bearer = req;
@@ -320,6 +318,16 @@ std::shared_ptr<http::WebSocketSession> NodeImpl::upgrade(const http::Request& r
     reject = std::move(*p);
     return nullptr;
   }
+  if (std::string_view(routes.front()->path) == "/v1/ui/live") {
+    auto auth = authenticate(with_bearer, *routes.front()->role);
+    if (!auth.ok) {
+      reject = std::move(auth.problem);
+      return nullptr;
+    }
+    return ui_live_.open(std::string(with_bearer.header("authorization").value_or("")), req.remote, reject);
+  }
+  const std::string param = params.at(0);
+  const bool subscribe = std::string_view(routes.front()->path) == "/v1/streams/{name}/subscribe";
   return upgrade_authorised(with_bearer, *routes.front(), param, subscribe, reject);
 }
 

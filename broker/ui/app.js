@@ -8,9 +8,13 @@
 // before it ends and to open the live tail's WebSocket with the
 // subprotocols "entente.v1, entente.bearer.<token>".
 //
-// Data: every `pollMs` the page reads the REST API (nodes, peers, streams,
-// queries, contracts, imports, usage); rates are differences between two
-// reads. The live tail of one stream is a WebSocket subscription.
+// Data: live over a WebSocket (/v1/ui/live, the same subprotocols): the
+// page names the REST resources it shows (nodes, peers, streams, queries,
+// contracts, imports, each contract's usage) and the node pushes a snapshot
+// of all of them every `pollMs`; each part is what the REST call would
+// answer. Without that socket (closed, refused) the page reads the REST API
+// itself every `pollMs` and tries the socket again. Rates are differences
+// between two snapshots. The live tail of one stream is a subscription.
 "use strict";
 
 const state = {
@@ -23,6 +27,9 @@ const state = {
   prev: {},           // key -> {value, at}: for rates
   tail: null,         // {name, ws}
   tailLines: [],
+  live: null,         // {ws, parts: the last snapshot's {path: {status, body}}, watch: [paths]}
+  liveRetry: null,
+  usagePaths: [],     // the usage of the contracts shown
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -85,6 +92,13 @@ class ApiError extends Error {
 }
 
 async function api(path) {
+  const part = state.live && state.live.parts && state.live.parts[path];
+  if (part) {
+    if (part.status === 401) throw new ApiError(401, "signed out");
+    if (part.status === 404) return null;
+    if (part.status >= 300) throw new ApiError(part.status, (part.body && part.body.detail) || String(part.status));
+    return part.body;
+  }
   const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
   if (r.status === 401) throw new ApiError(401, "signed out");
   if (r.status === 404) return null;  // e.g. no federation section: the part stays empty
@@ -276,7 +290,8 @@ async function showContracts() {
 }
 
 async function showUsage(list) {
-  const usages = await Promise.all(list.map((k) => api(`/v1/contracts/${encodeURIComponent(k.id)}/usage`).catch(() => null)));
+  state.usagePaths = list.map((k) => `/v1/contracts/${encodeURIComponent(k.id)}/usage`);
+  const usages = await Promise.all(state.usagePaths.map((p) => api(p).catch(() => null)));
   const rows = usages.filter(Boolean).map((u) => el("tr", { "data-usage": u.id },
     el("td", {}, u.id), el("td", {}, u.kind), el("td", { class: "num" }, num(u.tuples)),
     el("td", { class: "num" }, num(u.load_seconds, 2)),
@@ -302,8 +317,60 @@ async function refresh() {
     try { await openSession(); } catch (e) { signedOut(e); return; }
   }
   const t = new Date().toLocaleTimeString();
-  $("#status").textContent = failed.length ? `updated ${t}; ${failed[0].message}` : `updated ${t}`;
+  const how = state.live && state.live.parts ? "live (WebSocket)" : `polling every ${state.pollMs / 1000} s`;
+  $("#status").textContent = failed.length ? `${how} · updated ${t}; ${failed[0].message}` : `${how} · updated ${t}`;
+  if (state.live && state.live.ws.readyState === WebSocket.OPEN) watchAll();
   $("#status").className = failed.length ? "error" : "muted";
+}
+
+// --- live updates (WebSocket /v1/ui/live)
+
+const BASE_PATHS = ["/v1/nodes", "/v1/peers", "/v1/streams", "/v1/queries", "/v1/contracts", "/v1/imports"];
+
+function wsUrl(path) {
+  return `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}${path}`;
+}
+
+function protocols() {
+  const p = ["entente.v1"];
+  if (state.token && TOKEN_CHARS.test(state.token)) p.push("entente.bearer." + state.token);
+  return p;
+}
+
+// Tells the node what to push, when that changed (a contract came or went).
+function watchAll() {
+  const watch = BASE_PATHS.concat(state.usagePaths).slice(0, 32);
+  if (state.live.watch && state.live.watch.join() === watch.join()) return;
+  state.live.watch = watch;
+  state.live.ws.send(JSON.stringify({ watch, interval_ms: state.pollMs }));
+}
+
+function startLive() {
+  stopLive();
+  const ws = new WebSocket(wsUrl("/v1/ui/live"), protocols());
+  state.live = { ws, parts: null, watch: null };
+  ws.onopen = () => watchAll();
+  ws.onmessage = (ev) => {
+    const m = JSON.parse(ev.data);
+    if (m.type !== "snapshot" || !state.live || state.live.ws !== ws) return;
+    state.live.parts = m.parts;
+    clearInterval(state.pollTimer);  // the node pushes now
+    state.pollTimer = null;
+    refresh();
+  };
+  ws.onclose = (ev) => {
+    if (!state.live || state.live.ws !== ws) return;
+    state.live = null;
+    if (ev.code === 4401) { signedOut(new ApiError(401, "the token no longer authenticates")); return; }
+    // Back to polling, and the socket again in 5 s.
+    if (!state.pollTimer) state.pollTimer = setInterval(refresh, state.pollMs);
+    state.liveRetry = setTimeout(startLive, 5000);
+  };
+}
+
+function stopLive() {
+  clearTimeout(state.liveRetry);
+  if (state.live) { const ws = state.live.ws; state.live = null; ws.close(1000); }
 }
 
 // --- the live tail (WebSocket)
@@ -314,10 +381,7 @@ const TOKEN_CHARS = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 function startTail(name) {
   stopTail();
-  const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  const protocols = ["entente.v1"];
-  if (state.token && TOKEN_CHARS.test(state.token)) protocols.push("entente.bearer." + state.token);
-  const ws = new WebSocket(`${proto}//${location.host}/v1/streams/${encodeURIComponent(name)}/subscribe?from=0`, protocols);
+  const ws = new WebSocket(wsUrl(`/v1/streams/${encodeURIComponent(name)}/subscribe?from=0`), protocols());
   state.tail = { name, ws };
   state.tailLines = [];
   $("#tail-section").hidden = false;
@@ -353,10 +417,12 @@ async function signIn(token, options) {
   await refresh();
   clearInterval(state.pollTimer);
   state.pollTimer = setInterval(refresh, state.pollMs);
+  startLive();
   if (options.tail) startTail(options.tail);
 }
 
 function signedOut(err) {
+  stopLive();
   clearInterval(state.pollTimer);
   clearTimeout(state.sessionTimer);
   stopTail();

@@ -3,13 +3,17 @@
 // token for, and the token offered in a WebSocket subprotocol. The page
 // itself is tested in a browser by scripts/ui-test.sh.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "broker/config.h"
+#include "rapidjson/document.h"
 #include "tests/integration/support/broker_process.h"
 #include "tests/integration/support/cluster.h"
 #include "tests/integration/support/ws_reader.h"
@@ -109,6 +113,137 @@ TEST_F(BrokerUi, StaticFilesAreServedWithoutATokenWithTypesAndValidators) {
   EXPECT_EQ(missing.status, 404u);
   EXPECT_NE(missing.body.find("the dashboard has no file 'secrets.json'"), std::string::npos) << missing.body;
   EXPECT_EQ(get("GET", "/ui/..%2Fnode.json", {}).status, 404u);
+}
+
+// The next message on a live dashboard socket, parsed; a null document on
+// a close (its code in `closed`) or after 10 s without one.
+rapidjson::Document next_message(http::WsClient& ws, uint16_t* closed = nullptr) {
+  rapidjson::Document d;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto m = ws.receive(200);
+    if (!m.ok()) continue;
+    if (m->closed) {
+      if (closed) *closed = m->close_code;
+      break;
+    }
+    d.Parse(m->data.c_str());
+    return d;
+  }
+  d.SetNull();
+  return d;
+}
+
+// The stream names in a snapshot's part for /v1/streams.
+std::vector<std::string> streams_in(const rapidjson::Document& snap) {
+  std::vector<std::string> out;
+  const auto& part = snap["parts"]["/v1/streams"];
+  for (const auto& s : part["body"]["streams"].GetArray()) out.emplace_back(s["name"].GetString());
+  return out;
+}
+
+TEST_F(BrokerUi, TheLiveSocketPushesSnapshotsOfTheWatchedResourcesAsTheRestApiAnswersThem) {
+  const std::string offer = std::string("entente.v1, entente.bearer.") + kReaderToken;
+  auto ws = http::WsClient::connect(broker_.client_options(), "/v1/ui/live", {{"sec-websocket-protocol", offer}});
+  ASSERT_TRUE(ws.ok()) << ws.error().message;
+  ASSERT_TRUE((*ws)->send(R"({"watch":["/v1/streams","/v1/nodes","/v1/imports"],"interval_ms":250})").ok());
+  auto first = next_message(**ws);
+  ASSERT_TRUE(first.IsObject());
+  EXPECT_STREQ(first["type"].GetString(), "snapshot");
+  EXPECT_EQ(streams_in(first), std::vector<std::string>{"ticks"});
+  EXPECT_EQ(first["parts"]["/v1/nodes"]["status"].GetUint(), 200u);
+  // A node with no federation section has no imports: the REST answer, as is.
+  EXPECT_EQ(first["parts"]["/v1/imports"]["status"].GetUint(),
+            broker_.request("GET", "/v1/imports", "", kReaderToken).status);
+
+  // A stream created meanwhile is in a later snapshot, unasked.
+  ASSERT_EQ(broker_.request("POST", "/v1/streams", R"({"name":"fresh","schema":[{"name":"k","type":"int64"}]})")
+                .status,
+            201u);
+  bool seen = false;
+  for (int i = 0; i < 20 && !seen; ++i) {
+    auto snap = next_message(**ws);
+    ASSERT_TRUE(snap.IsObject());
+    EXPECT_GT(snap["seq"].GetUint64(), first["seq"].GetUint64());
+    const auto names = streams_in(snap);
+    seen = std::find(names.begin(), names.end(), "fresh") != names.end();
+  }
+  EXPECT_TRUE(seen) << "no snapshot listed the stream created after the first";
+
+  // What may not be watched is refused with a reason; the socket stays.
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"watch":["/v1/streams/ticks/tuples"]})", "no GET resource at /v1/streams/ticks/tuples"},
+      {R"({"watch":["/v1/ui/live"]})", "no GET resource at /v1/ui/live"},
+      {R"({"watch":["/metrics"]})", "is not under /v1/"},
+      {R"({"watch":["/v1/streams?x=1"]})", "is not a plain path"},
+      {R"({"watch":["/v1/streams"],"interval_ms":10})", "interval_ms: expected an integer from 250 to 60000"},
+      {R"({"watch":"/v1/streams"})", "watch: expected an array of paths"},
+      {R"({"watch":[],"other":1})", "unknown member 'other'"},
+      {"not json", "expected a JSON object"},
+  };
+  for (const auto& [message, why] : refused) {
+    ASSERT_TRUE((*ws)->send(message).ok());
+    bool answered = false;
+    for (int i = 0; i < 20 && !answered; ++i) {
+      auto m = next_message(**ws);
+      ASSERT_TRUE(m.IsObject()) << message;
+      if (std::string_view(m["type"].GetString()) != "error") continue;  // a snapshot already on its way
+      answered = true;
+      EXPECT_NE(std::string(m["detail"].GetString()).find(why), std::string::npos)
+          << message << ": " << m["detail"].GetString();
+    }
+    EXPECT_TRUE(answered) << message;
+  }
+  std::string many = R"({"watch":[)";
+  for (int i = 0; i < 33; ++i) many += std::string(i ? "," : "") + "\"/v1/streams/s" + std::to_string(i) + "\"";
+  ASSERT_TRUE((*ws)->send(many + "]}").ok());
+  bool limited = false;
+  for (int i = 0; i < 20 && !limited; ++i) {
+    auto m = next_message(**ws);
+    ASSERT_TRUE(m.IsObject());
+    limited = std::string_view(m["type"].GetString()) == "error" &&
+              std::string(m["detail"].GetString()).find("at most 32 paths") != std::string::npos;
+  }
+  EXPECT_TRUE(limited);
+  // Still served after the refusals: the last list taken is pushed.
+  auto after = next_message(**ws);
+  ASSERT_TRUE(after.IsObject());
+  EXPECT_STREQ(after["type"].GetString(), "snapshot");
+
+  // A bad token is refused at the upgrade.
+  auto bad = http::WsClient::connect(broker_.client_options(), "/v1/ui/live",
+                                     {{"sec-websocket-protocol", "entente.v1, entente.bearer.not-a-token"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("HTTP 401"), std::string::npos) << bad.error().message;
+}
+
+TEST(BrokerUiLive, ATokenRemovedByAReloadEndsItsLiveSessionWith4401) {
+  BrokerOptions options;
+  options.extra_tokens = R"({"name":"wall","role":"reader","sha256":")" + broker::hash_token("wall-screen-token") + "\"}";
+  BrokerProcess broker(options);
+  ASSERT_TRUE(broker.start()) << broker.last_error();
+  auto ws = http::WsClient::connect(broker.client_options(), "/v1/ui/live",
+                                    {{"sec-websocket-protocol", "entente.v1, entente.bearer.wall-screen-token"}});
+  ASSERT_TRUE(ws.ok()) << ws.error().message;
+  ASSERT_TRUE((*ws)->send(R"({"watch":["/v1/nodes"],"interval_ms":250})").ok());
+  ASSERT_TRUE(next_message(**ws).IsObject());
+
+  // The configuration without the token, then SIGHUP.
+  std::ifstream in(broker.config_path());
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  const size_t at = config.find(R"(,{"name":"wall")");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.erase(at, config.find('}', at) + 1 - at);
+  std::ofstream(broker.config_path(), std::ios::trunc) << config;
+  ASSERT_EQ(::kill(broker.pid(), SIGHUP), 0);
+
+  uint16_t code = 0;
+  for (int i = 0; i < 50 && code == 0; ++i) {
+    if (next_message(**ws, &code).IsNull()) break;
+  }
+  EXPECT_EQ(code, 4401) << broker.stderr_text();
 }
 
 TEST_F(BrokerUi, WebSocketTakesTheTokenInASubprotocolAndEchoesTheRealOne) {

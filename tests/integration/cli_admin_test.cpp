@@ -21,6 +21,7 @@
 #include "tests/integration/support/cli_run.h"
 #include "tests/integration/support/contracts.h"
 #include "tests/integration/support/federation.h"
+#include "tests/support/eventually.h"
 #include "tests/support/temp_dir.h"
 
 namespace entente::testing {
@@ -362,6 +363,66 @@ TEST_F(AdminCli, QueriesDeployListShowDelete) {
   EXPECT_TRUE(has(r.err, "entente: GET /v1/queries/big-bids: 404: ")) << r.err;
   EXPECT_EQ(reader("queries list").out, "no queries\n");
   EXPECT_EQ(admin("checkpoint").out, "no queries: nothing to checkpoint\n");
+}
+
+// The query lifecycle from the command line: --start-from, stop and start,
+// and a replacement network (docs/query-networks.md).
+TEST_F(AdminCli, QueriesStartFromStopStartAndReplace) {
+  ASSERT_EQ(admin("streams create bids --schema " + quote(kBidsSchema) + " --event-time ts").code, 0);
+  const std::string bids = home_ + "/bids.ndjson";
+  auto publish = [&](const std::string& prices) {
+    std::string lines;
+    for (size_t at = 0; at < prices.size();) {
+      const size_t comma = std::min(prices.find(',', at), prices.size());
+      lines += R"({"auction":1,"price":)" + prices.substr(at, comma - at) + R"(,"ts":1000})" + "\n";
+      at = comma + 1;
+    }
+    write_file(bids, lines);
+    const CliRun r = admin("publish bids --file " + bids);
+    ASSERT_EQ(r.code, 0) << what(r);
+  };
+  // The tuples big_bids holds, from `streams show`.
+  auto out_tuples = [&] { return value_of(reader("streams show big_bids").out, "tuples"); };
+  publish("50,150,200");  // before the query: read only from the earliest
+
+  const std::string file = home_ + "/big-bids.json";
+  write_file(file, kBigBids);
+  CliRun r = admin("queries deploy --file " + file + " --start-from sometime");
+  EXPECT_EQ(r.code, 2) << what(r);
+  EXPECT_TRUE(has(r.err, "--start-from: earliest or latest")) << r.err;
+  r = admin("queries deploy --file " + file + " --start-from earliest");
+  ASSERT_EQ(r.code, 0) << what(r);
+  EXPECT_TRUE(eventually([&] { return out_tuples() == "2"; })) << reader("streams show big_bids").out;
+
+  r = admin("queries stop big-bids");
+  ASSERT_EQ(r.code, 0) << what(r);
+  EXPECT_EQ(value_of(r.out, "state"), "stopped") << r.out;
+  EXPECT_EQ(row_of(reader("queries list").out, "big-bids").at(1), "stopped");
+  publish("300");
+  EXPECT_EQ(out_tuples(), "2");  // stopped: read nothing
+  r = admin("queries start big-bids");
+  ASSERT_EQ(r.code, 0) << what(r);
+  EXPECT_EQ(value_of(r.out, "state"), "running") << r.out;
+  EXPECT_TRUE(eventually([&] { return out_tuples() == "3"; })) << reader("streams show big_bids").out;
+
+  // A new predicate for the (stateless) filter: the query goes on from
+  // where it stood, into the same output stream.
+  std::string higher = kBigBids;
+  higher.replace(higher.find("price > 100"), 11, "price > 250");
+  write_file(home_ + "/higher.json", higher);
+  r = admin("queries replace big-bids --file " + home_ + "/higher.json");
+  ASSERT_EQ(r.code, 0) << what(r);
+  publish("220,400");
+  EXPECT_TRUE(eventually([&] { return out_tuples() == "4"; })) << reader("streams show big_bids").out;
+  r = admin("queries replace big-bids --file " + home_ + "/higher.json --drop-state nobox");
+  EXPECT_EQ(r.code, 1) << what(r);
+  EXPECT_TRUE(has(r.err, "PUT /v1/queries/big-bids: 400: ")) << r.err;
+
+  r = admin("queries stop nope");
+  EXPECT_EQ(r.code, 4) << what(r);
+  r = reader("queries stop big-bids");
+  EXPECT_EQ(r.code, 1) << what(r);
+  EXPECT_TRUE(has(r.err, "403")) << r.err;
 }
 
 TEST_F(AdminCli, UnreachableNodesAndNodesWithoutFederation) {
