@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "broker/cli_api.h"
 #include "broker/cli_check.h"
 #include "broker/config.h"
@@ -69,7 +70,7 @@ constexpr const char* kUsage =
     "TLS, timeout), 4 not found (404), 5 conflict (409)\n";
 
 constexpr const char* kBrokerUsage =
-    "usage: entente broker --config FILE\n"
+    "usage: entente broker --config FILE [--log-format text|json]\n"
     "       entente broker --check [--running] --config FILE\n"
     "\n"
     "Runs one node: the API listener, the streams, the deployed queries and their\n"
@@ -77,6 +78,8 @@ constexpr const char* kBrokerUsage =
     "checkpoints every query and exits 0. SIGHUP reloads FILE: API tokens, the\n"
     "certificates and keys, pinned CAs and peers change at once; what needs a restart\n"
     "is named in the log and kept; an invalid FILE changes nothing (docs/operations.md).\n"
+    "--log-format json writes each log line on stderr as one JSON object (default: the\n"
+    "file's log_format, else text).\n"
     "\n"
     "--check validates FILE without starting: the configuration (with the key of its\n"
     "problem), every certificate and key (readable, matching, valid now, issued by the\n"
@@ -85,42 +88,54 @@ constexpr const char* kBrokerUsage =
     "With --running (the node runs, and FILE is to be reloaded with SIGHUP) the listen\n"
     "ports are not checked: the node holds them.\n";
 
-// SIGHUP: reads the configuration again and applies what a running node
-// can change. Every outcome is logged: what changed, what was kept (needs a
-// restart), or why nothing changed.
 // systemd's Type=notify (packaging/systemd/entente.service): READY once the
 // API listens, RELOADING around a SIGHUP, STOPPING on the way out.
-void tell_service_manager(const std::string& who, std::string_view state) {
+void tell_service_manager(std::string_view state) {
   if (Status s = notify_service(state); !s.ok()) {
-    std::fprintf(stderr, "entente: %s: %s\n", who.c_str(), s.error().message.c_str());
+    base::logf(base::LogLevel::warn, "node", "%s", s.error().message.c_str());
   }
 }
 
-void reload(Node& node, const std::string& config_path, const std::string& who) {
-  std::fprintf(stderr, "entente: %s: SIGHUP: reloading %s\n", who.c_str(), config_path.c_str());
+// SIGHUP: reads the configuration again and applies what a running node
+// can change. Every outcome is logged: what changed, what was kept (needs a
+// restart), or why nothing changed. Returns the outcome for the audit line.
+const char* reload(Node& node, const std::string& config_path) {
+  base::logf(base::LogLevel::info, "node", "SIGHUP: reloading %s", config_path.c_str());
   auto config = load_config(config_path);
   if (!config.ok()) {
-    std::fprintf(stderr, "entente: %s: reload refused, nothing changed: %s: %s\n", who.c_str(),
+    base::logf(base::LogLevel::warn, "node", "reload refused, nothing changed: %s: %s",
                  config_path.c_str(), config.error().message.c_str());
-    return;
+    return "refused";
   }
   std::vector<std::string> changes, kept;
   if (Status s = node.reload(std::move(config).value(), changes, kept); !s.ok()) {
-    std::fprintf(stderr, "entente: %s: reload refused, nothing changed: %s\n", who.c_str(),
+    base::logf(base::LogLevel::warn, "node", "reload refused, nothing changed: %s",
                  s.error().message.c_str());
-    return;
+    return "refused";
   }
-  for (const auto& c : changes) std::fprintf(stderr, "entente: %s: reload: %s\n", who.c_str(), c.c_str());
+  for (const auto& c : changes) base::logf(base::LogLevel::info, "node", "reload: %s", c.c_str());
   for (const auto& k : kept) {
-    std::fprintf(stderr, "entente: %s: reload: %s changed but is not reloaded; restart to apply it\n",
-                 who.c_str(), k.c_str());
+    base::logf(base::LogLevel::warn, "node", "reload: %s changed but is not reloaded; restart to apply it",
+                 k.c_str());
   }
-  std::fprintf(stderr, "entente: %s: reload done: %zu change(s), %zu setting(s) need a restart\n",
-               who.c_str(), changes.size(), kept.size());
+  base::logf(base::LogLevel::info, "node", "reload done: %zu change(s), %zu setting(s) need a restart",
+               changes.size(), kept.size());
+  return "done";
+}
+
+// Reads --log-format's value; false (after saying why) when it is neither.
+bool read_log_format(std::string_view v, std::optional<base::LogFormat>& out) {
+  out = base::parse_log_format(v);
+  if (!out) {
+    std::fprintf(stderr, "entente broker: --log-format must be text or json, not '%.*s'\n%s",
+                 static_cast<int>(std::min<size_t>(v.size(), 40)), v.data(), kBrokerUsage);
+  }
+  return out.has_value();
 }
 
 int run_broker(const std::vector<std::string_view>& args) {
   std::string config_path;
+  std::optional<base::LogFormat> log_format;  // over the file's log_format
   bool check_only = false;
   CheckPorts ports = CheckPorts::yes;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -136,6 +151,10 @@ int run_broker(const std::vector<std::string_view>& args) {
       config_path = std::string(args[++i]);
     } else if (args[i].rfind("--config=", 0) == 0) {
       config_path = std::string(args[i].substr(9));
+    } else if (args[i] == "--log-format" || args[i].rfind("--log-format=", 0) == 0) {
+      const bool split = args[i] == "--log-format" && i + 1 < args.size();
+      if (!read_log_format(split ? args[++i] : args[i].substr(std::min<size_t>(args[i].size(), 13)), log_format))
+        return 2;
     } else {
       std::fprintf(stderr, "entente broker: unknown argument '%.*s'\n%s", static_cast<int>(args[i].size()),
                    args[i].data(), kBrokerUsage);
@@ -167,6 +186,9 @@ int run_broker(const std::vector<std::string_view>& args) {
   signal(SIGPIPE, SIG_IGN);
 
   const std::string who = config->domain + "/" + config->node;
+  base::process_log().set_node(who);
+  base::process_log().set_format(log_format.value_or(config->log_format));
+  base::process_log().set_level(config->log_level);
   const bool tls = config->tls;
   const std::string address = config->listen_address;
   auto node = Node::open(std::move(config).value());
@@ -183,19 +205,19 @@ int run_broker(const std::vector<std::string_view>& args) {
   std::printf("entente: node %s listening on %s://%s%s%s:%u\n", who.c_str(), tls ? "https" : "http",
               v6 ? "[" : "", address.c_str(), v6 ? "]" : "", static_cast<unsigned>((*node)->api_port()));
   std::fflush(stdout);
-  tell_service_manager(who, "READY=1\nSTATUS=serving");
+  tell_service_manager("READY=1\nSTATUS=serving");
   int sig = 0;
   for (;;) {
     sigwait(&signals, &sig);
     if (sig != SIGHUP) break;
-    tell_service_manager(who, "RELOADING=1");
-    reload(**node, config_path, who);
-    tell_service_manager(who, "READY=1\nSTATUS=serving");
+    tell_service_manager("RELOADING=1");
+    base::log_audit("-", "config.reload", config_path, reload(**node, config_path));  // SIGHUP: no token
+    tell_service_manager("READY=1\nSTATUS=serving");
   }
-  tell_service_manager(who, "STOPPING=1");
-  std::fprintf(stderr, "entente: %s: stopping (%s)\n", who.c_str(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  tell_service_manager("STOPPING=1");
+  base::logf(base::LogLevel::info, "node", "stopping (%s)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   (*node)->stop();
-  std::fprintf(stderr, "entente: %s: stopped\n", who.c_str());
+  base::log(base::LogLevel::info, "node", "stopped");
   return 0;
 }
 

@@ -527,6 +527,23 @@ Status read_retention(const Value& v, const std::string& path, RetentionConfig& 
   return {};
 }
 
+// "log_level": error|warn|info|debug; "log_format": text|json (either absent: the default).
+Status read_log_settings(const Value* level, const Value* format, NodeConfig& cfg) {
+  if (level) {
+    ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(*level, "log_level"));
+    auto l = base::parse_log_level(s);
+    if (!l) return config_error("log_level", "expected error, warn, info or debug, got " + show(s));
+    cfg.log_level = *l;
+  }
+  if (format) {
+    ENTENTE_ASSIGN_OR_RETURN(std::string s, read_string(*format, "log_format"));
+    auto f = base::parse_log_format(s);
+    if (!f) return config_error("log_format", "expected text or json, got " + show(s));
+    cfg.log_format = *f;
+  }
+  return {};
+}
+
 Status read_threads(const Value& v, const std::string& path, NodeConfig& cfg) {
   ENTENTE_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::open(v, path, {"network", "engine"}));
   if (const Value* x = r.get("network")) {
@@ -962,7 +979,7 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
       ObjectReader::open(doc, "",
                          {"domain", "node", "api", "data_dir", "tokens", "retention", "checkpoint_interval",
                           "retention_check_interval", "ingest_durability", "threads", "limits",
-                          "federation", "cluster"}));
+                          "federation", "cluster", "log_level", "log_format"}));
   NodeConfig cfg;
   ENTENTE_ASSIGN_OR_RETURN(const Value* domain, r.required("domain"));
   ENTENTE_ASSIGN_OR_RETURN(cfg.domain, read_name(*domain, "domain"));
@@ -987,6 +1004,7 @@ Result<NodeConfig> parse_config(std::string_view json, std::string_view base_dir
   if (const Value* x = r.get("ingest_durability")) {
     ENTENTE_ASSIGN_OR_RETURN(cfg.ingest_durability, read_ingest_durability(*x, "ingest_durability"));
   }
+  ENTENTE_RETURN_IF_ERROR(read_log_settings(r.get("log_level"), r.get("log_format"), cfg));
   if (const Value* x = r.get("threads")) ENTENTE_RETURN_IF_ERROR(read_threads(*x, "threads", cfg));
   if (const Value* x = r.get("limits")) ENTENTE_RETURN_IF_ERROR(read_node_limits(*x, "limits", cfg));
   if (const Value* x = r.get("federation")) ENTENTE_RETURN_IF_ERROR(read_federation(*x, "federation", base, cfg));

@@ -11,6 +11,7 @@
 
 #include "broker/federation_config.h"
 #include "cluster/config.h"
+#include "base/log.h"
 #include "base/result.h"
 
 namespace entente::broker {
@@ -70,6 +71,10 @@ struct NodeConfig {
   ApiLimits limits;
   RetentionConfig retention;
   int64_t checkpoint_interval_ms = 1000;
+  // The log on stderr (docs/operations.md, "Logs"); --log-format overrides
+  // log_format. Read at start-up.
+  base::LogLevel log_level = base::LogLevel::info;
+  base::LogFormat log_format = base::LogFormat::text;
   IngestDurability ingest_durability = IngestDurability::fsync;
   // How often stream logs are trimmed to their retention. Trimming reads a
   // log's record headers (and, with a byte bound, sums its sizes), so it

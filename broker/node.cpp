@@ -27,7 +27,10 @@ namespace entente::broker {
 
 namespace detail {
 
-void log_line(const std::string& s) { std::fprintf(stderr, "entente: %s\n", s.c_str()); }
+void log_line(LogLevel level, std::string_view component, const std::string& s) {
+  base::log(level, component, s);
+}
+void log_line(const std::string& s) { base::log(LogLevel::info, "node", s); }
 
 int64_t wall_clock_ms() {
   using namespace std::chrono;
@@ -58,7 +61,7 @@ bool process_durability(const NodeConfig& c) { return c.ingest_durability == Ing
 // sync, so that query checkpoints and a clean shutdown still reach the disk.
 void sync_wal(store::Store& store, const std::string& why) {
   Status s = store.write(store::WriteBatch(), store::Durability::synced);
-  if (!s.ok()) log_line("syncing the write-ahead log after " + why + " failed: " + s.error().message);
+  if (!s.ok()) log_line(LogLevel::warn, "store", "syncing the write-ahead log after " + why + " failed: " + s.error().message);
 }
 
 }  // namespace
@@ -227,6 +230,7 @@ QueryRunner::Env NodeImpl::runner_env() {
 Status NodeImpl::start() {
   started_ms_ = wall_clock_ms();
   register_collectors();
+  register_ops_collectors();
   hold_unreplicated();  // before any reader follows a stream
   {
     std::shared_lock lock(catalog_mu_);
@@ -306,7 +310,7 @@ void NodeImpl::stop() {
   for (auto& q : queries) {
     if (q->info().state != "running") continue;
     auto r = q->drain_and_checkpoint();
-    if (!r.ok()) log_line("final checkpoint of query '" + q->meta().name + "' failed: " + r.error().message);
+    if (!r.ok()) log_line(LogLevel::warn, "query", "final checkpoint of query '" + q->meta().name + "' failed: " + r.error().message);
   }
   for (auto& q : queries) q->stop();
   // 3. Background work, then the store.
@@ -423,6 +427,7 @@ Status NodeImpl::reload(NodeConfig next, std::vector<std::string>& changes, std:
     }
     config_.tokens = std::move(next.tokens);
   }
+  read_cert_expiry();  // the certificates may have been replaced
   return Status::Ok();
 }
 
@@ -439,7 +444,7 @@ void NodeImpl::maintenance_loop() {
   // Linux applies a thread's own nice value (the thread id as the "process");
   // when it fails the work runs at normal priority, which is only slower.
   if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kMaintenanceNice) != 0)
-    log_line("could not lower the maintenance thread's priority; retention checks compete with ingest");
+    log_line(LogLevel::warn, "node", "could not lower the maintenance thread's priority; retention checks compete with ingest");
   std::unique_lock lock(maint_mu_);
   while (!stopping_) {
     const int64_t wake = std::min(next_cp, next_ret);
@@ -450,14 +455,15 @@ void NodeImpl::maintenance_loop() {
     std::optional<BackupJob> job = std::exchange(backup_job_, std::nullopt);
     const int64_t now = wall_clock_ms();
     lock.unlock();
+    base::process_log().flush_repeats();  // repeated refusals whose window ended
     if (sync_now) sync_wal(*store_, "a checkpoint");
     if (job) {
       auto result = write_backup(job->dir);
       if (result.ok()) {
-        log_line("backup of the store in " + result->dir + " (" + std::to_string(result->store.bytes) +
+        log_line(LogLevel::info, "store", "backup of the store in " + result->dir + " (" + std::to_string(result->store.bytes) +
                  " bytes, up to RocksDB sequence " + std::to_string(result->store.sequence) + ")");
       } else {
-        log_line("backup to " + job->dir + " failed: " + result.error().message);
+        log_line(LogLevel::warn, "store", "backup to " + job->dir + " failed: " + result.error().message);
       }
       {
         std::lock_guard l(maint_mu_);
@@ -471,7 +477,7 @@ void NodeImpl::maintenance_loop() {
           q->request_checkpoint([this, name = q->meta().name, sync_checkpoints,
                                  checkpoint_unsynced](const Result<CheckpointInfo>& r) {
             if (!r.ok()) {
-              log_line("checkpoint of query '" + name + "' failed: " + r.error().message);
+              log_line(LogLevel::warn, "query", "checkpoint of query '" + name + "' failed: " + r.error().message);
               return;
             }
             if (!sync_checkpoints) return;
@@ -566,7 +572,7 @@ void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
     if (before <= t.erased_before) return;
     auto r = store::StreamLog::erase_before(*store_, s->meta().id, before);
     if (!r.ok()) {
-      log_line("trimming state stream '" + s->meta().name + "': " + r.error().message);
+      log_line(LogLevel::warn, "store", "trimming state stream '" + s->meta().name + "': " + r.error().message);
       return;
     }
     t.erased_before = before;
@@ -616,7 +622,7 @@ void NodeImpl::trim_state_streams(std::map<std::string, StateTrim>& trims) {
       if (!failed.ok()) break;
     }
     if (!failed.ok()) {
-      log_line("reading state stream copy '" + m.name + "': " + failed.error().message);
+      log_line(LogLevel::warn, "store", "reading state stream copy '" + m.name + "': " + failed.error().message);
       continue;
     }
     uint64_t before = t.checkpoints.last_complete_first();
@@ -650,7 +656,7 @@ void NodeImpl::enforce_retention() {
     auto r = store::StreamLog::trim(*store_, s->meta().id, s->meta().retention, pin,
                                     wall_clock_ms(), known);
     if (!r.ok()) {
-      log_line("retention of stream '" + s->meta().name + "': " + r.error().message);
+      log_line(LogLevel::warn, "store", "retention of stream '" + s->meta().name + "': " + r.error().message);
       continue;
     }
     if (s->meta().retention.max_bytes == 0) continue;
@@ -1034,7 +1040,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::take_over_runner(const FragmentOf
                  {{"query", fragment.query}, {"outcome", s.ok() ? "promoted" : "fell_back"}})
         .inc();
     if (s.ok()) return fragment.warm;
-    std::fprintf(stderr, "entente: fragment '%s': its warm standby cannot continue (%s); it recovers from its "
+    base::logf(LogLevel::warn, "cluster", "fragment '%s': its warm standby cannot continue (%s); it recovers from its "
                          "checkpoint and journal\n", name.c_str(), s.error().message.c_str());
   }
   // The restart path, on this node: the last checkpoint and the journal

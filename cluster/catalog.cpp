@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "base/log.h"
+
 namespace entente::cluster {
 namespace {
 
@@ -95,7 +97,7 @@ Result<int64_t> Catalog::reload() {
     }
     revision_ = all.revision;
     if (!problem_.empty() && problem_ != "not read yet") {
-      std::fprintf(stderr, "cluster: the catalog is current again (revision %lld)\n",
+      base::logf(base::LogLevel::info, "cluster", "the catalog is current again (revision %lld)\n",
                    static_cast<long long>(all.revision));
     }
     problem_.clear();
@@ -134,7 +136,7 @@ void Catalog::set_problem(std::string problem) {
   {
     std::lock_guard lock(mu_);
     if (synced_.load() || problem_ != problem) {
-      std::fprintf(stderr, "cluster: the catalog may be stale: %s\n", problem.c_str());
+      base::logf(base::LogLevel::warn, "cluster", "the catalog may be stale: %s\n", problem.c_str());
     }
     problem_ = std::move(problem);
     synced_.store(false, std::memory_order_release);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/json_read.h"
+#include "base/log.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -264,7 +265,7 @@ Status Membership::keep_registered() {
     if (!ttl.ok() && ttl.error().code == Errc::not_found) {
       // Expired while etcd could not be reached (or this process was
       // stopped): whatever it held under it is gone; start over.
-      std::fprintf(stderr, "cluster: %s's lease %lld expired; registering again\n", self_.node.c_str(),
+      base::logf(base::LogLevel::warn, "cluster", "%s's lease %lld expired; registering again\n", self_.node.c_str(),
                    static_cast<long long>(lease_));
       lease_ = 0;
       lease_id_.store(0);
@@ -324,7 +325,7 @@ Status Membership::read_members() {
   for (const auto& kv : nodes.kvs) {
     auto r = record_from_json(kv.value);
     if (!r.ok()) {
-      std::fprintf(stderr, "cluster: skipping %s: %s\n", kv.key.c_str(), r.error().message.c_str());
+      base::logf(base::LogLevel::warn, "cluster", "skipping %s: %s\n", kv.key.c_str(), r.error().message.c_str());
       continue;
     }
     Member m;
@@ -348,7 +349,7 @@ Status Membership::read_members() {
   v.is_controller = is_controller();
   v.read_ms = wall_ms();
   std::lock_guard lock(mu_);
-  if (view_.etcd_error) std::fprintf(stderr, "cluster: etcd reachable again\n");
+  if (view_.etcd_error) base::logf(base::LogLevel::info, "cluster", "etcd reachable again\n");
   view_ = std::move(v);
   return {};
 }
@@ -357,7 +358,7 @@ void Membership::set_error(const Error& e) {
   std::lock_guard lock(mu_);
   if (!view_.etcd_error) {
     view_.etcd_error_since_ms = wall_ms();
-    std::fprintf(stderr, "cluster: etcd unreachable: %s\n", e.message.c_str());
+    base::logf(base::LogLevel::warn, "cluster", "etcd unreachable: %s\n", e.message.c_str());
   }
   view_.etcd_error = e.message;
   view_.is_controller = is_controller();
@@ -365,7 +366,7 @@ void Membership::set_error(const Error& e) {
 
 void Membership::set_controller(bool controller) {
   if (controller_.exchange(controller) == controller) return;
-  std::fprintf(stderr, "cluster: %s %s the controller role\n", self_.node.c_str(),
+  base::logf(base::LogLevel::info, "cluster", "%s %s the controller role\n", self_.node.c_str(),
                controller ? "holds" : "no longer holds");
   if (on_role_) on_role_(controller);
 }

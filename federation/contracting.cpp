@@ -70,6 +70,15 @@ Result<std::unique_ptr<Contracting>> Contracting::open(store::Store& store, cert
                                                       metrics, std::move(hooks)));
 }
 
+// entente_contract_valid_until_seconds of a contract accepted or in force
+// (an operator alerts before it ends; ended ones are left out).
+static void write_valid_until(base::MetricsWriter& w, const Contract& c, std::string_view self) {
+  w.gauge("entente_contract_valid_until_seconds",
+          "When an accepted or active contract's terms end, Unix seconds (exclusive)",
+          {{"contract", c.id}, {"peer", other_party(c, self)}},
+          static_cast<double>(c.current().terms.valid_until_ms) / 1000.0);
+}
+
 Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger> ledger,
                          certs::Signer signer, std::shared_ptr<const certs::TrustStore> trust,
                          std::vector<std::string> peer_domains, base::Registry& metrics, Hooks hooks)
@@ -86,6 +95,7 @@ Contracting::Contracting(store::Store& store, std::unique_ptr<contracts::Ledger>
     std::map<State, uint64_t> by_state;
     for (const Contract& c : ledger_->list({}, now)) {
       ++by_state[c.state_at(now)];
+      if (c.state_at(now) == State::accepted || c.state_at(now) == State::active) write_valid_until(w, c, self_);
       auto u = ledger_->usage(c.id);
       if (!u.ok()) continue;
       const base::Labels labels{{"contract", c.id}, {"peer", other_party(c, self_)}};

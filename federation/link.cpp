@@ -36,6 +36,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/log.h"
 #include "base/openssl_error.h"
 #include "federation/messages.h"
 #include "net/address.h"
@@ -317,7 +318,7 @@ struct LinkManager::Impl {
     if (opt.log) {
       opt.log(line);
     } else {
-      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+      base::log(base::LogLevel::info, "federation", line);
     }
   }
 

@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "base/log.h"
 #include "http/detail/any_stream.h"
 #include "http/detail/net.h"
 #include "http/detail/text.h"
@@ -65,9 +66,9 @@ void report_exception(const std::exception_ptr& e, const char* where) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    std::fprintf(stderr, "entente http: %s ended by an exception: %s\n", where, ex.what());
+    base::logf(base::LogLevel::error, "http", "%s ended by an exception: %s\n", where, ex.what());
   } catch (...) {
-    std::fprintf(stderr, "entente http: %s ended by an unknown exception\n", where);
+    base::logf(base::LogLevel::error, "http", "%s ended by an unknown exception\n", where);
   }
 }
 
@@ -806,9 +807,9 @@ class Connection final : public ConnectionBase {
       fn();
       return true;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "entente http: WebSocket %s failed: %s\n", what, e.what());
+      base::logf(base::LogLevel::error, "http", "WebSocket %s failed: %s\n", what, e.what());
     } catch (...) {
-      std::fprintf(stderr, "entente http: WebSocket %s failed\n", what);
+      base::logf(base::LogLevel::error, "http", "WebSocket %s failed\n", what);
     }
     ws_core_->close(1011, "internal error");
     return false;

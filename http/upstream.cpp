@@ -31,6 +31,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/log.h"
 #include "http/detail/net.h"
 #include "http/detail/text.h"
 #include "http/detail/tls.h"
@@ -54,9 +55,9 @@ void report_exception(const std::exception_ptr& e, const char* where) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    std::fprintf(stderr, "entente http: upstream %s ended by an exception: %s\n", where, ex.what());
+    base::logf(base::LogLevel::error, "http", "upstream %s ended by an exception: %s\n", where, ex.what());
   } catch (...) {
-    std::fprintf(stderr, "entente http: upstream %s ended by an unknown exception\n", where);
+    base::logf(base::LogLevel::error, "http", "upstream %s ended by an unknown exception\n", where);
   }
 }
 
@@ -67,9 +68,9 @@ void guarded(const char* what, F&& fn) {
   try {
     fn();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "entente http: upstream %s callback failed: %s\n", what, e.what());
+    base::logf(base::LogLevel::error, "http", "upstream %s callback failed: %s\n", what, e.what());
   } catch (...) {
-    std::fprintf(stderr, "entente http: upstream %s callback failed\n", what);
+    base::logf(base::LogLevel::error, "http", "upstream %s callback failed\n", what);
   }
 }
 

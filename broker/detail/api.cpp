@@ -330,6 +330,46 @@ std::vector<const RouteInfo*> match_routes(std::string_view path, PathParams& pa
   return out;
 }
 
+namespace {
+
+// The "id" (a contract), "name" (a stream, a query) or "stream" (an import) of a creation's
+// answer; "-" when it has neither.
+std::string created_id(const std::string& body) {
+  rapidjson::Document doc;
+  doc.Parse(body.data(), body.size());
+  if (doc.HasParseError() || !doc.IsObject()) return "-";
+  for (const char* key : {"id", "name", "stream"}) {
+    auto it = doc.FindMember(key);
+    if (it != doc.MemberEnd() && it->value.IsString())
+      return std::string(it->value.GetString(), std::min<size_t>(it->value.GetStringLength(), 200));
+  }
+  return "-";
+}
+
+// A refused request, collapsed with its repeats (base/log.h): the client's
+// address without its port, so that one client retrying is one line.
+void log_refused(const Request& req, const std::string& why) {
+  const size_t colon = req.remote.rfind(':');
+  base::log_refusal("api", "refused " + req.method.substr(0, 20) + " " + req.path.substr(0, 200) + " from " +
+                               req.remote.substr(0, colon) + ": " + why);
+}
+
+// Every admin request that may change state (not a GET) is audited: who
+// (the token's name), what (method and route), on what (the path's ids, or
+// the id or name a creation answered with), and the status.
+Respond audited(Respond answer, const std::string& token, const std::string& action, const PathParams& params) {
+  std::string object;
+  for (const auto& p : params) object += (object.empty() ? "" : "/") + p.substr(0, 200);
+  return [answer = std::move(answer), token, action, object](Response r) {
+    std::string what = object;
+    if (what.empty() && r.status / 100 == 2) what = created_id(r.body);
+    base::log_audit(token, action, what, std::to_string(r.status));
+    answer(std::move(r));
+  };
+}
+
+}  // namespace
+
 NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) const {
   AuthResult r;
   auto h = req.header("authorization");
@@ -338,6 +378,7 @@ NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) con
                                   h ? "the Authorization header must be 'Bearer <token>'"
                                     : "this resource needs a bearer token (Authorization: Bearer <token>)");
     r.problem.headers.emplace_back("WWW-Authenticate", "Bearer");
+    log_refused(req, h ? "the Authorization header is not 'Bearer <token>'" : "no bearer token");
     return r;
   }
   const std::string digest = hash_token(h->substr(7));
@@ -357,6 +398,7 @@ NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) con
   if (!found) {
     r.problem = Response::problem(401, "Unauthorized", "the bearer token is not valid for this node");
     r.problem.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
+    log_refused(req, "the bearer token is not valid for this node");
     return r;
   }
   // admin > publisher > reader: a higher role may do what a lower one may.
@@ -364,6 +406,7 @@ NodeImpl::AuthResult NodeImpl::authenticate(const Request& req, Role needed) con
     r.problem = Response::problem(403, "Forbidden",
                                   "token '" + found->name + "' has role " + std::string(role_name(found->role)) +
                                       "; this needs role " + std::string(role_name(needed)));
+    log_refused(req, "token '" + found->name + "' has role " + std::string(role_name(found->role)));
     return r;
   }
   r.ok = true;
@@ -425,6 +468,8 @@ void NodeImpl::handle(Request&& req, Respond respond) {
       answer(std::move(a.problem));
       return;
     }
+    if (chosen->role == Role::admin && method != "GET")
+      answer = audited(std::move(answer), a.name, method + " " + route, params);
   }
   // In a domain of several nodes, what concerns a stream another node
   // leads is answered there (docs/cluster.md).
@@ -456,6 +501,7 @@ void NodeImpl::get_metrics(const Request&, const PathParams&, const Respond& ans
   Response r;
   r.status = 200;
   r.content_type = "text/plain; version=0.0.4";
+  read_import_states();
   r.body = metrics_.render();
   answer(std::move(r));
 }

@@ -70,12 +70,12 @@ void NodeImpl::reconcile_contracts() {
     if (d.HasParseError()) continue;
     auto v = contracts::version_from_json(d);
     if (!v.ok()) {
-      std::fprintf(stderr, "entente: the domain's ledger holds %s, which does not parse: %s\n", e.key.c_str(),
+      base::logf(LogLevel::warn, "contracts", "the domain's ledger holds %s, which does not parse: %s\n", e.key.c_str(),
                    v.error().message.c_str());
       continue;
     }
     if (Status s = ledger->append(id, *v); !s.ok()) {
-      std::fprintf(stderr, "entente: copying %s from the domain's ledger failed: %s\n", e.key.c_str(),
+      base::logf(LogLevel::warn, "contracts", "copying %s from the domain's ledger failed: %s\n", e.key.c_str(),
                    s.error().message.c_str());
     }
   }

@@ -148,8 +148,8 @@ void NodeImpl::fail_over_streams(const cluster::MembershipView& view) {
       // acknowledged tuple: the stream waits for its leader.
       std::lock_guard lock(failover_mu_);
       if (failover_waiting_.insert(name + "#" + std::to_string(parsed->epoch)).second) {
-        std::fprintf(stderr,
-                     "entente: stream '%s' waits for its leader %s: no member of its in-sync set is up to take "
+        base::logf(LogLevel::warn, "cluster",
+                     "stream '%s' waits for its leader %s: no member of its in-sync set is up to take "
                      "it over\n", name.c_str(), parsed->node.c_str());
       }
       continue;
@@ -167,7 +167,7 @@ void NodeImpl::fail_over_streams(const cluster::MembershipView& view) {
     next.in_sync.clear();
     auto rev = catalog_->update(e.key, stream_catalog_entry(next), e.mod_revision);
     if (!rev.ok()) continue;  // changed meanwhile: looked at again next tick
-    std::fprintf(stderr, "entente: stream '%s': leader %s is down; %s leads it from epoch %llu\n", name.c_str(),
+    base::logf(LogLevel::warn, "cluster", "stream '%s': leader %s is down; %s leads it from epoch %llu\n", name.c_str(),
                  parsed->node.c_str(), chosen.c_str(), static_cast<unsigned long long>(next.epoch));
     metrics_
         .counter("entente_stream_failovers_total",
@@ -219,7 +219,7 @@ void NodeImpl::join_split_groups(const std::map<std::string, FragmentGroup>& gro
       next.replicas.push_back(parsed->node);
       next.in_sync.clear();
       if (!catalog_->update(e->key, stream_catalog_entry(next), e->mod_revision).ok()) continue;
-      std::fprintf(stderr, "entente: stream '%s': %s leads it from epoch %llu, with the rest of its fragment's "
+      base::logf(LogLevel::info, "cluster", "stream '%s': %s leads it from epoch %llu, with the rest of its fragment's "
                            "streams (%s led it)\n", m.c_str(), target.c_str(),
                    static_cast<unsigned long long>(next.epoch), parsed->node.c_str());
     }
@@ -257,11 +257,11 @@ void NodeImpl::reconcile_leadership() {
       for (const auto& [m, body] : readers) rerun_fragment(m, body);
       if (s.ok()) confirm_leadership();  // acknowledges from now on
       if (!s.ok()) {
-        std::fprintf(stderr, "entente: stream '%s': taking over from copy %s: %s\n", name.c_str(), mirror.c_str(),
+        base::logf(LogLevel::info, "cluster", "stream '%s': taking over from copy %s: %s\n", name.c_str(), mirror.c_str(),
                      s.error().message.c_str());
         continue;
       }
-      std::fprintf(stderr, "entente: stream '%s': this node leads it from epoch %llu, its log through sequence "
+      base::logf(LogLevel::info, "cluster", "stream '%s': this node leads it from epoch %llu, its log through sequence "
                            "number %llu (copied from %s)\n", name.c_str(),
                    static_cast<unsigned long long>(parsed->epoch),
                    static_cast<unsigned long long>((*s)->committed_next() - 1), mirror.c_str());
@@ -274,11 +274,11 @@ void NodeImpl::reconcile_leadership() {
     StreamPtr s = find_stream(name);
     if (!s || s->meta().producer != "api") continue;
     if (Status st = delete_stream(name, parsed->node); !st.ok()) {
-      std::fprintf(stderr, "entente: stream '%s' is led by %s now; this node's old log stays until %s\n",
+      base::logf(LogLevel::info, "cluster", "stream '%s' is led by %s now; this node's old log stays until %s\n",
                    name.c_str(), parsed->node.c_str(), st.error().message.c_str());
       continue;
     }
-    std::fprintf(stderr, "entente: stream '%s' is led by %s since epoch %llu: this node's old log is discarded "
+    base::logf(LogLevel::warn, "cluster", "stream '%s' is led by %s since epoch %llu: this node's old log is discarded "
                          "and the stream copied again as a follower\n", name.c_str(), parsed->node.c_str(),
                  static_cast<unsigned long long>(parsed->epoch));
   }

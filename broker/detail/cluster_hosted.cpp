@@ -214,7 +214,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   const std::string what = "moving fragment " + fragment + " of query '" + query + "' to " + where;
   const int64_t etcd_ms = config_.cluster.etcd_timeout_ms;
   auto failed = [&](int status, const std::string& why) {
-    log_line(what + ": " + why);
+    log_line(LogLevel::info, "hosting", what + ": " + why);
     return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
   };
   federation::Hosting* hosting = peering_ ? peering_->hosting() : nullptr;
@@ -260,7 +260,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
       revoke();
       return failed(503, "no standby on " + where + " (" + why + ") and no link up to it; nothing moved");
     }
-    log_line(what + ": no standby there (" + why + "); the state goes in the pause");
+    log_line(LogLevel::info, "hosting", what + ": no standby there (" + why + "); the state goes in the pause");
     (void)end_host_run(*hosting, host, query, fragment, true);
     warm = false;
   }
@@ -299,7 +299,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
   if (!ran.ok() && warm) {
     // The standby did not take over (the host dropped it): the state goes
     // now, in the pause.
-    log_line(what + ": the standby there did not take over (" + ran.error().message + "); the state goes now");
+    log_line(LogLevel::warn, "hosting", what + ": the standby there did not take over (" + ran.error().message + "); the state goes now");
     warm = false;
     state = q->stopped_state(true);
     if (!state.ok()) return rollback(409, "the fragment's state: " + state.error().message);
@@ -366,7 +366,7 @@ http::Response NodeImpl::run_hosted_move(const std::string& query, const std::st
       .counter("entente_fragment_hosted_moves_total", "Fragments moved to a node of another domain (hosted runs)",
                {{"direction", "out"}})
       .inc();
-  log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(h.pause_ms)) + " ms, under contract " +
+  log_line(LogLevel::info, "hosting", what + ": done, paused " + std::to_string(static_cast<int64_t>(h.pause_ms)) + " ms, under contract " +
            contract);
   JsonOut j;
   j.begin_object().key("query").str(query).key("fragment").str(fragment).key("state").str("hosted");
@@ -465,21 +465,21 @@ void NodeImpl::relay_hosted() {
     if (from >= m->committed_next()) continue;
     std::vector<store::LogRecord> recs;
     if (Status st = store::StreamLog::read(*store_, m->meta().id, from, 64, 8u << 20, recs); !st.ok()) {
-      log_line("relaying " + mirror + " to " + target + ": " + st.error().message);
+      log_line(LogLevel::warn, "hosting", "relaying " + mirror + " to " + target + ": " + st.error().message);
       continue;
     }
     for (const auto& rec : recs) {
       if (rec.last < from) continue;
       if (rec.first > from) {
         // The copy starts after what the stream needs: never filled.
-        log_line("relaying " + mirror + " to " + target + ": the copy holds " + std::to_string(rec.first) +
+        log_line(LogLevel::info, "hosting", "relaying " + mirror + " to " + target + ": the copy holds " + std::to_string(rec.first) +
                  " onwards, the stream needs " + std::to_string(from));
         break;
       }
       std::string_view bytes = rec.payload;
       auto b = engine::decode_batch(bytes);
       if (!b.ok()) {
-        log_line("relaying " + mirror + ": " + b.error().message);
+        log_line(LogLevel::warn, "hosting", "relaying " + mirror + ": " + b.error().message);
         break;
       }
       engine::Batch batch = std::move(*b);
@@ -490,7 +490,7 @@ void NodeImpl::relay_hosted() {
       }
       const uint64_t n = batch.rows();
       if (Status st = t->append_at(from, std::move(batch), *gc_, store::Admission::wait, nullptr); !st.ok()) {
-        log_line("relaying " + mirror + " to " + target + ": " + st.error().message);
+        log_line(LogLevel::warn, "hosting", "relaying " + mirror + " to " + target + ": " + st.error().message);
         break;
       }
       from += n;
@@ -512,7 +512,7 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
   }
   const std::string what = "taking fragment " + h.fragment + " of query '" + h.query + "' back from " +
                            h.host_domain + "/" + h.host_node;
-  log_line(what + ": " + why);
+  log_line(LogLevel::info, "hosting", what + ": " + why);
   const certs::Identity host{h.host_domain, h.host_node};
   federation::Hosting* hosting = peering_ ? peering_->hosting() : nullptr;
   // 4. The host's run stops; where its streams end.
@@ -525,7 +525,7 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
       const std::vector<uint64_t> next = d.IsObject() ? u64s(d, "next") : std::vector<uint64_t>{};
       for (size_t i = 0; i < next.size() && i < h.relays.size(); ++i) heads[h.relays[i].first] = next[i];
     } else {
-      log_line(what + ": the host did not stop its run (" + ended.error().message +
+      log_line(LogLevel::warn, "hosting", what + ": the host did not stop its run (" + ended.error().message +
                "): what its copies hold here is all that counts");
     }
   }
@@ -551,7 +551,7 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   relay_hosted();
-  if (!drained()) log_line(what + ": the host's streams did not all arrive within 10 s; what arrived counts");
+  if (!drained()) log_line(LogLevel::warn, "hosting", what + ": the host's streams did not all arrive within 10 s; what arrived counts");
   // The appends land before the recovery reads the state stream.
   for (const auto& [_, target] : h.relays) {
     StreamPtr t = find_stream(target);
@@ -564,7 +564,7 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
   }
   for (const auto& [mirror, _] : h.relays)
     if (Status st = delete_import(mirror); !st.ok() && st.error().code != Errc::not_found)
-      log_line(what + ": closing " + mirror + ": " + st.error().message);
+      log_line(LogLevel::warn, "hosting", what + ": closing " + mirror + ": " + st.error().message);
   if (hosting) (void)end_host_run(*hosting, host, h.query, h.fragment, true);
   for (const auto& g : h.grants) (void)catalog_->erase(grant_key(h.host_domain, g));
   {
@@ -599,11 +599,11 @@ http::Response NodeImpl::take_back(const std::string& runner, const std::string&
       .inc();
   if (!ran.ok()) {
     // run_placed_fragments tries again at each tick.
-    log_line(what + ": running it here failed (tried again): " + ran.error().message);
+    log_line(LogLevel::warn, "hosting", what + ": running it here failed (tried again): " + ran.error().message);
     return http::Response::problem(503, "Service Unavailable",
                                    "fragment " + h.fragment + " is back but does not run yet: " + ran.error().message);
   }
-  log_line(what + ": done in " + std::to_string(static_cast<int64_t>(pause)) + " ms");
+  log_line(LogLevel::info, "hosting", what + ": done in " + std::to_string(static_cast<int64_t>(pause)) + " ms");
   JsonOut j;
   j.begin_object().key("query").str(h.query).key("fragment").str(h.fragment).key("state").str("taken_back");
   j.key("from").str(h.host_domain + "/" + h.host_node).key("to").str(config_.node).key("why").str(why);
@@ -643,7 +643,7 @@ void NodeImpl::take_back_after_restart(const std::string& query, const std::stri
                    ? engine::QueryNetwork::parse(json_text(b["network"]), diag)
                    : Result<engine::QueryNetwork>(make_error(Errc::invalid_argument, "no network"));
     if (!m.IsObject() || !net.ok()) {
-      log_line("fragment " + runner + " was hosted when this node stopped, but its entry cannot be read");
+      log_line(LogLevel::warn, "hosting", "fragment " + runner + " was hosted when this node stopped, but its entry cannot be read");
       std::lock_guard lock(hosted_mu_);
       taking_back_.erase(runner);
       return;
@@ -955,7 +955,7 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
   const std::string runner = engine::fragment_network_name(query, fragment);
   const std::string key = owner.domain + "/" + runner;
   auto refuse = [&](const std::string& why) {
-    log_line("hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + ": refused: " + why);
+    log_line(LogLevel::warn, "hosting", "hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + ": refused: " + why);
     answer(false, why, "");
   };
   // The host checks the contract again, with its own engine and ledger.
@@ -1076,7 +1076,7 @@ void NodeImpl::serve_hosted_run(const certs::Identity& owner, const std::string&
       .counter("entente_fragment_hosted_moves_total", "Fragments moved to a node of another domain (hosted runs)",
                {{"direction", "in"}})
       .inc();
-  log_line("hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + " under contract " +
+  log_line(LogLevel::info, "hosting", "hosting fragment " + fragment + " of query '" + query + "' for " + owner.uri() + " under contract " +
            def->contract);
   JsonOut j;
   j.begin_object().key("outputs").begin_array();
@@ -1228,7 +1228,7 @@ void NodeImpl::end_hosted_here(const std::string& key, bool release) {
     s->close();
     (void)store::StreamLog::drop(*store_, s->meta().id);
   }
-  log_line("hosted run " + key + " ended");
+  log_line(LogLevel::info, "hosting", "hosted run " + key + " ended");
 }
 
 void NodeImpl::report_hosted_usage() {
@@ -1290,7 +1290,7 @@ void NodeImpl::report_hosted_usage() {
   // The owner did not end them (it restarted, or its link is gone): the
   // host does, so that nothing of them stays here.
   for (const auto& [key, why] : ended) {
-    log_line("hosted run " + key + ": " + why + "; ending it");
+    log_line(LogLevel::info, "hosting", "hosted run " + key + ": " + why + "; ending it");
     end_hosted_here(key, true);
   }
 }

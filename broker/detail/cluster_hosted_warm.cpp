@@ -179,7 +179,7 @@ void NodeImpl::build_hosted_standby(const certs::Identity& owner, const std::str
   const std::string runner = engine::fragment_network_name(query, fragment);
   const std::string key = owner.domain + "/" + runner;
   auto refuse = [&](const std::string& why) {
-    log_line("a standby of fragment " + fragment + " of query '" + query + "' for " + owner.uri() +
+    log_line(LogLevel::warn, "hosting", "a standby of fragment " + fragment + " of query '" + query + "' for " + owner.uri() +
              ": refused: " + why);
     answer(false, why, "");
   };
@@ -269,7 +269,7 @@ void NodeImpl::build_hosted_standby(const certs::Identity& owner, const std::str
     h.state_copy_ready = u64_of(d, "state_next");
     h.standby_error = "its copy of " + state + " is arriving";
   }
-  log_line("a standby of fragment " + fragment + " of query '" + query + "' for " + owner.uri() +
+  log_line(LogLevel::info, "hosting", "a standby of fragment " + fragment + " of query '" + query + "' for " + owner.uri() +
            " is being built under contract " + def->contract);
   answer(true, "", R"({"state":"building"})");
 }
@@ -297,7 +297,7 @@ void NodeImpl::warm_hosted_standbys() {
     }
   }
   for (const auto& key : idle) {
-    log_line("the standby of hosted run " + key + " was not taken over within " +
+    log_line(LogLevel::warn, "hosting", "the standby of hosted run " + key + " was not taken over within " +
              std::to_string(std::chrono::seconds(kStandbyIdle).count()) + " s: dropped");
     end_hosted_here(key, true);
   }
@@ -311,7 +311,7 @@ void NodeImpl::warm_hosted_standbys() {
       HostedHere& h = it->second;
       if (r.ok()) {
         if (!h.standby_warm)
-          log_line("the standby of hosted run " + key + " is warm: its checkpoint restored, the journal replayed to " +
+          log_line(LogLevel::info, "hosting", "the standby of hosted run " + key + " is warm: its checkpoint restored, the journal replayed to " +
                    std::to_string(*r));
         h.standby_journal = *r;
         h.standby_warm = true;
@@ -325,7 +325,7 @@ void NodeImpl::warm_hosted_standbys() {
     }
     // It cannot go on: the owner's next question hears why, and the move
     // sends the state in the pause instead.
-    log_line("the standby of hosted run " + key + " stops: " + r.error().message);
+    log_line(LogLevel::warn, "hosting", "the standby of hosted run " + key + " stops: " + r.error().message);
     failed->stop();
   }
 }

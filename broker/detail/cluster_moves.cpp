@@ -449,7 +449,7 @@ Status NodeImpl::move_hand_over(const std::vector<std::string>& streams, const s
       return make_error(rev.error().code, "passing the leadership to " + to + ": " + rev.error().message);
     // An entry changed under it (an in-sync set updated): read again.
   }
-  log_line(what + ": the entries of its streams kept changing");
+  log_line(LogLevel::warn, "cluster", what + ": the entries of its streams kept changing");
   return make_error(Errc::unavailable, "passing the leadership to " + to + ": the entries of the fragment's streams "
                                        "kept changing");
 }
@@ -545,12 +545,12 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   const std::string runner = engine::fragment_network_name(m.query, m.fragment);
   const std::string what = "moving fragment " + m.fragment + " of query '" + m.query + "' to " + m.to;
   auto failed = [&](int status, const std::string& why) {
-    log_line(what + ": " + why);
+    log_line(LogLevel::info, "cluster", what + ": " + why);
     return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
   };
   // Each step is logged as it starts: after a fault (this node or the
   // target killed, their link cut) the log says where the move was.
-  auto step = [&](const char* name) { log_line(what + ": step " + name); };
+  auto step = [&](const char* name) { log_line(LogLevel::info, "cluster", what + ": step " + name); };
   auto q = find_query(runner);
   if (!q) return failed(409, "the fragment does not run on " + config_.node + " now; nothing moved");
   const QueryMeta meta = q->meta();
@@ -590,7 +590,7 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
     return failed(503, warm.error().message + "; nothing moved");
   }
   if (!warm.ok()) {
-    log_line(what + ": " + warm.error().message + "; the target restores the checkpoint after the pause");
+    log_line(LogLevel::warn, "cluster", what + ": " + warm.error().message + "; the target restores the checkpoint after the pause");
     (void)standby_request(m, "DELETE");
   }
   const auto t_warm = Clock::now();
@@ -635,7 +635,7 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
     return failed(503, st.error().message + "; the fragment runs on " + config_.node + " again");
   }
   const auto t_handover = Clock::now();
-  log_line(what + ": " + m.to + " leads its streams; it takes the fragment over");
+  log_line(LogLevel::info, "cluster", what + ": " + m.to + " leads its streams; it takes the fragment over");
   step("take_over");
 
   // 6. The target runs it. 7. This node's logs of the fragment's streams,
@@ -663,7 +663,7 @@ http::Response NodeImpl::run_move(const FragmentMove& m) {
   j.key("warm_standby").boolean(warm.ok());
   j.key("total_ms").dbl(ms_between(t0, t_run));
   j.end_object();
-  log_line(what + ": " + (running ? "done" : "handed over, not yet running there") + ", paused " +
+  log_line(LogLevel::info, "cluster", what + ": " + (running ? "done" : "handed over, not yet running there") + ", paused " +
            std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
   return http::Response::json(running ? 200 : 202, j.take());
 }

@@ -103,7 +103,7 @@ void NodeImpl::hold_unreplicated() {
   if (!config_.cluster.enabled || !config_.federation.enabled) return;
   federation::Acknowledgements acks(*store_);
   if (Status st = acks.load(); !st.ok()) {
-    std::fprintf(stderr, "entente: reading what followers acknowledged: %s (streams show their whole log)\n",
+    base::logf(LogLevel::warn, "cluster", "reading what followers acknowledged: %s (streams show their whole log)\n",
                  st.error().message.c_str());
     return;
   }

@@ -711,7 +711,7 @@ http::Response NodeImpl::run_split(const SplitJob& job) {
   const std::string what = "splitting fragment " + job.fragment + " of query '" + job.query + "'";
   const int64_t etcd_ms = config_.cluster.etcd_timeout_ms;
   auto failed = [&](int status, const std::string& why) {
-    log_line(what + ": " + why);
+    log_line(LogLevel::info, "cluster", what + ": " + why);
     return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
   };
   auto q = find_query(runner);
@@ -797,7 +797,7 @@ http::Response NodeImpl::run_split(const SplitJob& job) {
   // the mirror of its input is the router's).
   (void)discard_stream(meta.state_stream);
   (void)catalog_->erase("streams/" + meta.state_stream);
-  log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
+  log_line(LogLevel::info, "cluster", what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
   return http::Response::json(200, split_answer(job.query, split, config_.node, *seeds, checkpointed,
                                                 ms_between(t_stop, t_run), ms_between(t0, Clock::now())));
 }
@@ -1058,7 +1058,7 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
   const std::string what = "merging fragment " + job.fragment + " of query '" + job.query + "' back";
   const int64_t etcd_ms = config_.cluster.etcd_timeout_ms;
   auto failed = [&](int status, const std::string& why) {
-    log_line(what + ": " + why);
+    log_line(LogLevel::info, "cluster", what + ": " + why);
     return http::Response::problem(status, status == 503 ? "Service Unavailable" : "Conflict", why);
   };
   auto entry = cut_entry(job.query, true);
@@ -1169,7 +1169,7 @@ http::Response NodeImpl::run_merge(const SplitJob& job) {
   // finished what they had meanwhile.
   j.key("pause_ms").dbl(ms_between(t_stop, t_run)).key("total_ms").dbl(ms_between(t0, Clock::now()));
   j.end_object();
-  log_line(what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
+  log_line(LogLevel::info, "cluster", what + ": done, paused " + std::to_string(static_cast<int64_t>(ms_between(t_stop, t_run))) + " ms");
   return http::Response::json(200, j.take());
 }
 

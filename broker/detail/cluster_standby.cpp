@@ -158,7 +158,7 @@ std::optional<http::Response> NodeImpl::build_standby(const std::string& query, 
     }
     if (!r.ok()) {
       it->second.error = r.error().message;
-      log_line("a standby of fragment " + runner + " cannot be built here: " + r.error().message);
+      log_line(LogLevel::warn, "cluster", "a standby of fragment " + runner + " cannot be built here: " + r.error().message);
       return;
     }
     it->second.runner = *r;
@@ -204,7 +204,7 @@ void NodeImpl::standby_loop() {
       const auto now = Clock::now();
       for (auto it = standbys_.begin(); it != standbys_.end();) {
         if (now - it->second.touched > kStandbyIdle) {
-          log_line("the standby of fragment " + it->first + " was not asked about for " +
+          log_line(LogLevel::warn, "cluster", "the standby of fragment " + it->first + " was not asked about for " +
                    std::to_string(std::chrono::seconds(kStandbyIdle).count()) + " s: dropped");
           if (it->second.runner) idle.push_back(it->second.runner);
           it = standbys_.erase(it);
@@ -230,7 +230,7 @@ void NodeImpl::standby_loop() {
       if (r.error().code == Errc::unavailable) continue;  // an input range not copied yet
       // It cannot go on (its copy lost records it had not read): the move
       // builds a new one when it asks again.
-      log_line("the standby of fragment " + name + " stops: " + r.error().message);
+      log_line(LogLevel::warn, "cluster", "the standby of fragment " + name + " stops: " + r.error().message);
       it->second.runner = nullptr;
       stopped.push_back(runner);
     }
@@ -257,7 +257,7 @@ void NodeImpl::drop_standby(const std::shared_ptr<QueryRunner>& runner) {
     const std::string& in = meta.inputs[i];
     if (!in.starts_with("@") || is_replica(in) || !readers_of(in).empty() || another_standby_reads(in)) continue;
     if (Status st = delete_import(in); !st.ok() && st.error().code != Errc::not_found)
-      log_line("the standby of fragment " + meta.name + " is dropped; its read " + in + " stays: " +
+      log_line(LogLevel::warn, "cluster", "the standby of fragment " + meta.name + " is dropped; its read " + in + " stays: " +
                st.error().message);
   }
 }

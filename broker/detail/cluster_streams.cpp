@@ -481,7 +481,7 @@ void NodeImpl::reconcile_streams() {
     std::lock_guard lock(deploying_mu_);
     if (deploying_.count(name) || !unsure_cut_entries_.count(name)) continue;
     if (catalog_->erase(e->key, e->mod_revision).ok()) {
-      std::fprintf(stderr, "entente: query '%s': its catalog entry, written after its deploy answered 503, is "
+      base::logf(LogLevel::info, "cluster", "query '%s': its catalog entry, written after its deploy answered 503, is "
                            "removed (nothing of it was deployed)\n", name.c_str());
       unsure_cut_entries_.erase(name);
     }
@@ -497,8 +497,8 @@ void NodeImpl::reconcile_streams() {
     if (catalog_->get(stream_key_of(m.name))) continue;
     auto rev = catalog_->create(stream_key_of(m.name), stream_catalog_entry(m, config_.node));
     if (!rev.ok() && rev.error().code == Errc::already_exists) {
-      std::fprintf(stderr,
-                   "entente: stream '%s' of this node is led by another node in the domain's catalog; this "
+      base::logf(LogLevel::warn, "cluster",
+                   "stream '%s' of this node is led by another node in the domain's catalog; this "
                    "node's copy is not reachable through the others until one of the two is deleted\n",
                    m.name.c_str());
     }
@@ -518,7 +518,7 @@ void NodeImpl::reconcile_streams() {
     // In the catalog as led here, but not here: this node stopped between
     // the two writes of its creation.
     auto s = create_stream(parsed->meta);
-    if (s.ok()) std::fprintf(stderr, "entente: stream '%s' created from the domain's catalog\n", parsed->meta.name.c_str());
+    if (s.ok()) base::logf(LogLevel::info, "cluster", "stream '%s' created from the domain's catalog\n", parsed->meta.name.c_str());
   }
 }
 
@@ -685,7 +685,7 @@ Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<
   ENTENTE_ASSIGN_OR_RETURN(int64_t rev, catalog_->update(stream_key_of(stream), json, e->mod_revision));
   catalog_->wait_for(rev, config_.cluster.etcd_timeout_ms);
   for (const auto& n : left) {
-    std::fprintf(stderr, "entente: follower %s of stream '%s' leaves the in-sync set (%s)\n", n.c_str(),
+    base::logf(LogLevel::warn, "cluster", "follower %s of stream '%s' leaves the in-sync set (%s)\n", n.c_str(),
                  stream.c_str(), leave.count(n) ? "an append waited for it too long" : "its channel is closed");
     metrics_
         .counter("entente_stream_replica_left_in_sync_total",
@@ -694,7 +694,7 @@ Result<bool> NodeImpl::update_in_sync(const std::string& stream, const std::set<
         .inc();
   }
   for (const auto& n : joined)
-    std::fprintf(stderr, "entente: follower %s of stream '%s' joins the in-sync set\n", n.c_str(), stream.c_str());
+    base::logf(LogLevel::info, "cluster", "follower %s of stream '%s' joins the in-sync set\n", n.c_str(), stream.c_str());
   return true;
 }
 
@@ -756,7 +756,7 @@ void NodeImpl::reconcile_replicas() {
       auto info = peering_->import_info(mirror);
       if (info && info->state == "refused" && info->reason.find("no longer retained") != std::string::npos &&
           readers_of(mirror).empty()) {
-        std::fprintf(stderr, "entente: replica %s: %s; copied again from the first tuple the leader holds\n",
+        base::logf(LogLevel::info, "cluster", "replica %s: %s; copied again from the first tuple the leader holds\n",
                      mirror.c_str(), info->reason.c_str());
         (void)delete_import(mirror);
       }
@@ -767,7 +767,7 @@ void NodeImpl::reconcile_replicas() {
                                      [this, mirror, d = durability_of(parsed->meta.durability)](Result<ImportInfo> r) {
       if (StreamPtr copy = find_stream(mirror)) copy->set_durability(d);
       if (!r.ok() && r.error().code != Errc::already_exists)
-        std::fprintf(stderr, "entente: replica %s: %s (tried again at the next tick)\n", mirror.c_str(),
+        base::logf(LogLevel::info, "cluster", "replica %s: %s (tried again at the next tick)\n", mirror.c_str(),
                      r.error().message.c_str());
     });
   }

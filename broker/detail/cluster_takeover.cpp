@@ -153,7 +153,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       if (!missing.empty()) {
         std::lock_guard lock(takeover_mu_);
         if (takeover_waiting_.insert(runner + "#" + missing).second)
-          log_line("fragment " + name + " of query '" + query + "' (on " + from + (up.count(from) ? "" : ", which is down") + ") waits for " +
+          log_line(LogLevel::warn, "cluster", "fragment " + name + " of query '" + query + "' (on " + from + (up.count(from) ? "" : ", which is down") + ") waits for " +
                    config_.node + " to lead stream '" + missing + "' before running here");
         continue;
       }
@@ -190,7 +190,7 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       const std::string body = json_text(f["body"]);
       auto rev = catalog_->update(e.key, json_text(d), e.mod_revision);
       if (!rev.ok()) break;  // changed meanwhile: looked at again at the next tick
-      log_line("fragment " + name + " of query '" + query + "': " + why + "; " + config_.node +
+      log_line(LogLevel::info, "cluster", "fragment " + name + " of query '" + query + "': " + why + "; " + config_.node +
                " runs it from its replicated checkpoint and journal");
       if (requested) {
         metrics_.counter("entente_fragment_moves_total", "Fragments this node took over on request (a move)",
@@ -209,13 +209,13 @@ void NodeImpl::take_over_fragments(const cluster::MembershipView& view) {
       run_fragment(query, name, body, FragmentRun::takeover,
                    [this, meta](Result<std::shared_ptr<QueryRunner>> q, bool) {
                      if (q.ok()) {
-                       log_line("fragment " + meta.name + " runs on " + config_.node + " (taken over)");
+                       log_line(LogLevel::info, "cluster", "fragment " + meta.name + " runs on " + config_.node + " (taken over)");
                        return;
                      }
                      if (fragment_lost(meta.name, q.error())) return;
                      // Tried again at each tick (run_placed_fragments); at
                      // once when a copy of an input it reads is being made.
-                     log_line("taking over fragment " + meta.name + " failed (tried again): " + q.error().message);
+                     log_line(LogLevel::warn, "cluster", "taking over fragment " + meta.name + " failed (tried again): " + q.error().message);
                      retry_soon_if_copying(q.error());
                    });
       break;  // the entry changed: the rest at the next look
@@ -245,10 +245,10 @@ void NodeImpl::restart_fragment(const QueryMeta& meta, const std::string& why) {
   const std::string body = fragment_body_of(meta);
   if (body.empty()) return;
   if (Status st = detach_query(meta.name); !st.ok()) {
-    log_line("fragment " + meta.name + ": restarting it (" + why + "): " + st.error().message);
+    log_line(LogLevel::warn, "cluster", "fragment " + meta.name + ": restarting it (" + why + "): " + st.error().message);
     return;
   }
-  log_line("fragment " + meta.name + " restarts from its checkpoint and journal: " + why);
+  log_line(LogLevel::info, "cluster", "fragment " + meta.name + " restarts from its checkpoint and journal: " + why);
   rerun_fragment(meta, body);
 }
 
@@ -265,7 +265,7 @@ void NodeImpl::rerun_fragment(const QueryMeta& meta, const std::string& body) {
                    if (fragment_lost(name, r.error())) return;
                    // Tried again at each tick while the catalog places it
                    // here (run_placed_fragments).
-                   log_line("restarting fragment " + name + " failed (tried again): " + r.error().message);
+                   log_line(LogLevel::warn, "cluster", "restarting fragment " + name + " failed (tried again): " + r.error().message);
                    retry_soon_if_copying(r.error());
                    return;
                  }
@@ -290,7 +290,7 @@ bool NodeImpl::fragment_lost(const std::string& runner, const Error& e) {
   std::lock_guard lock(takeover_mu_);
   if (fragments_lost_.size() >= 1000 && !fragments_lost_.count(runner)) fragments_lost_.erase(fragments_lost_.begin());
   auto [it, added] = fragments_lost_.emplace(runner, why);
-  if (added) log_line("fragment " + runner + " cannot run on " + config_.node + ": " + why);
+  if (added) log_line(LogLevel::warn, "cluster", "fragment " + runner + " cannot run on " + config_.node + ": " + why);
   return true;
 }
 
@@ -352,7 +352,7 @@ void NodeImpl::run_placed_fragments() {
         if (fragments_lost_.count(meta.name)) continue;
         if (!rerunning_.insert(meta.name).second) continue;  // under way
       }
-      log_line("fragment " + meta.name + " is placed on " + config_.node + " but does not run: running it");
+      log_line(LogLevel::warn, "cluster", "fragment " + meta.name + " is placed on " + config_.node + " but does not run: running it");
       rerun_fragment(meta, json_text(f["body"]));
     }
   }
@@ -388,7 +388,7 @@ void NodeImpl::follow_moved_reads() {
       if (leader != config_.node && !follower) {
         (void)dial_domain_node(leader);
         if (Status st = peering_->redirect_internal_import(mirror, leader); !st.ok())
-          log_line("fragment " + meta.name + ": reading " + stream + " from " + leader + ": " + st.error().message);
+          log_line(LogLevel::warn, "cluster", "fragment " + meta.name + ": reading " + stream + " from " + leader + ": " + st.error().message);
         continue;
       }
       // Led here now (once the copy became the stream), or copied here
@@ -424,11 +424,11 @@ void NodeImpl::drop_superseded_fragments() {
     // Taken over while this node was away: what it wrote since is in no
     // copy, and the streams are led elsewhere now.
     if (Status st = detach_query(meta.name); !st.ok()) {
-      log_line("fragment " + meta.name + " runs on " + node + " now; stopping it here: " + st.error().message);
+      log_line(LogLevel::warn, "cluster", "fragment " + meta.name + " runs on " + node + " now; stopping it here: " + st.error().message);
       continue;
     }
     release_fragment_streams(meta);
-    log_line("fragment " + meta.name + " runs on " + node + " now: this node's run of it is removed, its streams "
+    log_line(LogLevel::info, "cluster", "fragment " + meta.name + " runs on " + node + " now: this node's run of it is removed, its streams "
              "copied afresh as a follower's");
   }
 }
@@ -448,7 +448,7 @@ void NodeImpl::release_fragment_streams(const QueryMeta& meta) {
       if (!body.empty() && detach_query(m.name).ok()) readers.emplace_back(m, std::move(body));
     }
     if (Status st = discard_stream(s); !st.ok() && st.error().code != Errc::not_found)
-      log_line("stream '" + s + "' is led elsewhere now; discarding this node's old log: " + st.error().message);
+      log_line(LogLevel::warn, "cluster", "stream '" + s + "' is led elsewhere now; discarding this node's old log: " + st.error().message);
     for (const auto& [m, body] : readers) rerun_fragment(m, body);
   }
   for (auto i : meta.internal_inputs)

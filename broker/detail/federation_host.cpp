@@ -108,7 +108,29 @@ store::Store& FederationHost::store() { return node_.store(); }
 
 base::Registry& FederationHost::metrics() { return node_.metrics(); }
 
-void FederationHost::log(const std::string& line) { std::fprintf(stderr, "entente: %s\n", line.c_str()); }
+// The federation layer's lines start with their component ("federation: ",
+// "contracts: ", "hosting: "), which becomes the line's component. A refused
+// peer, message or stream is a refusal (collapsed when it repeats); a line
+// saying something failed or was dropped is a warning.
+void FederationHost::log(const std::string& line) {
+  std::string_view text = line;
+  std::string_view component = "federation";
+  for (std::string_view c : {"federation", "contracts", "hosting"}) {
+    if (text.size() > c.size() + 1 && text.starts_with(c) && text.substr(c.size(), 2) == ": ") {
+      component = c;
+      text.remove_prefix(c.size() + 2);
+      break;
+    }
+  }
+  if (text.starts_with("refused ")) {
+    base::log_refusal(component, text);
+    return;
+  }
+  const bool problem = text.find("failed") != std::string_view::npos ||
+                       text.find("dropped") != std::string_view::npos ||
+                       text.find("cannot") != std::string_view::npos;
+  base::log(problem ? base::LogLevel::warn : base::LogLevel::info, component, text);
+}
 
 federation::HostStreamPtr FederationHost::find_stream(const std::string& name) {
   // (A hosted run's hidden streams are read by their owner alone, which

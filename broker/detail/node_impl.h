@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "broker/config.h"
 #include "broker/detail/query.h"
 #include "broker/detail/streams.h"
@@ -985,6 +986,23 @@ class NodeImpl final : public http::Handler {
   // How a query runner reaches the store and the followers.
   QueryRunner::Env runner_env();
   void register_collectors();
+  // entente_build_info, entente_cert_expiry_days, entente_import_state
+  // (ops_metrics.cpp). read_cert_expiry reads the certificates again: at
+  // start-up and after a reload.
+  void register_ops_collectors();
+  void read_cert_expiry();
+  struct CertExpiry {
+    std::string which;   // "api", "federation", "pinned_ca"
+    std::string domain;  // whose certificate
+    std::string subject;
+    certs::Clock::time_point not_after;
+  };
+  std::mutex cert_expiry_mu_;
+  std::vector<CertExpiry> cert_expiry_;  // REQUIRES: cert_expiry_mu_
+  // Each import's state, read before each scrape (GET /metrics).
+  void read_import_states();
+  std::mutex import_states_mu_;
+  std::vector<std::pair<std::string, std::string>> import_states_;  // REQUIRES: import_states_mu_
   Result<BackupResult> write_backup(const std::string& dir);
 
   NodeConfig config_;  // tokens: REQUIRES tokens_mu_ (a reload replaces them)
@@ -1142,7 +1160,11 @@ http::Response problem_for(const Error& e);
 // unless it asks for them with ?internal=true.
 inline bool is_internal_stream(std::string_view name) { return name.find("--") != std::string_view::npos; }
 // A node's own catalog keys (in the store's catalog family).
-// One line on the node's log (stderr), "entente: " first.
+// One line on the node's log (base/log.h): at `level`, from `component`
+// ("cluster", "hosting", "query", "store", ...); without them, info from
+// "node".
+using LogLevel = base::LogLevel;
+void log_line(LogLevel level, std::string_view component, const std::string& s);
 void log_line(const std::string& s);
 // Bytes as lowercase hex, and back (nullopt: not hex).
 std::string hex_of(std::string_view bytes);

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <thread>
 
+#include "base/log.h"
 #include "engine/codec.h"
 #include "engine/fragments.h"
 #include "engine/serde.h"
@@ -431,7 +432,7 @@ Result<std::shared_ptr<QueryRunner>> QueryRunner::create(QueryMeta meta,
 
 void QueryRunner::fail(const std::string& why) {
   state_ = "failed: " + why;
-  std::fprintf(stderr, "entente: query '%s' failed: %s\n", meta_.name.c_str(), why.c_str());
+  base::logf(base::LogLevel::error, "query", "query '%s' failed: %s\n", meta_.name.c_str(), why.c_str());
 }
 
 Status QueryRunner::read_range(size_t input, uint64_t first, uint64_t last,

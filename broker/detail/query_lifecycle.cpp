@@ -507,7 +507,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::swap_runner(const std::shared_ptr
       queries_[name] = *fresh;
       (*fresh)->start();
     } else {
-      log_line("query '" + name + "' did not resume after a failed replacement: " + fresh.error().message);
+      log_line(LogLevel::warn, "query", "query '" + name + "' did not resume after a failed replacement: " + fresh.error().message);
     }
     return e;
   };
@@ -544,7 +544,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::swap_runner(const std::shared_ptr
     if (it == streams_.end()) continue;
     it->second->close();
     if (Status s = store::StreamLog::drop(*store_, it->second->meta().id); !s.ok())
-      log_line("dropping the log of '" + d + "', no longer written by query '" + name + "': " + s.error().message);
+      log_line(LogLevel::warn, "query", "dropping the log of '" + d + "', no longer written by query '" + name + "': " + s.error().message);
     streams_.erase(it);
   }
   queries_[name] = *runner;

@@ -244,7 +244,8 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
       "chekpoint_interval: unknown key (did you mean checkpoint_interval?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "colour": 1)")),
             "colour: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster, "
+            "log_level, log_format");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false, "limits": {"read_timout": "1s"}})")),
             "api.limits.read_timout: unknown key (did you mean read_timeout?)");
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": {"cert": "c", "key": "k", "ca": "x"}})")),
@@ -252,7 +253,24 @@ TEST(Config, UnknownKeysAreRejectedWithASuggestion) {
   // A key with odd characters is shown quoted and escaped.
   EXPECT_EQ(error_of(minimal(R"({"listen": "127.0.0.1:1", "tls": false})", R"(, "a b\n": 1)")),
             R"("a b\x0a": unknown key; known keys: domain, node, api, data_dir, tokens, retention, )"
-            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster, "
+            "log_level, log_format");
+}
+
+TEST(Config, LogLevelAndFormat) {
+  const std::string api = R"({"listen": "127.0.0.1:1", "tls": false})";
+  auto defaults = parse_config(minimal(api), "/etc/entente");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->log_level, base::LogLevel::info);
+  EXPECT_EQ(defaults->log_format, base::LogFormat::text);
+  auto set = parse_config(minimal(api, R"(, "log_level": "debug", "log_format": "json")"), "/etc/entente");
+  ASSERT_TRUE(set.ok()) << set.error().message;
+  EXPECT_EQ(set->log_level, base::LogLevel::debug);
+  EXPECT_EQ(set->log_format, base::LogFormat::json);
+  EXPECT_EQ(error_of(minimal(api, R"(, "log_level": "verbose")")),
+            R"(log_level: expected error, warn, info or debug, got "verbose")");
+  EXPECT_EQ(error_of(minimal(api, R"(, "log_format": "yaml")")), R"(log_format: expected text or json, got "yaml")");
+  EXPECT_EQ(error_of(minimal(api, R"(, "log_format": 1)")), "log_format: expected a string, got 1");
 }
 
 TEST(Config, Tokens) {
@@ -481,7 +499,8 @@ TEST(Config, MalformedDocuments) {
   // Deep nesting does not exhaust the stack (the parser is iterative).
   EXPECT_EQ(error_of("{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"),
             "x: unknown key; known keys: domain, node, api, data_dir, tokens, retention, "
-            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster");
+            "checkpoint_interval, retention_check_interval, ingest_durability, threads, limits, federation, cluster, "
+            "log_level, log_format");
   const auto big = parse_config(std::string((4u << 20) + 1, ' '), "/");
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.error().code, Errc::limit_exceeded);

@@ -73,7 +73,11 @@ bool BrokerProcess::start() {
     int err = ::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (err >= 0) dup2(err, 2);
     close(out[0]);
-    execl(ENTENTE_BIN, ENTENTE_BIN, "broker", "--config", config_path_.c_str(), static_cast<char*>(nullptr));
+    std::vector<char*> argv{const_cast<char*>(ENTENTE_BIN), const_cast<char*>("broker"),
+                            const_cast<char*>("--config"), config_path_.data()};
+    for (auto& a : options_.extra_args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(ENTENTE_BIN, argv.data());
     _exit(127);
   }
   close(out[1]);

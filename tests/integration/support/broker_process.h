@@ -34,6 +34,8 @@ struct BrokerOptions {
   std::string extra_api;
   // Extra entries of "tokens", JSON objects without the brackets.
   std::string extra_tokens;
+  // Extra arguments of `entente broker` after --config FILE (e.g. "--log-format", "json").
+  std::vector<std::string> extra_args;
 };
 
 inline BrokerOptions with_config(std::string extra) {
