@@ -59,8 +59,15 @@ constexpr const char* kApiUsage =
     "                                 a new network; unchanged boxes keep their state\n"
     "  queries stop NAME              checkpoint and stop reading (state and positions kept)\n"
     "  queries start NAME             resume a stopped query where it stopped\n"
+    "  queries move NAME FRAGMENT --to NODE|DOMAIN/NODE [--cold]\n"
+    "                                 move a running fragment (to a peer domain: under a hosting\n"
+    "                                 contract; --cold: its state in the pause, no standby first)\n"
+    "  queries split NAME FRAGMENT --nodes N1,N2[,...]\n"
+    "                                 split a keyed fragment's key groups equally over the nodes\n"
+    "  queries merge NAME FRAGMENT    merge a split fragment's parts back into one\n"
     "  queries delete NAME            the query and its output streams\n"
     "  nodes                          the nodes of the node's domain\n"
+    "  nodes remove NODE              forget a node that is down for good (it leads and runs nothing)\n"
     "  peers                          the node's peer links (a node with federation)\n"
     "  contracts list [--awaiting-me] [--state STATE] [--peer DOMAIN] [--kind stream|hosting]\n"
     "                                 --awaiting-me: offers this domain has to answer\n"
@@ -84,6 +91,7 @@ constexpr const char* kApiUsage =
     "  imports list | show DOMAIN/NAME | delete DOMAIN/NAME\n"
     "  imports create DOMAIN/NAME     import another domain's stream (or NAME --node N)\n"
     "  checkpoint                     checkpoint every query of the node now\n"
+    "  checkpoint list                the latest checkpoint of each query\n"
     "\n"
     "global options (before or after the command; a flag beats the environment,\n"
     "which beats the profile):\n"
@@ -1270,6 +1278,10 @@ Exit print_checkpoints(const Value& d) {
 Exit nodes(Api& api, const CommandLine&) { return get_and_print(api, "/v1/nodes", print_nodes); }
 Exit peers(Api& api, const CommandLine&) { return get_and_print(api, "/v1/peers", print_peers); }
 
+Exit checkpoint_list(Api& api, const CommandLine&) {
+  return get_and_print(api, "/v1/checkpoints", print_checkpoints);
+}
+
 Exit checkpoint(Api& api, const CommandLine&) {
   const Reply r = api.call("POST", "/v1/checkpoints");
   return r.exit == Exit::ok ? emit(api, r, print_checkpoints) : r.exit;
@@ -1475,8 +1487,13 @@ const std::vector<Command>& commands() {
        {{"--file", true}, {"--start-from", true}, {"--drop-state", true}},
        queries_replace},
       {"queries", "stop", 1, "NAME", {}, queries_stop},
+      {"queries", "move", 2, "NAME FRAGMENT", {{"--to", true}, {"--cold", false}}, queries_move},
+      {"queries", "split", 2, "NAME FRAGMENT", {{"--nodes", true}}, queries_split},
+      {"queries", "merge", 2, "NAME FRAGMENT", {}, queries_merge},
       {"queries", "start", 1, "NAME", {}, queries_start},
       {"queries", "delete", 1, "NAME", {}, queries_delete},
+      // Before the group's command of one word, which takes the rest.
+      {"nodes", "remove", 1, "NODE", {}, nodes_remove},
       {"nodes", "", 0, "", {}, nodes},
       {"peers", "", 0, "", {}, peers},
       {"contracts",
@@ -1507,6 +1524,7 @@ const std::vector<Command>& commands() {
       {"imports", "show", 1, "DOMAIN/NAME", {}, imports_show},
       {"imports", "create", 1, "DOMAIN/NAME", {{"--node", true}}, imports_create},
       {"imports", "delete", 1, "DOMAIN/NAME", {}, imports_delete},
+      {"checkpoint", "list", 0, "", {}, checkpoint_list},
       {"checkpoint", "", 0, "", {}, checkpoint},
   };
   return kCommands;

@@ -198,6 +198,13 @@ Exit contracts_usage(Api& api, const CommandLine& c);
 // The options of propose and counter (the terms).
 const std::vector<OptionSpec>& contract_terms_options();
 
+// ------------------------------------------------------------ cli_fragments.cpp
+
+Exit queries_move(Api& api, const CommandLine& c);
+Exit queries_split(Api& api, const CommandLine& c);
+Exit queries_merge(Api& api, const CommandLine& c);
+Exit nodes_remove(Api& api, const CommandLine& c);
+
 // ------------------------------------------------------------ cli_publish.cpp
 
 Exit publish(Api& api, const CommandLine& c);
