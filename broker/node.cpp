@@ -278,7 +278,9 @@ void NodeImpl::stop() {
     if (gc_->submit(store::WriteBatch(), [&p](const Status&) { p.set_value(); }, store::Admission::wait).ok())
       f.wait();
   };
-  // Moves under way end first (each rolls back or answers as it stands).
+  // Moves under way end first (each rolls back or answers as it stands),
+  // and stops and starts of fragments.
+  stop_lifecycle();
   stop_moves();
   stop_standbys();
   stop_splits();
@@ -1004,6 +1006,11 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
   } else if (takeover) {
     // The standby replays the last few journal entries only.
     ENTENTE_ASSIGN_OR_RETURN(runner, take_over_runner(*fragment, runner, ins, outs, state));
+  }
+  if (takeover && fragment->stopped) {
+    // Its query is stopped: recovered, it consumes nothing until started.
+    meta.stopped = true;
+    runner->keep_stopped();
   }
   wb.put(store::Cf::catalog, query_key(name), query_meta_to_json(meta));
   std::string id;

@@ -276,6 +276,8 @@ const std::vector<RouteInfo>& api_routes() {
       {"PUT", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::put_fragment_route},
       {"GET", "/v1/queries/{name}/fragments/{fragment}", Role::reader, false, &N::get_fragment_route},
       {"DELETE", "/v1/queries/{name}/fragments/{fragment}", Role::admin, false, &N::delete_fragment_route},
+      {"POST", "/v1/queries/{name}/fragments/{fragment}/stop", Role::admin, false, &N::stop_fragment_route},
+      {"POST", "/v1/queries/{name}/fragments/{fragment}/start", Role::admin, false, &N::start_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/move", Role::admin, false, &N::move_fragment_route},
       {"POST", "/v1/queries/{name}/fragments/{fragment}/standby", Role::admin, false, &N::standby_route},
       {"GET", "/v1/queries/{name}/fragments/{fragment}/standby", Role::reader, false, &N::standby_route},

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "broker/detail/json_out.h"
+#include "broker/detail/node_calls.h"
 #include "broker/detail/node_impl.h"
 #include "cluster/catalog.h"
 #include "cluster/membership.h"
@@ -29,55 +30,16 @@
 namespace entente::broker::detail {
 namespace {
 
+using namespace node_calls;
+
 constexpr size_t kMaxFragmentBody = 1u << 20;
 
 std::string query_key_of(std::string_view name) { return "queries/" + std::string(name); }
 std::string stream_key_of(std::string_view name) { return "streams/" + std::string(name); }
 
-
-http::Response unavailable(std::string detail) {
-  http::Response r = http::Response::problem(503, "Service Unavailable", detail);
-  r.headers.emplace_back("Retry-After", "1");
-  return r;
-}
-
-// The "detail" of a problem answer, else its body.
-std::string detail_of(const http::Response& r) {
-  rapidjson::Document d;
-  d.Parse(r.body.data(), r.body.size());
-  if (!d.HasParseError() && d.IsObject() && d.HasMember("detail") && d["detail"].IsString())
-    return d["detail"].GetString();
-  return r.body.substr(0, 300);
-}
-
-bool success(const http::Response& r) { return r.status >= 200 && r.status < 300; }
-
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// A request to `node` made from the user's `req` (its credentials), as a
-// first hop whatever `req` was.
-http::Request sub_request(const http::Request& req, std::string method, std::string target, std::string body) {
-  http::Request sub;
-  sub.method = std::move(method);
-  sub.target = target;
-  sub.path = std::move(target);
-  sub.remote = req.remote;
-  for (const auto& h : req.headers) {
-    if (h.first == "authorization") sub.headers.push_back(h);
-  }
-  if (!body.empty()) {
-    sub.headers.emplace_back("content-type", "application/json");
-    sub.content_type = "application/json";
-  }
-  sub.body = std::move(body);
-  return sub;
-}
-
-std::string fragment_target(const std::string& query, const std::string& fragment) {
-  return "/v1/queries/" + query + "/fragments/" + fragment;
 }
 
 }  // namespace
@@ -111,6 +73,7 @@ std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh
   c.revision = e->mod_revision;
   c.json = e->value;
   if (d.HasMember("state") && d["state"].IsString()) c.state = d["state"].GetString();
+  c.stopped = d.HasMember("stopped") && d["stopped"].IsBool() && d["stopped"].GetBool();
   for (const auto& f : d["fragments"].GetArray()) {
     if (!f.IsObject() || !f.HasMember("name") || !f.HasMember("node") || !f["name"].IsString() ||
         !f["node"].IsString())
@@ -197,6 +160,11 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
     answer(problem_for(specs.error()));
     return;
   }
+  auto start_json = cut_start_from(req, net);
+  if (!start_json.ok()) {
+    answer(problem_for(start_json.error()));
+    return;
+  }
   // A fragment that names no node runs on the node that got the deploy.
   for (auto& s : *specs)
     if (s.node.empty()) s.node = config_.node;
@@ -275,11 +243,13 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
     size_t next = 0;
     std::vector<std::string> bodies;  // each fragment's answer, in pipeline order
     int64_t revision = 0;             // the entry's, as created
+    std::string start_json;           // "start_from", if given
   };
   auto run = std::make_shared<Run>();
   run->revision = *created;
   run->cut = std::move(cut).value();
   run->query = name;
+  run->start_json = std::move(start_json).value();
   run->req = sub_request(req, "GET", "/", "");
   run->answer = answer;
   auto step = std::make_shared<std::function<void()>>();
@@ -311,7 +281,10 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
       return;
     }
     const auto& f = run->cut.fragments[run->cut.pipeline_order[run->next]];
-    http::Request put = sub_request(run->req, "PUT", fragment_target(run->query, f.name), fragment_body(run->cut, f));
+    std::string body = fragment_body(run->cut, f);
+    if (!run->start_json.empty() && !f.inputs.empty())
+      body.insert(body.size() - 1, ",\"start_from\":" + run->start_json);
+    http::Request put = sub_request(run->req, "PUT", fragment_target(run->query, f.name), std::move(body));
     forward(put, f.node, [this, run, self_step, fname = f.name, fnode = f.node](http::Response r) {
       if (success(r)) {
         run->bodies.push_back(r.body);
@@ -339,6 +312,19 @@ void NodeImpl::cluster_deploy_cut(const http::Request& req, const QueryPlacement
   // The chain keeps itself alive through the callbacks it hands forward
   // (each holds the next step; the step holds itself only weakly).
   (*step)();
+}
+
+Result<std::string> NodeImpl::cut_start_from(const http::Request& req, const engine::QueryNetwork& net) const {
+  rapidjson::Document body;
+  body.Parse(req.body.data(), req.body.size());
+  if (body.HasParseError() || !body.IsObject() || !body.HasMember("start_from")) return std::string();
+  // (query_body read it already: it is well-formed.)
+  ENTENTE_ASSIGN_OR_RETURN(auto options, read_query_options(req.body, false));
+  Diagnostics diag;
+  check_start_names(net, &options, diag);
+  if (!diag.ok())
+    return make_error(Errc::invalid_argument, diag.items().front().path + ": " + diag.items().front().message);
+  return json_text(body["start_from"]);
 }
 
 void NodeImpl::undo_cut(const http::Request& req, const std::string& query, const engine::QueryCut& cut,
@@ -377,7 +363,7 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
       }
       // Every fragment answered (or its node did not).
       JsonOut j;
-      bool all_running = true;
+      bool all_running = true, all_stopped = true;
       j.begin_object().key("name").str(query);
       std::string fragments;
       JsonOut fj;
@@ -388,18 +374,23 @@ void NodeImpl::get_cut_query(const http::Request& req, const CutEntry& entry, co
         if (success(got)) {
           rapidjson::Document d;
           d.Parse(got.body.data(), got.body.size());
-          if (!d.IsObject() || !d.HasMember("state") || !d["state"].IsString() ||
-              std::string_view(d["state"].GetString()) != "running")
-            all_running = false;
+          const std::string_view state =
+              d.IsObject() && d.HasMember("state") && d["state"].IsString() ? d["state"].GetString() : "";
+          all_running = all_running && state == "running";
+          all_stopped = all_stopped && state == "stopped";
           fj.key("runner").raw(got.body);
         } else {
-          all_running = false;
+          all_running = all_stopped = false;
           fj.key("runner").null().key("error").str(detail_of(got));
         }
         fj.end_object();
       }
       fj.end_array();
-      j.key("state").str(entry.state != "running" ? entry.state : all_running ? "running" : "degraded");
+      // Stopped by its administrator: "stopped" once every fragment is.
+      const bool as_said = entry.stopped ? all_stopped : all_running;
+      j.key("state").str(entry.state != "running" ? entry.state
+                         : as_said                ? (entry.stopped ? "stopped" : "running")
+                                                  : "degraded");
       // A whole query run as a cut of one fragment: where it runs.
       if (entry.fragments.size() == 1) j.key("node").str(entry.fragments[0].second);
       j.key("fragments").raw(fj.take());
@@ -501,6 +492,9 @@ struct FragmentRequest {
   std::vector<std::pair<std::string, std::string>> reads;  // stream, producer node
   std::set<std::string> writes;
   std::string seed_json;  // "seed": a fragment made by a split (cluster_splits.cpp)
+  // "start_from" as the query's deploy gave it (a new fragment's inputs
+  // that it names start there).
+  std::optional<QueryOptions> start;
 };
 
 Result<FragmentRequest> read_fragment_request(std::string_view body) {
@@ -514,8 +508,11 @@ Result<FragmentRequest> read_fragment_request(std::string_view body) {
   FragmentRequest f;
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
     const std::string_view key(it->name.GetString(), it->name.GetStringLength());
-    if (key != "network" && key != "reads" && key != "writes" && key != "seed")
+    if (key != "network" && key != "reads" && key != "writes" && key != "seed" && key != "start_from")
       return bad("$." + std::string(key) + ": unknown field");
+  }
+  if (auto it = d.FindMember("start_from"); it != d.MemberEnd()) {
+    ENTENTE_ASSIGN_OR_RETURN(f.start, read_query_options("{\"start_from\":" + json_text(it->value) + "}", false));
   }
   if (d.HasMember("seed")) f.seed_json = json_text(d["seed"]);
   else if (body.size() > kMaxFragmentBody) return bad("the body is larger than 1 MiB");
@@ -637,6 +634,10 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
   ctx->writes = f->writes;
   ctx->takeover = how == FragmentRun::takeover;
   ctx->standby = how == FragmentRun::standby;
+  if (ctx->takeover) {
+    // Its query stopped: it stays stopped where it runs now.
+    if (auto e = cut_entry(query)) ctx->stopped = e->stopped;
+  }
   if (ctx->standby) {
     // This node's follower copies of the streams the fragment writes.
     for (const auto& o : net->outputs()) ctx->copies[o.name] = replica_of(o.name);
@@ -670,7 +671,22 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
     for (const auto& o : net->outputs()) creates.push_back(o.name);
     creates.push_back(state_stream_name(runner));
   }
-  auto deploy = [this, ctx, network = f->network_json, done, creates, runner]() {
+  // Where a new fragment's inputs start: the deploy checked every name in
+  // "start_from" against the whole query; this fragment takes the ones
+  // naming its inputs.
+  std::optional<QueryOptions> start;
+  if (how == FragmentRun::fresh && f->start) {
+    start = std::move(f->start);
+    std::set<std::string> mine;
+    for (const auto& in : net->inputs()) {
+      mine.insert(in.name);
+      if (in.stream.empty()) continue;
+      mine.insert(in.stream);
+      if (in.stream.rfind(config_.domain + "/", 0) == 0) mine.insert(in.stream.substr(config_.domain.size() + 1));
+    }
+    std::erase_if(start->start_by, [&mine](const auto& named) { return !mine.count(named.first); });
+  }
+  auto deploy = [this, ctx, network = f->network_json, done, creates, runner, start]() {
     auto registered = [this, &creates] {
       std::lock_guard lock(takeover_mu_);
       for (const auto& s : creates) registering_.erase(s);
@@ -682,7 +698,7 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
     // Moved here on request: the standby warmed for it (if any).
     if (ctx->takeover) ctx->warm = take_standby(runner);
     Diagnostics diag;
-    auto q = deploy_query(network, diag, ctx.get());
+    auto q = deploy_query(network, diag, ctx.get(), start ? &*start : nullptr);
     if (ctx->warm) standby_taken(runner, q.ok() && *q == ctx->warm);
     if (!q.ok()) {
       registered();

@@ -151,6 +151,10 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
                                                      fragment.substr(0, 64) + "'"));
     return true;
   }
+  if (auto refused = refuse_if_stopped(*entry, "moving fragment " + fragment + " to another domain")) {
+    answer(std::move(*refused));
+    return true;
+  }
   // The load is measured where the fragment runs: the check runs there.
   if (from != config_.node) {
     forward(req, from, answer);

@@ -107,6 +107,10 @@ void NodeImpl::move_fragment_route(const http::Request& req, const PathParams& p
                                                        " (its nodes: " + known + ")"));
     return;
   }
+  if (auto refused = refuse_if_stopped(*entry, "moving fragment " + fragment)) {
+    answer(std::move(*refused));
+    return;
+  }
   // Hosted in another domain (cluster_hosted.cpp): a move back to the node
   // that relays its results takes it back.
   if (fragment_hosted_in_entry(entry->json, fragment)) {

@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "broker/detail/json_out.h"
+#include "broker/detail/node_calls.h"
 #include "broker/detail/node_impl.h"
 #include "cluster/catalog.h"
 #include "cluster/membership.h"
@@ -43,6 +44,8 @@
 
 namespace entente::broker::detail {
 namespace {
+
+using namespace node_calls;
 
 using Clock = std::chrono::steady_clock;
 
@@ -57,35 +60,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string fragment_target(const std::string& query, const std::string& fragment) {
-  return "/v1/queries/" + query + "/fragments/" + fragment;
-}
-
-// A request to another node with the caller's credentials.
-http::Request sub_request(const http::Request& req, std::string method, std::string target, std::string body) {
-  http::Request sub;
-  sub.method = std::move(method);
-  sub.target = target;
-  sub.path = std::move(target);
-  sub.remote = req.remote;
-  for (const auto& h : req.headers)
-    if (h.first == "authorization") sub.headers.push_back(h);
-  if (!body.empty()) {
-    sub.headers.emplace_back("content-type", "application/json");
-    sub.content_type = "application/json";
-  }
-  sub.body = std::move(body);
-  return sub;
-}
-
-std::string detail_of(const http::Response& r) {
-  rapidjson::Document d;
-  d.Parse(r.body.data(), r.body.size());
-  if (!d.HasParseError() && d.IsObject() && d.HasMember("detail") && d["detail"].IsString())
-    return d["detail"].GetString();
-  return r.body.substr(0, 300);
 }
 
 }  // namespace
@@ -363,6 +337,10 @@ void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& 
   if (entry->state != "running") {
     answer(http::Response::problem(409, "Conflict", "query '" + query + "' is " + entry->state +
                                                     "; a fragment is split only while the query runs"));
+    return;
+  }
+  if (auto refused = refuse_if_stopped(*entry, "splitting fragment " + fragment)) {
+    answer(std::move(*refused));
     return;
   }
   if (const std::string of = split_made_of(entry->json, fragment); !of.empty()) {
@@ -907,6 +885,10 @@ void NodeImpl::merge_fragment_route(const http::Request& req, const PathParams& 
   if (entry->state != "running") {
     answer(http::Response::problem(409, "Conflict", "query '" + query + "' is " + entry->state +
                                                     "; a fragment is merged only while the query runs"));
+    return;
+  }
+  if (auto refused = refuse_if_stopped(*entry, "merging fragment " + fragment)) {
+    answer(std::move(*refused));
     return;
   }
   // The merge runs where the router and the merge fragment run.

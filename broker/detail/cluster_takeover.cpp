@@ -331,6 +331,14 @@ void NodeImpl::run_placed_fragments() {
           stream_leader(state_stream_name(meta.name)).value_or("") != config_.node)
         continue;
       if (auto q = find_query(meta.name)) {
+        // Stopped or started through the entry by a request that did not
+        // reach this node (cluster_lifecycle.cpp).
+        const bool stopped = d.HasMember("stopped") && d["stopped"].IsBool() && d["stopped"].GetBool();
+        if (const std::string state = q->info().state;
+            (stopped && state == "running") || (!stopped && state == "stopped")) {
+          agree_with_entry(query, meta.name, stopped);
+          continue;
+        }
         // Failed on its state stream (etcd away longer than the runner
         // waits, a follower's answer lost): run again from it, at most
         // every kRestartFailedMs, once etcd answers.

@@ -107,6 +107,10 @@ struct CutEntry {
   std::vector<std::pair<std::string, std::string>> fragments;  // name, node; in pipeline order
   std::vector<std::string> outputs;
   std::string state;  // "deploying", "running"
+  // Stopped by its administrator (POST /v1/queries/{name}/stop): every
+  // node running one of its fragments keeps it stopped, a node taking one
+  // over too (cluster_lifecycle.cpp).
+  bool stopped = false;
   std::string json;   // the entry
   int64_t revision = 0;
 };
@@ -251,6 +255,9 @@ class NodeImpl final : public http::Handler {
     // own by the failover, producer "query:QUERY"); they are used as they
     // are, and the runner recovers from the state stream before it starts.
     bool takeover = false;
+    // Taken over while its query is stopped (CutEntry::stopped): it
+    // recovers and stays stopped.
+    bool stopped = false;
     // A warm standby for a move to this node (cluster_standby.cpp): the
     // runner is built over this node's follower copies (stream -> copy),
     // neither registered nor started, and returned warming.
@@ -290,16 +297,50 @@ class NodeImpl final : public http::Handler {
   void stop_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void start_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
   void replace_query_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
-  // A whole query of this node (not a fragment, no cluster section), or
-  // the answer why not (404, 501).
+  // A whole query of this node (not a fragment), or the answer why not
+  // (404, 501).
   std::shared_ptr<QueryRunner> lifecycle_target(const std::string& name, const char* what,
                                                 const http::Respond& answer);
+  // --- stopping and starting a query of a domain of several nodes
+  // (cluster_lifecycle.cpp)
+  // Stop (`stop`) or start the query `name` when it is a cut query of the
+  // domain (whole queries of several-node domains are cuts of one
+  // fragment) or runs on another node: true once it answered (or
+  // forwarded); false for a query of this node, handled here.
+  bool cluster_lifecycle(const http::Request& req, const std::string& name, bool stop,
+                         const http::Respond& answer);
+  // POST /v1/queries/{name}/fragments/{fragment}/stop and /start.
+  void stop_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void start_fragment_route(const http::Request& req, const PathParams& params, const http::Respond& answer);
+  void fragment_lifecycle(const std::string& query, const std::string& fragment, bool stop,
+                          const http::Respond& answer);
+  // Sets or clears "stopped" in the query's entry (compare-and-set on a
+  // fresh read); the entry as written, or why not.
+  Result<CutEntry> set_cut_stopped(const std::string& query, bool stopped);
+  // A fragment of a stopped query running here, or of a started one
+  // stopped here (a stop or start that did not reach this node): made to
+  // agree with the entry (run_placed_fragments' tick).
+  void agree_with_entry(const std::string& query, const std::string& runner, bool stopped);
+  // The answer refusing `what` on a stopped query (nullopt when running).
+  static std::optional<http::Response> refuse_if_stopped(const CutEntry& entry, const std::string& what);
+  // Stops and starts of fragments run on a thread of their own: each waits
+  // for a checkpoint that the state stream's followers hold, which neither
+  // the network thread nor the membership tick may wait for. False once
+  // the node is stopping (the job does not run).
+  bool post_lifecycle(std::function<void()> job);
+  void stop_lifecycle();
+  std::mutex lifecycle_jobs_mu_;
+  std::condition_variable lifecycle_cv_;
+  std::deque<std::function<void()>> lifecycle_jobs_;  // REQUIRES: lifecycle_jobs_mu_
+  std::set<std::string> lifecycle_pending_;           // REQUIRES: lifecycle_jobs_mu_; agree_with_entry's runners
+  bool lifecycle_stopping_ = false;                   // REQUIRES: lifecycle_jobs_mu_
+  std::thread lifecycle_thread_;
   Result<std::shared_ptr<QueryRunner>> stop_query(const std::string& name);
   Result<std::shared_ptr<QueryRunner>> start_query(const std::string& name);
   Result<std::shared_ptr<QueryRunner>> replace_query(const std::string& name, const QueryOptions& options,
                                                      Diagnostics& diag);
-  // A new runner for `meta` (a whole query here) recovered from its
-  // checkpoint and journal, not started. REQUIRES: catalog_mu_ held.
+  // A new runner for `meta` (a whole query here, or a fragment with its
+  // state stream) recovered from its checkpoint and journal, not started. REQUIRES: catalog_mu_ held.
   Result<std::shared_ptr<QueryRunner>> recovered_runner(const QueryMeta& meta);
   // Writes `meta` as the query's catalog record (synced).
   Status put_query_meta(const QueryMeta& meta);
@@ -486,6 +527,10 @@ class NodeImpl final : public http::Handler {
   // else from the copy.
   std::optional<CutEntry> cut_entry(const std::string& query, bool fresh = false) const;
   static std::string query_of_entry(const CutEntry& entry);
+  // The deploy's "start_from" as JSON text ("" without one), its names
+  // checked against the whole query; invalid_argument naming the first
+  // that is no input of it.
+  Result<std::string> cut_start_from(const http::Request& req, const engine::QueryNetwork& net) const;
   // Deploys a query whose placement puts fragments on several nodes.
   void cluster_deploy_cut(const http::Request& req, const QueryPlacement& placement,
                           const engine::QueryNetwork& net, const http::Respond& answer);

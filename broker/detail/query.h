@@ -245,6 +245,9 @@ class QueryRunner final : public std::enable_shared_from_this<QueryRunner> {
   // when this returns; info() says "stopped". A runner whose meta says
   // `stopped` is like that from start(). conflict unless running.
   Result<CheckpointInfo> pause();
+  // Before start(): the runner starts stopped, as if its meta said so (a
+  // fragment of a stopped query taken over, or its warm standby promoted).
+  void keep_stopped() { meta_.stopped = true; }
   // A checkpoint of where the runner stands into `wb` (replacing a
   // query's network: the new network's first checkpoint, in the write
   // that replaces it). REQUIRES: a whole query's runner, not started.

@@ -2,8 +2,9 @@
 // lifetime"): where a new query's inputs start ("start_from"), input
 // schemas taken from the streams, stopping and starting a query, and
 // replacing its network while the boxes that did not change keep their
-// state. Stop, start and replace serve whole queries of a node without a
-// cluster section; on a domain of several nodes they answer 501.
+// state. On a domain of several nodes stop and start go through each
+// fragment's node (cluster_lifecycle.cpp); a replacement there serves a
+// query that runs whole on one node, not one run as fragments (501).
 
 #include <algorithm>
 #include <map>
@@ -12,6 +13,7 @@
 #include "broker/detail/json_in.h"
 #include "broker/detail/json_out.h"
 #include "broker/detail/node_impl.h"
+#include "cluster/catalog.h"
 #include "engine/codec.h"
 #include "engine/network.h"
 #include "engine/splits.h"
@@ -160,11 +162,18 @@ std::string NodeImpl::fill_input_schemas(std::string_view network_json) const {
     if (pick == in.MemberEnd() || !pick->value.IsString()) continue;
     std::string stream(pick->value.GetString(), pick->value.GetStringLength());
     if (stream.rfind(config_.domain + "/", 0) == 0) stream = stream.substr(config_.domain.size() + 1);
-    // Not a stream here: the engine says the schema is missing.
-    auto s = find_stream(stream);
-    if (!s) continue;
+    // A stream of this node, else of the domain (its catalog entry); not
+    // a stream of either: the engine says the schema is missing.
+    engine::SchemaPtr found;
+    if (auto s = find_stream(stream)) found = s->meta().schema;
+    else if (catalog_) {
+      if (auto e = catalog_->get("streams/" + stream)) {
+        if (auto entry = stream_entry_from_json(e->value); entry.ok()) found = entry->meta.schema;
+      }
+    }
+    if (!found) continue;
     rapidjson::Document schema(&d.GetAllocator());
-    const std::string text = engine::schema_to_json(*s->meta().schema);
+    const std::string text = engine::schema_to_json(*found);
     schema.Parse(text.data(), text.size());
     in.AddMember("schema", rapidjson::Value(schema, d.GetAllocator()), d.GetAllocator());
     changed = true;
@@ -225,37 +234,32 @@ std::optional<QueryOptions> NodeImpl::query_body(const Request& req, bool allow_
     answer(problem_for(o.error()));
     return std::nullopt;
   }
-  if (catalog_ && o->start_given) {
-    answer(Response::problem(501, "Not Implemented",
-                             "$.start_from: not supported yet on a domain of several nodes (this node has a cluster "
-                             "section); a query there starts at its inputs' heads"));
-    return std::nullopt;
-  }
   o->network_json = fill_input_schemas(o->network_json);
   return std::move(o).value();
 }
 
 std::shared_ptr<QueryRunner> NodeImpl::lifecycle_target(const std::string& name, const char* what,
                                                         const Respond& answer) {
-  if (catalog_) {
-    answer(Response::problem(501, "Not Implemented",
-                             std::string(what) + " is not supported yet on a domain of several nodes (this node has "
-                             "a cluster section); it is on a domain of one node"));
-    return nullptr;
-  }
   auto q = find_query(name);
   if (!q) answer(Response::problem(404, "Not Found", "no query '" + name.substr(0, 100) + "'"));
-  return q;
+  else if (!q->meta().fragment.empty())
+    answer(Response::problem(409, "Conflict", std::string(what) + ": '" + name.substr(0, 100) + "' is a fragment "
+                                              "of query '" + q->meta().query + "'; address the query"));
+  else return q;
+  return nullptr;
 }
 
-void NodeImpl::stop_query_route(const Request&, const PathParams& params, const Respond& answer) {
+void NodeImpl::stop_query_route(const Request& req, const PathParams& params, const Respond& answer) {
+  // A query of a domain of several nodes: through each fragment's node.
+  if (catalog_ && cluster_lifecycle(req, params.at(0), true, answer)) return;
   if (!lifecycle_target(params.at(0), "stopping a query", answer)) return;
   auto q = stop_query(params.at(0));
   if (!q.ok()) answer(problem_for(q.error()));
   else answer(Response::json(200, query_json(*q, config_.domain + "/" + config_.node, peering_.get())));
 }
 
-void NodeImpl::start_query_route(const Request&, const PathParams& params, const Respond& answer) {
+void NodeImpl::start_query_route(const Request& req, const PathParams& params, const Respond& answer) {
+  if (catalog_ && cluster_lifecycle(req, params.at(0), false, answer)) return;
   if (!lifecycle_target(params.at(0), "starting a query", answer)) return;
   auto q = start_query(params.at(0));
   if (!q.ok()) answer(problem_for(q.error()));
@@ -270,6 +274,17 @@ void NodeImpl::replace_query_route(const Request& req, const PathParams& params,
     diag.error(p->path, p->why);
     answer(Response::problem(400, "Bad Request", p->message(), diag_members(diag)));
     return;
+  }
+  if (catalog_ && !find_query(params.at(0))) {
+    if (cut_entry(params.at(0), true)) {
+      answer(Response::problem(
+          501, "Not Implemented",
+          "replacing the network of a query that runs as fragments (every query of a domain of several nodes "
+          "does) is not supported yet; stop it, delete it and deploy the new network with \"start_from\" set "
+          "to where it stood (GET /v1/queries/{name} shows each input's position)"));
+      return;
+    }
+    if (forward_query_if_elsewhere(req, params.at(0), answer)) return;
   }
   if (!lifecycle_target(params.at(0), "replacing a query's network", answer)) return;
   auto options = query_body(req, true, answer);
@@ -315,7 +330,16 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::recovered_runner(const QueryMeta&
       (names == &meta.inputs ? ins : outs).push_back(it->second);
     }
   }
-  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, std::move(ins), std::move(outs), runner_env()));
+  // A fragment's checkpoints and journal are in its state stream.
+  StreamPtr state;
+  if (!meta.state_stream.empty()) {
+    auto it = streams_.find(meta.state_stream);
+    if (it == streams_.end())
+      return make_error(Errc::conflict, "query '" + meta.name + "': no state stream '" + meta.state_stream + "'");
+    state = it->second;
+  }
+  ENTENTE_ASSIGN_OR_RETURN(auto runner, QueryRunner::create(meta, std::move(ins), std::move(outs), runner_env(),
+                                                            std::move(state)));
   ENTENTE_RETURN_IF_ERROR(runner->recover());
   return runner;
 }

@@ -1,9 +1,9 @@
 // The command line's tasks of a domain of several nodes (docs/cli.md):
-// `entente queries move|split|merge`, `nodes remove` and `checkpoint list`
-// against acme, three real broker processes sharing one real etcd, with a
-// query cut in three fragments (cut_query.h). Each command's answer is the
-// node's, as a person reads it; each refusal exits with the code of its
-// status and shows the node's detail.
+// `entente queries move|split|merge|stop|start`, `nodes remove` and
+// `checkpoint list` against acme, three real broker processes sharing one
+// real etcd, with a query cut in three fragments (cut_query.h). Each
+// command's answer is the node's, as a person reads it; each refusal exits
+// with the code of its status and shows the node's detail.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -78,6 +78,18 @@ TEST_F(ClusterCli, MoveSplitMergeAndNodesRemoveFromTheCommandLine) {
   r = admin(3, "queries merge cut c");
   ASSERT_EQ(r.code, 0) << what(r);
   EXPECT_EQ(value_of(r.out, "state"), "merged") << r.out;
+
+  // Stopped and started through any node; a stopped query's fragments
+  // stay where they are.
+  r = admin(2, "queries stop cut");
+  ASSERT_EQ(r.code, 0) << what(r);
+  EXPECT_EQ(value_of(r.out, "state"), "stopped") << r.out;
+  r = admin(1, "queries move cut c --to n1");
+  EXPECT_EQ(r.code, 5) << what(r);
+  EXPECT_TRUE(has(r.err, "query 'cut' is stopped: moving fragment c waits until it is started")) << r.err;
+  r = admin(3, "queries start cut");
+  ASSERT_EQ(r.code, 0) << what(r);
+  EXPECT_EQ(value_of(r.out, "state"), "running") << r.out;
 
   r = admin(2, "checkpoint list");
   ASSERT_EQ(r.code, 0) << what(r);
