@@ -1007,8 +1007,10 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     // The standby replays the last few journal entries only.
     ENTENTE_ASSIGN_OR_RETURN(runner, take_over_runner(*fragment, runner, ins, outs, state));
   }
-  if (takeover && fragment->stopped) {
-    // Its query is stopped: recovered, it consumes nothing until started.
+  // Its query is stopped, or it is the new network of a query being
+  // replaced: it consumes nothing until started.
+  const bool held = fragment && fragment->held;
+  if ((takeover && fragment->stopped) || held) {
     meta.stopped = true;
     runner->keep_stopped();
   }
@@ -1022,6 +1024,15 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::deploy_query(std::string_view net
     if (state) streams_[state->meta().name] = state;
   }
   queries_[name] = runner;
+  if (held) {
+    // Its first checkpoint (the seed) in its state stream, held by the
+    // followers, before the query's entry names it (cluster_replace.cpp).
+    lock.unlock();
+    if (auto cp = runner->pause(); !cp.ok())
+      return make_error(cp.error().code, "checkpointing the new network of query '" + fragment->query + "': " +
+                                              cp.error().message);
+    return runner;
+  }
   runner->start();
   lock.unlock();
   // A first checkpoint at once: the state stream then always holds one

@@ -74,6 +74,7 @@ std::optional<CutEntry> NodeImpl::cut_entry(const std::string& query, bool fresh
   c.json = e->value;
   if (d.HasMember("state") && d["state"].IsString()) c.state = d["state"].GetString();
   c.stopped = d.HasMember("stopped") && d["stopped"].IsBool() && d["stopped"].GetBool();
+  if (d.HasMember("replacing") && d["replacing"].IsString()) c.replacing = d["replacing"].GetString();
   for (const auto& f : d["fragments"].GetArray()) {
     if (!f.IsObject() || !f.HasMember("name") || !f.HasMember("node") || !f["name"].IsString() ||
         !f["node"].IsString())
@@ -607,9 +608,11 @@ void NodeImpl::replicate_fragment_streams(const QueryMeta& meta) {
 
 void NodeImpl::run_fragment(const std::string& query, const std::string& fragment, const std::string& body,
                             FragmentRun how,
-                            std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done) {
+                            std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done,
+                            std::shared_ptr<const FragmentOf::Seed> seed) {
   // A standby reads its inputs as a take-over would.
-  const bool takeover = how != FragmentRun::fresh;
+  const bool takeover = how == FragmentRun::takeover || how == FragmentRun::standby;
+  const bool fresh = !takeover;
   const std::string runner = engine::fragment_network_name(query, fragment);
   auto f = read_fragment_request(body);
   if (!f.ok()) {
@@ -634,6 +637,8 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
   ctx->writes = f->writes;
   ctx->takeover = how == FragmentRun::takeover;
   ctx->standby = how == FragmentRun::standby;
+  ctx->held = how == FragmentRun::replacement;
+  if (seed) ctx->seed = std::move(seed);
   if (ctx->takeover) {
     // Its query stopped: it stays stopped where it runs now.
     if (auto e = cut_entry(query)) ctx->stopped = e->stopped;
@@ -667,7 +672,7 @@ void NodeImpl::run_fragment(const std::string& query, const std::string& fragmen
   // The streams a new fragment creates, registered in the catalog by
   // replicate_fragment_streams alone (node_impl.h, registering_).
   std::vector<std::string> creates;
-  if (how == FragmentRun::fresh) {
+  if (fresh) {
     for (const auto& o : net->outputs()) creates.push_back(o.name);
     creates.push_back(state_stream_name(runner));
   }

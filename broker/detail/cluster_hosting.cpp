@@ -151,7 +151,7 @@ bool NodeImpl::host_fragment_route(const http::Request& req, const PathParams& p
                                                      fragment.substr(0, 64) + "'"));
     return true;
   }
-  if (auto refused = refuse_if_stopped(*entry, "moving fragment " + fragment + " to another domain")) {
+  if (auto refused = refuse_if_held(*entry, "moving fragment " + fragment + " to another domain")) {
     answer(std::move(*refused));
     return true;
   }

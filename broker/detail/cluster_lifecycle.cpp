@@ -40,9 +40,21 @@ using namespace node_calls;
 
 std::string query_key_of(std::string_view name) { return "queries/" + std::string(name); }
 
-// Why a fragment of the entry cannot stop or start now: hosted in another
-// domain, or moving ("" when none).
-std::string busy_fragment(const std::string& entry_json) {
+}  // namespace
+
+std::optional<http::Response> NodeImpl::refuse_if_held(const CutEntry& entry, const std::string& what,
+                                                       bool stopped_too) const {
+  const std::string query = query_of_entry(entry);
+  if (replacement_live(entry))
+    return http::Response::problem(409, "Conflict", "query '" + query + "' is having its network replaced (on " +
+                                                        entry.replacing + "): " + what + " waits until that is done");
+  if (!stopped_too || !entry.stopped) return std::nullopt;
+  return http::Response::problem(409, "Conflict", "query '" + query + "' is stopped: " + what +
+                                                      " waits until it is started (POST /v1/queries/" + query +
+                                                      "/start)");
+}
+
+std::string NodeImpl::busy_fragment_of(const std::string& entry_json) {
   rapidjson::Document d;
   d.Parse(entry_json.data(), entry_json.size());
   if (d.HasParseError() || !d.IsObject() || !d.HasMember("fragments") || !d["fragments"].IsArray()) return {};
@@ -58,15 +70,6 @@ std::string busy_fragment(const std::string& entry_json) {
       return "fragment " + name + " is moving to " + f["moving"].GetString() + "; try again once it has moved";
   }
   return {};
-}
-
-}  // namespace
-
-std::optional<http::Response> NodeImpl::refuse_if_stopped(const CutEntry& entry, const std::string& what) {
-  if (!entry.stopped) return std::nullopt;
-  return http::Response::problem(409, "Conflict", "query '" + query_of_entry(entry) + "' is stopped: " + what +
-                                                      " waits until it is started (POST /v1/queries/" +
-                                                      query_of_entry(entry) + "/start)");
 }
 
 Result<CutEntry> NodeImpl::set_cut_stopped(const std::string& query, bool stopped) {
@@ -114,7 +117,11 @@ bool NodeImpl::cluster_lifecycle(const http::Request& req, const std::string& na
                                                         " it waits until it runs"));
     return true;
   }
-  if (std::string busy = busy_fragment(entry->json); !busy.empty()) {
+  if (auto refused = refuse_if_held(*entry, std::string(verb) + " it", /*stopped_too=*/false)) {
+    answer(std::move(*refused));
+    return true;
+  }
+  if (std::string busy = busy_fragment_of(entry->json); !busy.empty()) {
     answer(http::Response::problem(409, "Conflict", std::string(verb) + " query '" + name + "': " + busy));
     return true;
   }

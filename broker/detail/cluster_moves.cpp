@@ -107,7 +107,7 @@ void NodeImpl::move_fragment_route(const http::Request& req, const PathParams& p
                                                        " (its nodes: " + known + ")"));
     return;
   }
-  if (auto refused = refuse_if_stopped(*entry, "moving fragment " + fragment)) {
+  if (auto refused = refuse_if_held(*entry, "moving fragment " + fragment)) {
     answer(std::move(*refused));
     return;
   }

@@ -339,7 +339,7 @@ void NodeImpl::split_fragment_route(const http::Request& req, const PathParams& 
                                                     "; a fragment is split only while the query runs"));
     return;
   }
-  if (auto refused = refuse_if_stopped(*entry, "splitting fragment " + fragment)) {
+  if (auto refused = refuse_if_held(*entry, "splitting fragment " + fragment)) {
     answer(std::move(*refused));
     return;
   }
@@ -887,7 +887,7 @@ void NodeImpl::merge_fragment_route(const http::Request& req, const PathParams& 
                                                     "; a fragment is merged only while the query runs"));
     return;
   }
-  if (auto refused = refuse_if_stopped(*entry, "merging fragment " + fragment)) {
+  if (auto refused = refuse_if_held(*entry, "merging fragment " + fragment)) {
     answer(std::move(*refused));
     return;
   }

@@ -216,6 +216,17 @@ bool NodeImpl::forward_if_elsewhere(const http::Request& req, const RouteInfo& r
   const std::string_view path = route.path;
   if (!path.starts_with("/v1/streams/{name}")) return false;
   auto leader = stream_leader(params[0]);
+  if (req.method == "DELETE" && path == "/v1/streams/{name}" &&
+      (!leader || *leader == config_.node || !membership_ || !member_up(membership_->view(), *leader))) {
+    // Left by a replacement whose node did not live to finish it
+    // (cluster_replace.cpp): no run writes it. Dropped by its leader, or
+    // by any node while its leader is down.
+    if (auto query = replacement_leftover(params[0]); query && readers_of(params[0]).empty()) {
+      drop_streams_of_query(*query, {params[0]});
+      answer(http::Response{204, "application/json", "", {}});
+      return true;
+    }
+  }
   if (!leader && !find_stream(params[0]) && catalog_->revision() == 0) {
     // Not read the domain's catalog yet (just started, or etcd is down
     // since): "no such stream" would be a guess.

@@ -40,12 +40,6 @@ namespace {
 // How often a fragment that failed on its state stream is run again.
 constexpr int64_t kRestartFailedMs = 5'000;
 
-bool member_up(const cluster::MembershipView& view, const std::string& node) {
-  for (const auto& m : view.members)
-    if (m.record.node == node) return m.up;
-  return false;
-}
-
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -86,6 +80,12 @@ std::vector<std::string> user_inputs_of(const rapidjson::Value& body, const std:
 }
 
 }  // namespace
+
+bool member_up(const cluster::MembershipView& view, const std::string& node) {
+  for (const auto& m : view.members)
+    if (m.record.node == node) return m.up;
+  return false;
+}
 
 std::map<std::string, NodeImpl::FragmentGroup> NodeImpl::fragment_stream_groups() const {
   std::map<std::string, FragmentGroup> groups;
@@ -305,6 +305,23 @@ void NodeImpl::run_placed_fragments() {
         std::string_view(d["state"].GetString()) != "running")
       continue;
     const std::string query = d["query"].GetString();
+    // Marked by a replacement of this node that is not under way (it
+    // restarted meanwhile): the mark goes.
+    if (d.HasMember("replacing") && d["replacing"].IsString() && d["replacing"].GetString() == config_.node) {
+      bool under_way;
+      {
+        std::lock_guard lock(lifecycle_jobs_mu_);
+        under_way = replacing_.count(query) != 0;
+      }
+      if (!under_way)
+        (void)edit_query_entry(*catalog_, query, [this](rapidjson::Document& doc) {
+          if (!doc.HasMember("replacing") || !doc["replacing"].IsString() ||
+              doc["replacing"].GetString() != config_.node)
+            return false;
+          doc.RemoveMember("replacing");
+          return true;
+        }, config_.cluster.etcd_timeout_ms);
+    }
     for (const auto& f : d["fragments"].GetArray()) {
       if (!f.IsObject() || !f.HasMember("name") || !f["name"].IsString() || !f.HasMember("node") ||
           !f["node"].IsString() || f["node"].GetString() != config_.node || !f.HasMember("body") ||
@@ -422,6 +439,10 @@ void NodeImpl::drop_superseded_fragments() {
     std::string node;
     for (const auto& [fname, fnode] : e->fragments)
       if (fname == meta.fragment) node = fnode;
+    if (node.empty() && meta.stopped && e->state == "running" && !replacement_live(*e)) {
+      drop_replacement_leftover(meta, *e);
+      continue;
+    }
     if (node.empty() || node == config_.node) continue;
     // Only once that node runs it: a copy of the catalog that has not
     // seen this node's own takeover yet still names the node that died
@@ -439,6 +460,21 @@ void NodeImpl::drop_superseded_fragments() {
     log_line(LogLevel::info, "cluster", "fragment " + meta.name + " runs on " + node + " now: this node's run of it is removed, its streams "
              "copied afresh as a follower's");
   }
+}
+
+void NodeImpl::drop_replacement_leftover(const QueryMeta& meta, const CutEntry& entry) {
+  // The new network of a replacement this node did not live to finish
+  // (cluster_replace.cpp): held, never started, named by no entry.
+  if (Status st = detach_query(meta.name); !st.ok()) return;
+  std::vector<std::string> streams{meta.state_stream};
+  for (const auto& o : meta.outputs)
+    if (std::find(entry.outputs.begin(), entry.outputs.end(), o) == entry.outputs.end()) streams.push_back(o);
+  std::vector<std::string> here;  // led by no other node
+  for (const auto& s : streams)
+    if (stream_leader(s).value_or(config_.node) == config_.node) here.push_back(s);
+  drop_streams_of_query(meta.query, here);
+  log_line(LogLevel::info, "cluster", "fragment " + meta.name + ", the new network of a replacement this node did not "
+                                      "finish, is removed");
 }
 
 void NodeImpl::release_fragment_streams(const QueryMeta& meta) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "base/log.h"
@@ -111,6 +112,8 @@ struct CutEntry {
   // node running one of its fragments keeps it stopped, a node taking one
   // over too (cluster_lifecycle.cpp).
   bool stopped = false;
+  // The node replacing its network now ("" when none; cluster_replace.cpp).
+  std::string replacing;
   std::string json;   // the entry
   int64_t revision = 0;
 };
@@ -154,6 +157,23 @@ struct QueryReplacement {
   std::vector<std::string> dropped;                // old outputs it no longer writes
   std::vector<std::pair<std::string, std::string>> kept_boxes;  // whose state carries over
 };
+// A replacement of the network of a query of several nodes, planned
+// (cluster_replace.cpp): the fragment's next generation, its network
+// under the runner's name, the old and new networks and what carries over.
+struct ClusterReplacePlan {
+  std::string generation, new_runner, new_network;
+  std::optional<engine::QueryNetwork> from, to;
+  QueryReplacement r;
+};
+// The boxes of `from` whose state carries over to `to` (r.kept_boxes);
+// conflict naming every box whose state cannot and that
+// options.drop_state does not name (a drop_state naming no box of `to`:
+// in `diag`).
+// The refusal of `e`: a 400 with every problem of `diag` (in `errors`)
+// when it has some, else problem_for(e).
+http::Response problem_with(const Error& e, const Diagnostics& diag);
+Status plan_kept_boxes(const engine::QueryNetwork& from, const engine::QueryNetwork& to,
+                       const QueryOptions& options, QueryReplacement& r, Diagnostics& diag);
 // Reads and removes "start_from" and "drop_state" (`allow_drop`: a PUT);
 // invalid_argument with the JSON path when malformed. A body that is not
 // a JSON object is passed on as it is (the engine reports it).
@@ -258,6 +278,9 @@ class NodeImpl final : public http::Handler {
     // Taken over while its query is stopped (CutEntry::stopped): it
     // recovers and stays stopped.
     bool stopped = false;
+    // The new network of a query being replaced: deployed from `seed`,
+    // checkpointed and left stopped (FragmentRun::replacement).
+    bool held = false;
     // A warm standby for a move to this node (cluster_standby.cpp): the
     // runner is built over this node's follower copies (stream -> copy),
     // neither registered nor started, and returned warming.
@@ -321,18 +344,59 @@ class NodeImpl final : public http::Handler {
   // stopped here (a stop or start that did not reach this node): made to
   // agree with the entry (run_placed_fragments' tick).
   void agree_with_entry(const std::string& query, const std::string& runner, bool stopped);
-  // The answer refusing `what` on a stopped query (nullopt when running).
-  static std::optional<http::Response> refuse_if_stopped(const CutEntry& entry, const std::string& what);
+  // The answer refusing `what` on a query that is stopped (with
+  // `stopped_too`) or whose network is being replaced; nullopt otherwise.
+  std::optional<http::Response> refuse_if_held(const CutEntry& entry, const std::string& what,
+                                               bool stopped_too = true) const;
+  // Why a fragment of the entry keeps the query from stopping, starting or
+  // being replaced now: hosted in another domain, or moving ("" if none).
+  static std::string busy_fragment_of(const std::string& entry_json);
+  // --- replacing the network of a query of several nodes
+  // (cluster_replace.cpp)
+  // PUT /v1/queries/{name} of a query the entry says runs as fragments:
+  // forwarded to the node running its one fragment, which replaces it.
+  void cluster_replace(const http::Request& req, const CutEntry& entry, QueryOptions options,
+                       const http::Respond& answer);
+  // The replacement itself, on the lifecycle thread: nullopt once done,
+  // else the refusal (nothing changed) or the failure (the old network
+  // runs again).
+  std::optional<http::Response> run_cluster_replace(const std::string& query, const std::string& fragment,
+                                                    const QueryOptions& options);
+  // Its plan, or the refusal (nothing changed).
+  std::variant<ClusterReplacePlan, http::Response> plan_cluster_replace(const std::string& query,
+                                                                        const std::string& fragment,
+                                                                        const QueryRunner& old,
+                                                                        const QueryOptions& options);
+  // The entry names the new generation (`body`, its boxes and the query's
+  // outputs) and loses its "replacing" mark; `stopped` says whether the
+  // query is. False when it could not be written.
+  bool name_generation(const std::string& query, const ClusterReplacePlan& plan, const std::string& body,
+                       bool& stopped);
+  // Whether the entry's "replacing" mark is a replacement under way: on
+  // this node, one it runs; else the marking node is up.
+  bool replacement_live(const CutEntry& entry) const;
+  // The query whose replacement left stream `name`: a stream it made that
+  // no run of it writes, the new network's, left when the replacing node
+  // died before the query's entry named it. DELETE /v1/streams/{name}
+  // drops it. nullopt for any other stream.
+  std::optional<std::string> replacement_leftover(const std::string& name) const;
+  // Removes such a network's held run found on restart, with its streams
+  // that no other node leads (drop_superseded_fragments).
+  void drop_replacement_leftover(const QueryMeta& meta, const CutEntry& entry);
+  // Drops the streams `names` that query `query` wrote (here and from the
+  // domain's catalog).
+  void drop_streams_of_query(const std::string& query, const std::vector<std::string>& names);
   // Stops and starts of fragments run on a thread of their own: each waits
   // for a checkpoint that the state stream's followers hold, which neither
   // the network thread nor the membership tick may wait for. False once
   // the node is stopping (the job does not run).
   bool post_lifecycle(std::function<void()> job);
   void stop_lifecycle();
-  std::mutex lifecycle_jobs_mu_;
+  mutable std::mutex lifecycle_jobs_mu_;
   std::condition_variable lifecycle_cv_;
   std::deque<std::function<void()>> lifecycle_jobs_;  // REQUIRES: lifecycle_jobs_mu_
   std::set<std::string> lifecycle_pending_;           // REQUIRES: lifecycle_jobs_mu_; agree_with_entry's runners
+  std::set<std::string> replacing_;                   // REQUIRES: lifecycle_jobs_mu_; queries replaced here now
   bool lifecycle_stopping_ = false;                   // REQUIRES: lifecycle_jobs_mu_
   std::thread lifecycle_thread_;
   Result<std::shared_ptr<QueryRunner>> stop_query(const std::string& name);
@@ -544,11 +608,16 @@ class NodeImpl final : public http::Handler {
   // over the peer links, then deploys it (FragmentOf). Taken over, its
   // streams are here already and it recovers from them (or a warm standby
   // continues); as a standby, it is built over this node's copies of them
-  // and warms. `done` gets the runner or why not.
-  enum class FragmentRun { fresh, takeover, standby };
+  // and warms. As the new network of a query being replaced
+  // (`replacement`, cluster_replace.cpp), it is deployed as a fresh one
+  // from `seed` (its streams created, its outputs in seed->adopt taken
+  // on), checkpointed into its state stream and left stopped, not started.
+  // `done` gets the runner or why not.
+  enum class FragmentRun { fresh, takeover, standby, replacement };
   void run_fragment(const std::string& query, const std::string& fragment, const std::string& body,
                     FragmentRun how,
-                    std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done);
+                    std::function<void(Result<std::shared_ptr<QueryRunner>>, bool bad_request)> done,
+                    std::shared_ptr<const FragmentOf::Seed> seed = nullptr);
   // The followers a new fragment's streams get: those of the stream it
   // reads, so that the node taking the input over can run it; else the
   // least loaded nodes. Empty in a domain of one node.
@@ -1200,6 +1269,8 @@ std::string with_placement(std::string_view network_json, const std::string& nod
 
 // The API's answer for an error: 404, 409, 403, 503 (Retry-After), 500 or 400.
 http::Response problem_for(const Error& e);
+// Whether `node` is a member of the domain seen up in `view`.
+bool member_up(const cluster::MembershipView& view, const std::string& node);
 // An internal stream of a query cut across nodes ("QUERY--..."), or a
 // node's copy of one ("@NODE/QUERY--..."): hidden from GET /v1/streams
 // unless it asks for them with ?internal=true.

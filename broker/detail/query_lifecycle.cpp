@@ -86,15 +86,6 @@ std::string diag_members(const Diagnostics& diag) {
   return "\"errors\":" + j.take();
 }
 
-// A refusal: with every validation problem when there are some.
-Response problem_with(const Error& e, const Diagnostics& diag) {
-  if (diag.ok()) return problem_for(e);
-  return Response::problem(400, "Bad Request",
-                           e.message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
-                               diag.items().front().path + ": " + diag.items().front().message,
-                           diag_members(diag));
-}
-
 std::string quoted_list(const std::vector<std::string>& names) {
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "'" : ", '") + n + "'";
@@ -106,6 +97,14 @@ std::string quoted_list(const std::vector<std::string>& names) {
 bool stateless(const std::string& type) { return type == "filter" || type == "map"; }
 
 }  // namespace
+
+Response problem_with(const Error& e, const Diagnostics& diag) {
+  if (diag.ok()) return problem_for(e);
+  return Response::problem(400, "Bad Request",
+                           e.message + ": " + std::to_string(diag.size()) + " problem(s), first: " +
+                               diag.items().front().path + ": " + diag.items().front().message,
+                           diag_members(diag));
+}
 
 Result<QueryOptions> read_query_options(std::string_view body, bool allow_drop) {
   QueryOptions o;
@@ -275,20 +274,17 @@ void NodeImpl::replace_query_route(const Request& req, const PathParams& params,
     answer(Response::problem(400, "Bad Request", p->message(), diag_members(diag)));
     return;
   }
+  auto options = query_body(req, true, answer);
+  if (!options) return;
   if (catalog_ && !find_query(params.at(0))) {
-    if (cut_entry(params.at(0), true)) {
-      answer(Response::problem(
-          501, "Not Implemented",
-          "replacing the network of a query that runs as fragments (every query of a domain of several nodes "
-          "does) is not supported yet; stop it, delete it and deploy the new network with \"start_from\" set "
-          "to where it stood (GET /v1/queries/{name} shows each input's position)"));
+    // A query of a domain of several nodes (cluster_replace.cpp).
+    if (auto cut = cut_entry(params.at(0), true)) {
+      cluster_replace(req, *cut, std::move(*options), answer);
       return;
     }
     if (forward_query_if_elsewhere(req, params.at(0), answer)) return;
   }
   if (!lifecycle_target(params.at(0), "replacing a query's network", answer)) return;
-  auto options = query_body(req, true, answer);
-  if (!options) return;
   Diagnostics diag;
   auto q = replace_query(params.at(0), *options, diag);
   if (!q.ok()) answer(problem_with(q.error(), diag));
@@ -374,10 +370,10 @@ std::optional<size_t> index_in(const std::vector<std::string>& v, const std::str
   return static_cast<size_t>(it - v.begin());
 }
 
-// The boxes whose state carries over; conflict naming every box whose
-// state cannot and is not in drop_state.
-Status plan_boxes(const engine::QueryNetwork& from, const engine::QueryNetwork& to, const QueryOptions& options,
-                  QueryReplacement& r, Diagnostics& diag) {
+}  // namespace
+
+Status plan_kept_boxes(const engine::QueryNetwork& from, const engine::QueryNetwork& to,
+                       const QueryOptions& options, QueryReplacement& r, Diagnostics& diag) {
   const auto ids = to.box_ids();
   for (const auto& d : options.drop_state)
     if (std::find(ids.begin(), ids.end(), d) == ids.end())
@@ -394,8 +390,6 @@ Status plan_boxes(const engine::QueryNetwork& from, const engine::QueryNetwork& 
                                           ". Name them in \"drop_state\" to start them empty, or give them new ids");
   return Status::Ok();
 }
-
-}  // namespace
 
 Result<std::shared_ptr<QueryRunner>> NodeImpl::replace_query(const std::string& name, const QueryOptions& options,
                                                              Diagnostics& diag) {
@@ -421,7 +415,7 @@ Result<std::shared_ptr<QueryRunner>> NodeImpl::replace_query(const std::string& 
   r.meta.outputs.clear();
   r.meta.start.clear();
   r.meta.stopped = state == "stopped";
-  Status boxes = plan_boxes(*from, *net, options, r, diag);
+  Status boxes = plan_kept_boxes(*from, *net, options, r, diag);
   std::unique_lock lock(catalog_mu_);
   if (auto it = queries_.find(name); it == queries_.end() || it->second != old) return make_error(Errc::conflict, "query '" + name + "' changed meanwhile; try again");
   std::string conflict;

@@ -232,17 +232,8 @@ TEST_F(ClusterFragmentFailover, AWholeQueryRunsOnAnotherNodeWhenItsNodeDiesAndIt
       // Its streams' followers in sync (one that fell behind under load
       // leaves nobody to take the query over without a loss: it would
       // rightly stay on the dead node).
-      for (const char* stream : {"tally--all--state", "counts-cut", "bids"}) {
-        std::string body;
-        ASSERT_TRUE(eventually(20s, [&] {
-          body = node(1).request("GET", std::string("/v1/streams/") + stream, {}, kReaderToken).body;
-          auto d = parse(body);
-          if (!d.IsObject() || !d.HasMember("replication") || !d["replication"].HasMember("replicas")) return false;
-          for (const auto& r : d["replication"]["replicas"].GetArray())
-            if (!r["in_sync"].GetBool() || !r["connected"].GetBool()) return false;
-          return true;
-        })) << stream << "'s follower is not in sync before the kill: " << body;
-      }
+      for (const char* stream : {"tally--all--state", "counts-cut", "bids"})
+        ASSERT_NO_FATAL_FAILURE(await_followers_in_sync(1, stream));
       nodes_[0]->process().kill();
     }
     // Through n2 and n3 once n1 is dead.

@@ -44,6 +44,16 @@ std::string state_of(const std::string& body) {
   return d.IsObject() && d.HasMember("state") && d["state"].IsString() ? d["state"].GetString() : "";
 }
 
+// The count query's next network: its filter's predicate written another
+// way (the same rows), and a second output, "cents-OUTPUT", from its map.
+std::string replacement(const std::string& name, const std::string& output) {
+  std::string q = cut_count_query(name, output, "");
+  q.replace(q.find("price >= 0"), 10, "price > -1");
+  const std::string outputs = R"("outputs":[{"name":")" + output + R"(","from":"counts"})";
+  q.replace(q.find(outputs), outputs.size(), outputs + R"(,{"name":"cents-)" + output + R"(","from":"cents"})");
+  return q;
+}
+
 class ClusterLifecycle : public ThreeNodeDomain {
  protected:
   ClusterLifecycle() : ThreeNodeDomain("etcd-lifecycle", R"("checkpoint_interval": "200ms", )") {}
@@ -51,6 +61,12 @@ class ClusterLifecycle : public ThreeNodeDomain {
   void SetUp() override {
     ThreeNodeDomain::SetUp();
     if (HasFatalFailure()) return;
+    ASSERT_NO_FATAL_FAILURE(start_reference());
+  }
+
+  // The reference broker of one node with bids and the count query, and
+  // bids in the domain (led by n1, a follower).
+  void start_reference() {
     ASSERT_TRUE(solo_.start()) << solo_.last_error();
     ASSERT_EQ(solo_.request("POST", "/v1/streams", R"({"name":"bids","schema":)" + std::string(kCutBidSchema) + "}")
                   .status,
@@ -138,6 +154,11 @@ TEST_F(ClusterLifecycle, AStoppedCutQueryStaysStoppedAcrossAFailoverAndStartsWit
   EXPECT_EQ(move.status, 409u) << move.body;
   EXPECT_NE(move.body.find("query 'cut' is stopped: moving fragment b waits until it is started"), std::string::npos)
       << move.body;
+  // A query cut into several fragments is not replaced: 501 with what to
+  // do instead.
+  auto put = node(2).request("PUT", "/v1/queries/cut", cut_count_query("cut", "counts-cut", ""));
+  EXPECT_EQ(put.status, 501u) << put.body;
+  EXPECT_NE(put.body.find("is cut into 3 fragments"), std::string::npos) << put.body;
   auto split = node(1).request("POST", "/v1/queries/cut/fragments/c/split", R"({"parts":[{"node":"n1"},{"node":"n2"}]})");
   EXPECT_EQ(split.status, 409u) << split.body;
   EXPECT_NE(split.body.find("is stopped"), std::string::npos) << split.body;
@@ -197,8 +218,7 @@ TEST_F(ClusterLifecycle, ANodeTheRequestDidNotReachFollowsTheCatalog) {
 }
 
 // "start_from" and input schemas on a deploy through a node that does not
-// lead the query's input; a replacement of a query run as fragments is
-// refused with what to do instead.
+// lead the query's input.
 TEST_F(ClusterLifecycle, StartFromAndSchemasOfTheDomainsStreamsOnADeployThroughAnyNode) {
   for (int b = 1; b <= 5; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 0));  // 100 tuples
   // Through n3 (bids is on n1), without the input's schema, from the first
@@ -239,11 +259,134 @@ TEST_F(ClusterLifecycle, StartFromAndSchemasOfTheDomainsStreamsOnADeployThroughA
   ASSERT_TRUE(eventually(10s, [&] {
     return node(1).request("GET", "/v1/queries/wrong", {}, kReaderToken).status == 404;
   }));
-  // A replacement of a query run as fragments: 501 with what to do.
-  auto put = node(2).request("PUT", "/v1/queries/early", early);
-  EXPECT_EQ(put.status, 501u) << put.body;
-  EXPECT_NE(put.body.find("stop it, delete it and deploy the new network"), std::string::npos) << put.body;
 }
+
+// The count query deployed whole (a cut of one fragment, on n1 next to
+// bids) has its network replaced mid-stream through n2: its filter's
+// predicate changes and it gets a second output, while the count keeps its
+// state. The reference broker's query is replaced with the same network
+// at the same point. Then n1, running the new network and leading bids,
+// is killed with SIGKILL: another node takes both over. Both outputs must
+// equal the reference's row for row.
+TEST_F(ClusterLifecycle, AWholeQueryIsReplacedKeepingItsStateAndTheNewNetworkFailsOver) {
+  auto deployed = node(3).request("POST", "/v1/queries", cut_count_query("tally", "counts-cut", ""));
+  ASSERT_EQ(deployed.status, 201u) << deployed.body;
+  EXPECT_NE(deployed.body.find(R"("fragments":[{"name":"all","node":"n1")"), std::string::npos) << deployed.body;
+  for (int b = 1; b <= 30; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, static_cast<size_t>(b % 3)));
+  ASSERT_TRUE(eventually(30s, [&] { return next_seq(node(2), "counts-cut") > 1; }));
+
+  // A stateful box whose definition changed is refused, nothing changed.
+  std::string wider = cut_count_query("tally", "counts-cut", "");
+  wider.replace(wider.find(R"("size":"1s")"), 11, R"("size":"2s")");
+  auto refused = node(2).request("PUT", "/v1/queries/tally", wider);
+  EXPECT_EQ(refused.status, 409u) << refused.body;
+  EXPECT_NE(refused.body.find("box 'counts'"), std::string::npos) << refused.body;
+
+  // Replaced through n2, and on the reference at the same point.
+  auto put = node(2).request("PUT", "/v1/queries/tally", replacement("tally", "counts-cut"));
+  ASSERT_EQ(put.status, 200u) << put.body;
+  EXPECT_EQ(state_of(put.body), "running") << put.body;
+  EXPECT_NE(put.body.find(R"("fragments":[{"name":"all-2","node":"n1")"), std::string::npos) << put.body;
+  EXPECT_NE(put.body.find(R"("outputs":["counts-cut","cents-counts-cut"])"), std::string::npos) << put.body;
+  auto solo_put = solo_.request("PUT", "/v1/queries/whole", replacement("whole", "counts-whole"));
+  ASSERT_EQ(solo_put.status, 200u) << solo_put.body;
+  // The old network's state stream is gone.
+  ASSERT_TRUE(eventually(10s, [&] {
+    return node(3).request("GET", "/v1/streams/tally--all--state", {}, kReaderToken).status == 404;
+  }));
+
+  for (int b = 31; b <= 60; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, static_cast<size_t>(b % 3)));
+  // n1 dies for good once the new network's streams have their followers
+  // in sync.
+  for (const char* stream : {"tally--all-2--state", "counts-cut", "cents-counts-cut", "bids"})
+    ASSERT_NO_FATAL_FAILURE(await_followers_in_sync(1, stream));
+  nodes_[0]->process().kill();
+  for (int b = 61; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 1 + static_cast<size_t>(b % 2)));
+  ASSERT_NO_FATAL_FAILURE(publish(0, 1));
+
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(solo_, node(2), kAllRows, 90s, total));
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+  // The new output: every tuple from the replacement on, as the reference.
+  const uint64_t want = next_seq(solo_, "cents-counts-whole");
+  EXPECT_EQ(want, uint64_t{kBatches - 30} * kRowsPerBatch + 2);
+  ASSERT_TRUE(eventually(30s, [&] { return next_seq(node(3), "cents-counts-cut") == want; }))
+      << next_seq(node(3), "cents-counts-cut") << " != " << want;
+  const ReadResult got = read_stream(node(2), "cents-counts-cut", 1, want - 1, 30'000);
+  const ReadResult ref = read_stream(solo_, "cents-counts-whole", 1, want - 1, 30'000);
+  ASSERT_EQ(got.tuples.size(), want - 1) << got.error;
+  ASSERT_EQ(ref.tuples.size(), want - 1) << ref.error;
+  for (size_t i = 0; i < got.tuples.size(); ++i) ASSERT_EQ(got.tuples[i].line, ref.tuples[i].line) << "row " << i;
+  auto q = node(2).request("GET", "/v1/queries/tally", {}, kReaderToken);
+  EXPECT_EQ(state_of(q.body), "running") << q.body;
+  EXPECT_EQ(q.body.find(R"("node":"n1")"), std::string::npos) << q.body;
+}
+
+// The node replacing the whole query's network dies (SIGKILL) at a step of
+// the replacement: the process kills itself there
+// (ENTENTE_TEST_KILL_IN_REPLACE=n1:STEP, set for the domain's nodes only). Before the entry names the new
+// network, the node taking the query over runs the old one from its own
+// state stream; the streams the new one had made, which no run writes, go
+// with DELETE /v1/streams, and the replacement is done again. Once the
+// entry names it, the new one runs from its first checkpoint. Either way
+// the count's output is exactly the reference's.
+class ClusterReplaceFaults : public ClusterLifecycle, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override {
+    ::setenv("ENTENTE_TEST_KILL_IN_REPLACE", (std::string("n1:") + GetParam()).c_str(), 1);
+    ThreeNodeDomain::SetUp();
+    ::unsetenv("ENTENTE_TEST_KILL_IN_REPLACE");
+    if (HasFatalFailure()) return;
+    ASSERT_NO_FATAL_FAILURE(start_reference());
+  }
+};
+
+TEST_P(ClusterReplaceFaults, TheReplacingNodesDeathLeavesOneNetworkRunningAndLosesNothing) {
+  const std::string step = GetParam();
+  auto deployed = node(3).request("POST", "/v1/queries", cut_count_query("tally", "counts-cut", ""));
+  ASSERT_EQ(deployed.status, 201u) << deployed.body;
+  for (int b = 1; b <= 30; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, static_cast<size_t>(b % 3)));
+  for (const char* stream : {"tally--all--state", "counts-cut", "bids"})
+    ASSERT_NO_FATAL_FAILURE(await_followers_in_sync(1, stream));
+  ASSERT_EQ(solo_.request("PUT", "/v1/queries/whole", replacement("whole", "counts-whole")).status, 200u);
+  // Through n2; n1, which runs the query, dies in the middle.
+  auto put = node(2).try_request("PUT", "/v1/queries/tally", replacement("tally", "counts-cut"));
+  EXPECT_TRUE(!put.ok() || put->status >= 500) << put->status << " " << put->body;
+  ASSERT_TRUE(eventually(10s, [&] { return !node(1).try_request("GET", "/v1/queries", {}, kReaderToken).ok(); }))
+      << "n1 did not die at step " << step;
+
+  // One of the two networks runs on n2 or n3: the new one once named.
+  const std::string want = step == "named" ? "all-2" : "all";
+  ASSERT_TRUE(eventually(30s, [&] {
+    auto d = parse(node(2).request("GET", "/v1/queries/tally", {}, kReaderToken).body);
+    return d.IsObject() && d.HasMember("state") && std::string(d["state"].GetString()) == "running" &&
+           std::string(d["node"].GetString()) != "n1" && want == d["fragments"][0]["name"].GetString();
+  })) << node(2).request("GET", "/v1/queries/tally", {}, kReaderToken).body;
+  if (want == "all") {
+    // Not done: what the new network had made goes, then it is done again.
+    for (const char* stream : {"cents-counts-cut", "tally--all-2--state"}) {
+      unsigned status = 0;
+      ASSERT_TRUE(eventually(20s, [&] {
+        status = node(3).request("DELETE", std::string("/v1/streams/") + stream).status;
+        return status == 204 || status == 404;
+      })) << stream << ": " << node(3).request("DELETE", std::string("/v1/streams/") + stream).body;
+      if (step == "deployed") {
+        EXPECT_EQ(node(2).request("GET", std::string("/v1/streams/") + stream, {}, kReaderToken).status, 404u);
+      }
+    }
+    auto again = node(3).request("PUT", "/v1/queries/tally", replacement("tally", "counts-cut"));
+    ASSERT_EQ(again.status, 200u) << again.body;
+    EXPECT_NE(again.body.find(R"("fragments":[{"name":"all-2")"), std::string::npos) << again.body;
+  }
+  for (int b = 31; b <= kBatches; ++b) ASSERT_NO_FATAL_FAILURE(publish(b, 1 + static_cast<size_t>(b % 2)));
+  ASSERT_NO_FATAL_FAILURE(publish(0, 1));
+  int64_t total = 0;
+  ASSERT_NO_FATAL_FAILURE(expect_cut_output_equals_whole(solo_, node(2), kAllRows, 90s, total));
+  EXPECT_EQ(total, int64_t{kBatches} * kRowsPerBatch) << "the counts do not add up to every tuple published";
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, ClusterReplaceFaults, ::testing::Values("stopped", "deployed", "named"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
 }  // namespace
 }  // namespace entente::testing

@@ -217,17 +217,19 @@ TEST_F(ClusterStreams, AQueryDeployedThroughAnyNodeRunsNextToItsInputAndIsReadEv
   ASSERT_EQ(hot.tuples.size(), 2u) << hot.error << hot.close_reason;
   EXPECT_NE(hot.tuples[0].line.find(R"("price":150)"), std::string::npos) << hot.tuples[0].line;
   EXPECT_NE(hot.tuples[1].line.find(R"("price":300)"), std::string::npos) << hot.tuples[1].line;
-  // Stopped and started through any node (cluster_lifecycle_test has the
-  // rest); a replacement of a query run as a fragment is not built: 501
-  // with the reason, the query untouched.
+  // Stopped, started and replaced through any node (cluster_lifecycle_test
+  // has the rest): the replacement runs as the fragment's next generation.
   auto stopped = node("n1").request("POST", "/v1/queries/hot-bids/stop");
   EXPECT_EQ(stopped.status, 200u) << stopped.body;
   EXPECT_EQ(field(stopped.body, "state"), "stopped") << stopped.body;
+  // Replaced while stopped: it stays stopped.
+  auto put = node("n1").request("PUT", "/v1/queries/hot-bids", query_body("hot-bids", "bids", "hot"));
+  EXPECT_EQ(put.status, 200u) << put.body;
+  EXPECT_NE(put.body.find(R"("fragments":[{"name":"all-2","node":"n3")"), std::string::npos) << put.body;
+  EXPECT_EQ(field(put.body, "state"), "stopped") << put.body;
   auto started = node("n2").request("POST", "/v1/queries/hot-bids/start");
   EXPECT_EQ(started.status, 200u) << started.body;
   EXPECT_EQ(field(started.body, "state"), "running") << started.body;
-  auto put = node("n3").request("PUT", "/v1/queries/hot-bids", query_body("hot-bids", "bids", "hot"));
-  EXPECT_EQ(put.status, 501u) << put.body;
   EXPECT_EQ(field(node("n2").request("GET", "/v1/queries/hot-bids", {}, kReaderToken).body, "state"), "running");
   // Deleted through n2: gone everywhere, its output too.
   EXPECT_EQ(node("n2").request("DELETE", "/v1/queries/hot-bids").status, 204u);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "rapidjson/document.h"
 #include "tests/integration/support/cluster.h"
 #include "tests/integration/support/federation.h"
 #include "tests/support/etcd_process.h"
@@ -46,6 +47,23 @@ class ThreeNodeDomain : public ::testing::Test {
     return out;
   }
   bool all_up() const { return domain_up(processes(), 3); }
+
+  // Waits up to 20 s until every follower of `stream` (read through node
+  // `via`) is connected and in sync, and there is one: a node killed then
+  // leaves another to take the stream over without a loss. Call under
+  // ASSERT_NO_FATAL_FAILURE.
+  void await_followers_in_sync(int via, const std::string& stream) {
+    std::string body;
+    ASSERT_TRUE(eventually(20.0, [&] {
+      body = node(via).request("GET", "/v1/streams/" + stream, {}, kReaderToken).body;
+      rapidjson::Document d;
+      d.Parse(body.c_str());
+      if (!d.IsObject() || !d.HasMember("replication") || !d["replication"].HasMember("replicas")) return false;
+      for (const auto& r : d["replication"]["replicas"].GetArray())
+        if (!r["in_sync"].GetBool() || !r["connected"].GetBool()) return false;
+      return !d["replication"]["replicas"].Empty();
+    })) << stream << "'s followers are not in sync: " << body;
+  }
 
   Federation fed_;
   std::unique_ptr<EtcdProcess> etcd_;
