@@ -150,6 +150,7 @@ void NodeImpl::cluster_replace(const http::Request& req, const CutEntry& entry, 
   const http::Request caller = sub_request(req, "GET", "/", "");
   const bool posted = post_lifecycle([this, caller, query, fragment, options = std::move(options), answer] {
     auto refused = run_cluster_replace(query, fragment, options);
+    count_replacement(query, refused ? refused->status : 200);
     {
       std::lock_guard lock(lifecycle_jobs_mu_);
       replacing_.erase(query);
@@ -286,6 +287,15 @@ std::optional<http::Response> NodeImpl::run_cluster_replace(const std::string& q
   log_line(LogLevel::info, "query", "query '" + query + "': network replaced (" + old_runner + " → " + new_runner +
                                         ", " + std::to_string(r.kept_boxes.size()) + " boxes kept their state)");
   return std::nullopt;
+}
+
+void NodeImpl::count_replacement(const std::string& query, int status) {
+  metrics_
+      .counter("entente_query_replacements_total",
+               "Replacements of a query's network (PUT /v1/queries/{name}) this node ran, by outcome: replaced, "
+               "refused (nothing changed) or failed (the old network goes on)",
+               {{"query", query}, {"outcome", status < 300 ? "replaced" : status < 500 ? "refused" : "failed"}})
+      .inc();
 }
 
 std::variant<ClusterReplacePlan, http::Response> NodeImpl::plan_cluster_replace(const std::string& query,

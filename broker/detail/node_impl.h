@@ -362,6 +362,9 @@ class NodeImpl final : public http::Handler {
   // runs again).
   std::optional<http::Response> run_cluster_replace(const std::string& query, const std::string& fragment,
                                                     const QueryOptions& options);
+  // entente_query_replacements_total{query, outcome}: "replaced",
+  // "refused" (a 4xx: nothing changed) or "failed" (the old network goes on).
+  void count_replacement(const std::string& query, int status);
   // Its plan, or the refusal (nothing changed).
   std::variant<ClusterReplacePlan, http::Response> plan_cluster_replace(const std::string& query,
                                                                         const std::string& fragment,

@@ -287,8 +287,10 @@ void NodeImpl::replace_query_route(const Request& req, const PathParams& params,
   if (!lifecycle_target(params.at(0), "replacing a query's network", answer)) return;
   Diagnostics diag;
   auto q = replace_query(params.at(0), *options, diag);
-  if (!q.ok()) answer(problem_with(q.error(), diag));
-  else answer(Response::json(200, query_json(*q, config_.domain + "/" + config_.node, peering_.get())));
+  Response r = q.ok() ? Response::json(200, query_json(*q, config_.domain + "/" + config_.node, peering_.get()))
+                      : problem_with(q.error(), diag);
+  count_replacement(params.at(0), r.status);
+  answer(std::move(r));
 }
 
 // --- stop and start

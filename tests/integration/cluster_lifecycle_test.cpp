@@ -290,6 +290,15 @@ TEST_F(ClusterLifecycle, AWholeQueryIsReplacedKeepingItsStateAndTheNewNetworkFai
   EXPECT_NE(put.body.find(R"("outputs":["counts-cut","cents-counts-cut"])"), std::string::npos) << put.body;
   auto solo_put = solo_.request("PUT", "/v1/queries/whole", replacement("whole", "counts-whole"));
   ASSERT_EQ(solo_put.status, 200u) << solo_put.body;
+  // Counted where it ran, as on the reference.
+  const std::string metrics = node(1).request("GET", "/metrics", {}, kReaderToken).body;
+  EXPECT_NE(metrics.find(R"(entente_query_replacements_total{outcome="replaced",query="tally"} 1)"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(R"(entente_query_replacements_total{outcome="refused",query="tally"} 1)"),
+            std::string::npos) << metrics;
+  EXPECT_NE(solo_.request("GET", "/metrics", {}, kReaderToken)
+                .body.find(R"(entente_query_replacements_total{outcome="replaced",query="whole"} 1)"),
+            std::string::npos);
   // The old network's state stream is gone.
   ASSERT_TRUE(eventually(10s, [&] {
     return node(3).request("GET", "/v1/streams/tally--all--state", {}, kReaderToken).status == 404;
